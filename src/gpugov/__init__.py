@@ -1,0 +1,3 @@
+"""gpugov: declarable, governable and verifiable GPU sharing on Kubernetes."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,1 @@
+"""Control plane: queues, quotas, fair share, admission, gang, preemption, scheduling cycle."""

@@ -1,0 +1,1 @@
+"""Kubernetes driver: scheduler extender, admission webhook, CRDs, annotation codec."""

@@ -1,0 +1,1 @@
+"""Pure data: GPU catalog, devices, nodes, cluster state, requests, allocations."""

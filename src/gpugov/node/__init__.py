@@ -1,0 +1,1 @@
+"""Node agent: NVML discovery, device plugin, enforcement-region reader, exporter."""

@@ -1,0 +1,1 @@
+"""Simulation driver: trace loaders, experiment procedures, metrics and reports."""
