@@ -25,6 +25,18 @@ class GpuModel:
     mig_capable: bool = False
     fp16_tflops: float | None = None
     note: str = ""
+    # Added for real-GPU placement (issue 4); all optional so existing entries keep working.
+    arch: str = ""
+    pci_device_id: str | None = None  # PCI device id as mig-parted's device-filter spells it
+    nvml_name: str = ""  # what nvmlDeviceGetName returns (~), for node-agent matching
+    unconfirmed: tuple[str, ...] = ()  # names of fields whose value is not confirmed ("?")
+
+    @property
+    def perf_per_watt(self) -> float | None:
+        """Dense FP16 TFLOPS per TDP watt: the energy term of node scoring (None if unknown)."""
+        if self.fp16_tflops is None or not self.tdp_w:
+            return None
+        return self.fp16_tflops / self.tdp_w
 
 
 # Trace models (cluster-trace-gpu-v2023). Memory sizes from public product specs where the
@@ -32,16 +44,63 @@ class GpuModel:
 _TRACE_MODELS = [
     GpuModel("G2", note="undisclosed model in the Alibaba trace"),
     GpuModel("G3", note="undisclosed model in the Alibaba trace"),
-    GpuModel("T4", memory_mib=16 * 1024, sms=40, memory_bandwidth_gbs=320, tdp_w=70),
+    GpuModel("T4", memory_mib=16 * 1024, sms=40, memory_bandwidth_gbs=320, tdp_w=70,
+             arch="turing", nvml_name="Tesla T4", fp16_tflops=65,
+             unconfirmed=("fp16_tflops",)),
     GpuModel("P100", memory_mib=16 * 1024, sms=56, memory_bandwidth_gbs=732, tdp_w=250),
     GpuModel("V100M16", memory_mib=16 * 1024, sms=80, memory_bandwidth_gbs=900, tdp_w=300,
              nvlink_gbs=300),
     GpuModel("V100M32", memory_mib=32 * 1024, sms=80, memory_bandwidth_gbs=900, tdp_w=300,
              nvlink_gbs=300),
-    GpuModel("A10", memory_mib=24 * 1024, sms=72, memory_bandwidth_gbs=600, tdp_w=150),
+    GpuModel("A10", memory_mib=24 * 1024, sms=72, memory_bandwidth_gbs=600, tdp_w=150,
+             arch="ampere", nvml_name="NVIDIA A10", fp16_tflops=125,
+             unconfirmed=("fp16_tflops",)),
 ]
 
-CATALOG: dict[str, GpuModel] = {m.name: m for m in _TRACE_MODELS}
+# Datacenter models. Source: ../shared/notes/data-plane-facts.md §8 (datasheet values, not
+# re-read from NVIDIA datasheets there) and §1.2 (MIG-mode SM counts). Memory is the nominal
+# capacity in MiB (GB x 1024); the usable amount is lower and must come from NVML at run time.
+# fp16_tflops = dense FP16 tensor TFLOPS from public datasheets, written from memory: they only
+# feed the perf-per-watt energy estimate and are marked unconfirmed on every entry.
+_GIB = 1024
+_DATACENTER_MODELS = [
+    GpuModel("L4", memory_mib=24 * _GIB, sms=58, memory_bandwidth_gbs=300, tdp_w=72,
+             arch="ada", pci_device_id="0x27B810DE", nvml_name="NVIDIA L4", fp16_tflops=121,
+             unconfirmed=("pci_device_id", "fp16_tflops")),
+    GpuModel("L40S", memory_mib=48 * _GIB, sms=142, memory_bandwidth_gbs=864, tdp_w=350,
+             arch="ada", pci_device_id="0x26B910DE", nvml_name="NVIDIA L40S", fp16_tflops=362,
+             unconfirmed=("pci_device_id", "fp16_tflops")),
+    GpuModel("A30", memory_mib=24 * _GIB, sms=56, memory_bandwidth_gbs=933, tdp_w=165,
+             nvlink_gbs=200, mig_capable=True, arch="ampere", pci_device_id="0x20B710DE",
+             nvml_name="NVIDIA A30", fp16_tflops=165, unconfirmed=("nvlink_gbs", "fp16_tflops")),
+    GpuModel("A100-SXM4-40GB", memory_mib=40 * _GIB, sms=108, memory_bandwidth_gbs=1555,
+             tdp_w=400, nvlink_gbs=600, mig_capable=True, arch="ampere",
+             pci_device_id="0x20B010DE", nvml_name="NVIDIA A100-SXM4-40GB", fp16_tflops=312,
+             note="98 of 108 SMs usable in MIG mode", unconfirmed=("fp16_tflops",)),
+    GpuModel("A100-SXM4-80GB", memory_mib=80 * _GIB, sms=108, memory_bandwidth_gbs=2039,
+             tdp_w=400, nvlink_gbs=600, mig_capable=True, arch="ampere",
+             pci_device_id="0x20B210DE", nvml_name="NVIDIA A100-SXM4-80GB", fp16_tflops=312,
+             note="98 of 108 SMs usable in MIG mode", unconfirmed=("fp16_tflops",)),
+    GpuModel("H100-SXM5-80GB", memory_mib=80 * _GIB, sms=132, memory_bandwidth_gbs=3350,
+             tdp_w=700, nvlink_gbs=900, mig_capable=True, arch="hopper",
+             pci_device_id="0x233010DE", nvml_name="NVIDIA H100 80GB HBM3", fp16_tflops=989,
+             unconfirmed=("fp16_tflops",)),
+    GpuModel("H100-PCIE-80GB", memory_mib=80 * _GIB, sms=114, memory_bandwidth_gbs=2000,
+             tdp_w=350, nvlink_gbs=600, mig_capable=True, arch="hopper",
+             pci_device_id="0x233110DE", nvml_name="NVIDIA H100 PCIe", fp16_tflops=756,
+             note="MIG per-profile SM counts not captured; no MIG geometry in gpugov yet",
+             unconfirmed=("tdp_w", "fp16_tflops")),
+    GpuModel("H100-NVL", memory_mib=94 * _GIB, sms=132, memory_bandwidth_gbs=3900, tdp_w=400,
+             nvlink_gbs=600, mig_capable=True, arch="hopper", pci_device_id="0x232110DE",
+             nvml_name="NVIDIA H100 NVL", fp16_tflops=835, unconfirmed=("tdp_w", "fp16_tflops")),
+    GpuModel("H200", memory_mib=141 * _GIB, sms=132, memory_bandwidth_gbs=4800, tdp_w=700,
+             nvlink_gbs=900, mig_capable=True, arch="hopper", pci_device_id="0x233510DE",
+             nvml_name="NVIDIA H200", fp16_tflops=989,
+             note="MIG geometry inferred from H100 (no -lgipp capture)",
+             unconfirmed=("fp16_tflops",)),
+]
+
+CATALOG: dict[str, GpuModel] = {m.name: m for m in _TRACE_MODELS + _DATACENTER_MODELS}
 
 
 def register(model: GpuModel) -> GpuModel:

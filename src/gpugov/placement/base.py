@@ -1,0 +1,84 @@
+"""The one small interface every placement policy implements, and the shared GPU choices.
+
+A policy scores feasible nodes with integers in 0..100 and picks devices inside the chosen
+node. Feasibility, tie-breaking and score caching live in the engine, so a new policy is one
+module with a `Policy` subclass plus one line in `registry.py`.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+
+from gpugov.model.catalog import MILLI_PER_GPU
+from gpugov.model.cluster import ClusterState
+from gpugov.model.request import PodRequest
+from gpugov.placement.fragmentation import FragmentationModel
+
+#: the study's normalisation constants (largest node CPU and GPU milli it expects).
+MAX_SPEC_CPU = 128_000
+MAX_SPEC_GPU = 8_000
+
+
+@dataclass
+class PolicyContext:
+    """What a policy may need beyond the state: the workload model and a random stream."""
+
+    fragmentation: FragmentationModel
+    rng: np.random.Generator
+
+
+class Policy(ABC):
+    """Scores nodes for a request and chooses devices inside the chosen node."""
+
+    #: command-line name, e.g. "fgd".
+    name: ClassVar[str]
+    #: label in the study's artifact files, e.g. "06-FGD".
+    label: ClassVar[str]
+    #: True when a node's score depends only on that node's state and the request shape,
+    #: so the engine may cache it until the node changes.
+    cacheable: ClassVar[bool] = True
+
+    def __init__(self, ctx: PolicyContext) -> None:
+        self.ctx = ctx
+
+    @abstractmethod
+    def score(self, state: ClusterState, req: PodRequest, nodes: np.ndarray) -> np.ndarray:
+        """Integer scores (int64, 0..100) of feasible `nodes` for `req`; higher is better."""
+
+    def normalize(self, scores: np.ndarray) -> np.ndarray:
+        """Optional pass over all feasible nodes' scores (identity by default)."""
+        return scores
+
+    def choose_devices(self, state: ClusterState, req: PodRequest, node: int) -> tuple[int, ...]:
+        """Devices for `req` on `node`: lowest-index free GPUs, best fit for sharing pods."""
+        if not req.is_gpu:
+            return ()
+        if req.is_sharing:
+            return (best_fit_device(state.gpu_free[node], req.gpu_milli),)
+        return lowest_free_devices(state.gpu_free[node], req.gpu_count)
+
+
+def lowest_free_devices(free: np.ndarray, count: int) -> tuple[int, ...]:
+    """The `count` lowest-index fully free devices."""
+    idx = np.flatnonzero(free == MILLI_PER_GPU)[:count]
+    if len(idx) < count:
+        raise ValueError(f"needs {count} free devices, node has {len(idx)}")
+    return tuple(int(i) for i in idx)
+
+
+def best_fit_device(free: np.ndarray, milli: int) -> int:
+    """The device with the least free milli still >= `milli` (lowest index on ties)."""
+    masked = np.where(free >= milli, free, np.iinfo(np.int64).max)
+    i = int(masked.argmin())
+    if free[i] < milli:
+        raise ValueError(f"no device with {milli} milli free")
+    return i
+
+
+def truncate(values: np.ndarray) -> np.ndarray:
+    """Float scores to int64 by truncation toward zero, as Go's int64() conversion does."""
+    return np.trunc(values).astype(np.int64)

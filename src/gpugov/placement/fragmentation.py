@@ -1,0 +1,142 @@
+"""GPU fragmentation as defined by FGD (USENIX ATC'23): free GPU capacity that the expected
+workload (the "typical pods") cannot use, weighted by how often each typical pod occurs.
+
+Everything is kept in exact integers: a node's fragmentation is stored as
+`sum_m count_m * frag_m` (milli-GPU times pod counts), so "no change" is exactly zero and
+integer scores derived from it are free of float noise. Divide by `TypicalPods.total` to
+get milli-GPU.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import numpy as np
+
+from gpugov.model.cluster import ClusterState
+from gpugov.model.request import PodRequest
+
+#: share of pods the typical set must cover (the study's podPopularityThreshold).
+POPULARITY_THRESHOLD = 0.95
+
+
+def typical_key(req: PodRequest) -> tuple[int, int, int, str]:
+    """(cpu, milli, count, model spec) — the study's key; memory plays no part."""
+    if not req.is_gpu:
+        return (req.cpu_milli, 0, 0, "")
+    return (req.cpu_milli, req.gpu_milli, req.gpu_count, "|".join(req.models))
+
+
+@dataclass(frozen=True)
+class TypicalPods:
+    """The workload distribution M: typical pod shapes and their integer counts."""
+
+    cpu: np.ndarray  # int64[M]
+    milli: np.ndarray  # int64[M], 0 for CPU-only shapes
+    count: np.ndarray  # int64[M], GPUs per pod
+    models: tuple[tuple[str, ...], ...]  # allowed models per shape, () = any
+    weight: np.ndarray  # int64[M], pod counts (the probabilities are weight / total)
+
+    @property
+    def total(self) -> int:
+        return int(self.weight.sum())
+
+    def __len__(self) -> int:
+        return len(self.weight)
+
+    @classmethod
+    def from_requests(
+        cls, pods: Iterable[PodRequest], threshold: float = POPULARITY_THRESHOLD
+    ) -> TypicalPods:
+        """Most popular shapes covering `threshold` of the pods, CPU-only shapes included.
+
+        Shapes are sorted by count, ties by key descending, and taken one at a time until
+        the covered share reaches the threshold — as the study's GetTypicalPods does.
+        """
+        counts = Counter(typical_key(p) for p in pods)
+        n = sum(counts.values())
+        ordered = sorted(counts.items(), key=lambda kv: (kv[1], kv[0]), reverse=True)
+        chosen: list[tuple[tuple[int, int, int, str], int]] = []
+        covered = 0
+        for key, c in ordered:
+            if n and covered >= threshold * n:
+                break
+            chosen.append((key, c))
+            covered += c
+        return cls(
+            cpu=np.array([k[0] for k, _ in chosen], dtype=np.int64),
+            milli=np.array([k[1] for k, _ in chosen], dtype=np.int64),
+            count=np.array([k[2] for k, _ in chosen], dtype=np.int64),
+            models=tuple(tuple(x for x in k[3].split("|") if x) for k, _ in chosen),
+            weight=np.array([c for _, c in chosen], dtype=np.int64),
+        )
+
+
+class FragmentationModel:
+    """Evaluates FGD fragmentation of (hypothetical) node states against typical pods."""
+
+    def __init__(self, typical: TypicalPods, state: ClusterState) -> None:
+        self.typical = typical
+        self.total_weight = typical.total
+        gpu_shapes = typical.milli > 0
+        # Per (node model, shape): may the shape use this model? Row -1 = node without model.
+        access = np.zeros((len(state.model_names) + 1, len(typical)), dtype=bool)
+        for j, allowed in enumerate(typical.models):
+            for i, name in enumerate(state.model_names):
+                access[i, j] = not allowed or name in allowed
+        # Shapes whose fragment is the whole free GPU capacity unless they fit (Q3).
+        self._access = access & gpu_shapes[None, :]
+        self._milli = np.where(gpu_shapes, typical.milli, 1)  # avoid 0: never "fits"
+        self._count = typical.count
+        self._cpu = typical.cpu
+        self._weight = typical.weight
+
+    def node_frag(self, gpu_free: np.ndarray, cpu_free: np.ndarray, model_idx: np.ndarray
+                  ) -> np.ndarray:
+        """Weighted fragmentation (int64, milli x pod count) of each given node state.
+
+        A shape m that fits a node (enough GPUs with free >= its milli, enough CPU, allowed
+        model) sees only the GPUs too small for it as fragment; any other shape — CPU-only
+        shapes included — sees all free GPU capacity as fragment. Hence
+        frag = W * free_total - sum over fitting m of w_m * (capacity of GPUs big enough).
+        """
+        if gpu_free.shape[0] == 0 or self.total_weight == 0:
+            return np.zeros(gpu_free.shape[0], dtype=np.int64)
+        big = gpu_free[:, :, None] >= self._milli[None, None, :]  # [C, G, M]
+        fit_count = big.sum(axis=1)  # [C, M]
+        big_sum = np.einsum("cg,cgm->cm", gpu_free, big.astype(np.int64))
+        fits = (fit_count >= self._count[None, :]) & (cpu_free[:, None] >= self._cpu[None, :])
+        fits &= self._access[model_idx]
+        free_total = gpu_free.sum(axis=1)
+        usable = (np.where(fits, big_sum, 0) * self._weight[None, :]).sum(axis=1)
+        return self.total_weight * free_total - usable
+
+    def of_nodes(self, state: ClusterState, nodes: np.ndarray) -> np.ndarray:
+        return self.node_frag(state.gpu_free[nodes], state.cpu_free[nodes],
+                              state.model_idx[nodes])
+
+
+class FragmentationMeter:
+    """Keeps the cluster's total fragmentation current as nodes change (exact integers)."""
+
+    def __init__(self, model: FragmentationModel, state: ClusterState) -> None:
+        self.model = model
+        self.state = state
+        self.per_node = model.of_nodes(state, np.arange(len(state)))
+        self.total = int(self.per_node.sum())
+
+    def update(self, node: int) -> None:
+        new = int(self.model.of_nodes(self.state, np.array([node]))[0])
+        self.total += new - int(self.per_node[node])
+        self.per_node[node] = new
+
+    def resync(self) -> None:
+        self.per_node = self.model.of_nodes(self.state, np.arange(len(self.state)))
+        self.total = int(self.per_node.sum())
+
+    @property
+    def milli(self) -> float:
+        """Cluster fragmentation in milli-GPU."""
+        return self.total / self.model.total_weight if self.model.total_weight else 0.0

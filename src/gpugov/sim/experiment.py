@@ -1,0 +1,115 @@
+"""The FGD study's experiment procedure: one (trace, policy, seed) run on a fixed cluster.
+
+Pods only arrive: the trace is shuffled per seed, topped up with random clones (or thinned)
+until the total GPU request is `tune` x cluster GPU capacity, and placed one at a time; a pod
+that fits nowhere is dropped and counted by reason. Metrics are recorded after every arrival.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from gpugov.model.cluster import ClusterState, NodeSpec
+from gpugov.model.request import PodRequest
+from gpugov.placement.base import PolicyContext
+from gpugov.placement.engine import Placer
+from gpugov.placement.fragmentation import FragmentationMeter, FragmentationModel, TypicalPods
+from gpugov.placement.registry import get_policy
+
+
+def tuned_sequence(pods: Sequence[PodRequest], gpu_capacity_milli: int, tune: float,
+                   rng: np.random.Generator) -> list[PodRequest]:
+    """Shuffle, then top up with clones or thin down to ~`tune` x GPU capacity.
+
+    Top-up draws from the name-sorted trace with replacement and stops at the first clone
+    whose per-GPU milli would overshoot (the study checks per-GPU, not total, milli).
+    """
+    by_name = sorted(pods, key=lambda p: p.name)
+    order = [by_name[i] for i in rng.permutation(len(by_name))]
+    target = tune * gpu_capacity_milli
+    total = sum(p.total_gpu_milli for p in order)
+    if total < target and by_name:
+        if not any(p.is_gpu for p in by_name):
+            return order  # clones of CPU-only pods can never reach a GPU target
+        i = 0
+        while True:
+            pod = by_name[int(rng.integers(len(by_name)))]
+            if total + pod.gpu_milli > target:
+                break
+            order.append(replace(pod, name=f"{pod.name}-tuned-{i}"))
+            total += pod.total_gpu_milli
+            i += 1
+    else:
+        while total > target and order:
+            gone = order.pop(int(rng.integers(len(order))))
+            total -= gone.total_gpu_milli
+    return order
+
+
+@dataclass
+class RunResult:
+    """Per-arrival series (int64 arrays, one entry per pod) and outcome counts of one run."""
+
+    policy: str
+    label: str
+    seed: int
+    total_gpus: int
+    arrived_milli: np.ndarray
+    used_milli: np.ndarray
+    frag_milli: np.ndarray  # float64: fragmentation in milli-GPU after each arrival
+    idle_milli: np.ndarray
+    pods: int
+    placed: int
+    failures: Counter = field(default_factory=Counter)
+
+    @property
+    def failed(self) -> int:
+        return self.pods - self.placed
+
+
+def run_experiment(nodes: Sequence[NodeSpec], pods: Sequence[PodRequest], policy: str,
+                   seed: int, tune: float = 1.3, typical: TypicalPods | None = None
+                   ) -> RunResult:
+    """Run one experiment; deterministic for a given (nodes, pods, policy, seed, tune)."""
+    policy_cls = get_policy(policy)
+    rng = np.random.default_rng(seed)
+    state = ClusterState(nodes)
+    typical = typical if typical is not None else TypicalPods.from_requests(pods)
+    sequence = tuned_sequence(pods, state.total_gpu_milli, tune, rng)
+    priority = rng.permutation(len(state))
+    frag_model = FragmentationModel(typical, state)
+    placer = Placer(state, policy_cls(PolicyContext(frag_model, rng)), priority)
+    meter = FragmentationMeter(frag_model, state)
+
+    n = len(sequence)
+    arrived = np.zeros(n, dtype=np.int64)
+    used = np.zeros(n, dtype=np.int64)
+    frag = np.zeros(n, dtype=np.int64)
+    failures: Counter = Counter()
+    arrived_total = 0
+    used_total = 0
+    placed = 0
+    for i, pod in enumerate(sequence):
+        arrived_total += pod.total_gpu_milli
+        decision = placer.place(pod)
+        if decision.allocation is None:
+            failures[decision.reason] += 1
+        else:
+            placed += 1
+            used_total += pod.total_gpu_milli
+            if pod.is_gpu or meter.model.total_weight:
+                meter.update(decision.allocation.node)
+        arrived[i] = arrived_total
+        used[i] = used_total
+        frag[i] = meter.total
+    weight = frag_model.total_weight or 1
+    return RunResult(
+        policy=policy_cls.name, label=policy_cls.label, seed=seed,
+        total_gpus=int(state.gpu_count.sum()), arrived_milli=arrived, used_milli=used,
+        frag_milli=frag / weight, idle_milli=state.total_gpu_milli - used,
+        pods=n, placed=placed, failures=failures,
+    )
