@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import typer
 
 app = typer.Typer(
@@ -12,6 +14,138 @@ app = typer.Typer(
 )
 experiment_app = typer.Typer(help="Reproduce published experiments.", no_args_is_help=True)
 app.add_typer(experiment_app, name="experiment")
+
+
+# --- placement study (issue 2) ----------------------------------------------------------------
+DEFAULT_NODE_LIST = "openb_node_list_gpu_node.csv"
+
+
+def _fail(message: str) -> typer.Exit:
+    """Print an input error and return the exit for `raise` (code 2 = bad input)."""
+    typer.echo(f"error: {message}", err=True)
+    return typer.Exit(2)
+
+
+def _run_and_report(nodes, pods, workload: str, policies: list[str], seeds: str, tune: float,
+                    out: Path, jobs: int, targets: Path | None) -> None:
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+    from gpugov.sim.report import load_targets, summarise, write_study
+    from gpugov.sim.study import parse_seeds, resolve_policies, run_study
+
+    try:
+        seed_list = parse_seeds(seeds)
+        names = resolve_policies(policies)
+        published = load_targets(targets, workload) if targets else {}
+    except (ValueError, KeyError, OSError) as e:
+        raise _fail(str(e.args[0] if isinstance(e, KeyError) else e)) from None
+    if not tune > 0:
+        raise _fail(f"--tune must be > 0, got {tune}")
+    if jobs < 1:
+        raise _fail(f"--jobs must be >= 1, got {jobs}")
+    console = Console(stderr=True)
+    with Progress("[progress.description]{task.description}", BarColumn(),
+                  MofNCompleteColumn(), TimeElapsedColumn(), console=console) as bar:
+        task = bar.add_task(f"{workload}: {len(names)} policies x {len(seed_list)} seeds",
+                            total=len(names) * len(seed_list))
+        result = run_study(nodes, pods, workload, names, seed_list, tune, jobs,
+                           on_done=lambda r: bar.advance(task))
+    files = write_study(result, out)
+    _print_summary(result, summarise(result), published)
+    for f in files:
+        typer.echo(f"wrote {f}")
+
+
+def _print_summary(result, rows, published: dict[str, tuple[float, float]]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    last = int(100 * result.tune + 0.999999)
+    table = Table(title=f"GPU allocation — {result.workload}, tune {result.tune}")
+    table.add_column("policy")
+    table.add_column("seeds", justify="right")
+    table.add_column("@100", justify="right")
+    table.add_column("min–max", justify="right", style="dim")
+    table.add_column(f"@{last}", justify="right")
+    table.add_column("min–max", justify="right", style="dim")
+    if published:
+        table.add_column("published @100 / @130 (Δ)", justify="right")
+    table.add_column(f"frag @{last}", justify="right")
+    table.add_column("failed", justify="right")
+    for r in rows:
+        cells = [r.label, str(r.seeds),
+                 f"{r.at_100[0]:.2f}", f"{r.at_100[1]:.2f}–{r.at_100[2]:.2f}",
+                 f"{r.at_end[0]:.2f}", f"{r.at_end[1]:.2f}–{r.at_end[2]:.2f}"]
+        if published:
+            p = published.get(r.label)
+            cells.append(f"{p[0]:.2f} ({r.at_100[0] - p[0]:+.2f}) / {p[1]:.2f} "
+                         f"({r.at_end[0] - p[1]:+.2f})" if p else "—")
+        cells += [f"{r.frag_end:.2f}", f"{r.failed_pods:.0f}"]
+        table.add_row(*cells)
+    table.caption = ("allocated GPU as % of capacity when the arrived GPU request reaches 100 % "
+                     f"and {last} % of capacity; frag = fragmented GPU (FGD measure), % of "
+                     "capacity; failed = pods that fit nowhere (mean per seed)")
+    console = Console()
+    console.width = max(console.width, 112)
+    console.print(table)
+
+
+@experiment_app.command("fgd")
+def experiment_fgd(
+    trace_dir: Path = typer.Option(..., "--trace-dir", help="folder with the openb CSV files"),
+    workload: str = typer.Option("openb_pod_list_default", "--workload",
+                                 help="pod CSV name without .csv (or its suffix, e.g. default)"),
+    policy: list[str] = typer.Option(["all"], "--policy", help="policy name, repeatable, or all"),
+    seeds: str = typer.Option("42-51", "--seeds", help="e.g. 42-51 or 42,43"),
+    tune: float = typer.Option(1.3, "--tune", help="total GPU request / GPU capacity"),
+    out: Path = typer.Option(..., "--out", help="output folder"),
+    jobs: int = typer.Option(1, "--jobs", help="parallel processes"),
+    node_list: str = typer.Option(DEFAULT_NODE_LIST, "--node-list", help="node CSV in DIR"),
+    targets: Path | None = typer.Option(None, "--targets", help="published numbers to compare"),
+) -> None:
+    """Reproduce the FGD (ATC'23) placement study on one trace: arrivals only, pods that fit
+    nowhere are dropped; writes the study's *_discrete.csv files and a PNG."""
+    from gpugov.sim.trace import TraceError, load_nodes, load_pods
+
+    pod_file = trace_dir / f"{workload}.csv"
+    if not pod_file.exists() and (trace_dir / f"openb_pod_list_{workload}.csv").exists():
+        workload = f"openb_pod_list_{workload}"
+        pod_file = trace_dir / f"{workload}.csv"
+    try:
+        nodes = load_nodes(trace_dir / node_list)
+        pods = load_pods(pod_file)
+    except TraceError as e:
+        raise _fail(str(e)) from None
+    _run_and_report(nodes, pods, workload, policy, seeds, tune, out, jobs, targets)
+
+
+@app.command("simulate")
+def simulate(
+    nodes_file: Path | None = typer.Option(None, "--nodes", help="node CSV (openb format)"),
+    pods_file: Path | None = typer.Option(None, "--pods", help="pod CSV (openb format)"),
+    policy: list[str] = typer.Option(["all"], "--policy", help="policy name, repeatable, or all"),
+    seeds: str = typer.Option("1-3", "--seeds"),
+    tune: float = typer.Option(1.3, "--tune"),
+    out: Path = typer.Option(Path("gpugov-report"), "--out"),
+    jobs: int = typer.Option(1, "--jobs"),
+) -> None:
+    """Compare every placement policy on a cluster and workload: the built-in one by default,
+    or your own trace with --nodes and --pods."""
+    from gpugov.sim.trace import TraceError, load_nodes, load_pods
+    from gpugov.sim.workload import default_nodes, default_pods
+
+    if (nodes_file is None) != (pods_file is None):
+        raise _fail("give both --nodes and --pods, or neither for the built-in workload")
+    if nodes_file is None or pods_file is None:
+        nodes, pods, workload = default_nodes(), default_pods(), "builtin"
+    else:
+        try:
+            nodes, pods = load_nodes(nodes_file), load_pods(pods_file)
+        except TraceError as e:
+            raise _fail(str(e)) from None
+        workload = pods_file.stem
+    _run_and_report(nodes, pods, workload, policy, seeds, tune, out, jobs, None)
 
 
 # --- MIG geometry and planning (issue 4) ------------------------------------------------------

@@ -7,14 +7,14 @@ states, so a decision can be tried and thrown away without copies or undo logic.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 
 from gpugov.model.catalog import MILLI_PER_GPU, get_model
 from gpugov.model.isolation import IsolationLevel
 from gpugov.model.mig import MigInstance, get_geometry, layout_errors
 
 
-class DeviceMode(str, Enum):
+class DeviceMode(StrEnum):
     EXCLUSIVE = "exclusive"  # one pod owns the whole device
     MIG = "mig"  # a concrete layout of GPU instances at positions
     SOFT = "soft"  # memory MiB + compute milli, enforced in software

@@ -8,7 +8,7 @@ trust tier, set by the control plane, sets the minimum level; placement never gi
 
 from __future__ import annotations
 
-from enum import Enum, IntEnum
+from enum import IntEnum, StrEnum
 
 
 class IsolationLevel(IntEnum):
@@ -32,7 +32,7 @@ class IsolationLevel(IntEnum):
         return self.name.lower()
 
 
-class TrustTier(str, Enum):
+class TrustTier(StrEnum):
     """A tenant attribute: how far the platform trusts code from this tenant."""
 
     TRUSTED = "trusted"  # e.g. the platform team's own jobs

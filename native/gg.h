@@ -1,0 +1,141 @@
+/* Internal declarations shared by the libgpugov sources. */
+#ifndef GPUGOV_GG_H
+#define GPUGOV_GG_H
+
+#include <stdint.h>
+#include <stddef.h>
+#include "cuda_types.h"
+#include "region_layout.h"
+
+#define GG_EXPORT __attribute__((visibility("default")))
+
+/* Driver entry points gpugov calls: name, return type, parameter list. */
+#define GG_REAL_CUDA(X) \
+    X(cuInit, CUresult, (unsigned int)) \
+    X(cuCtxGetDevice, CUresult, (CUdevice *)) \
+    X(cuDeviceGetCount, CUresult, (int *)) \
+    X(cuMemAlloc_v2, CUresult, (CUdeviceptr *, size_t)) \
+    X(cuMemAllocPitch_v2, CUresult, (CUdeviceptr *, size_t *, size_t, size_t, unsigned int)) \
+    X(cuMemAllocManaged, CUresult, (CUdeviceptr *, size_t, unsigned int)) \
+    X(cuMemFree_v2, CUresult, (CUdeviceptr)) \
+    X(cuMemsetD8_v2, CUresult, (CUdeviceptr, unsigned char, size_t)) \
+    X(cuMemsetD8Async, CUresult, (CUdeviceptr, unsigned char, size_t, CUstream)) \
+    X(cuMemsetD8Async_ptsz, CUresult, (CUdeviceptr, unsigned char, size_t, CUstream)) \
+    X(cuMemGetInfo_v2, CUresult, (size_t *, size_t *)) \
+    X(cuDeviceTotalMem_v2, CUresult, (size_t *, CUdevice)) \
+    X(cuMemGetAddressRange_v2, CUresult, (CUdeviceptr *, size_t *, CUdeviceptr)) \
+    X(cuMemAllocAsync, CUresult, (CUdeviceptr *, size_t, CUstream)) \
+    X(cuMemAllocAsync_ptsz, CUresult, (CUdeviceptr *, size_t, CUstream)) \
+    X(cuMemAllocFromPoolAsync, CUresult, (CUdeviceptr *, size_t, CUmemoryPool, CUstream)) \
+    X(cuMemAllocFromPoolAsync_ptsz, CUresult, (CUdeviceptr *, size_t, CUmemoryPool, CUstream)) \
+    X(cuMemFreeAsync, CUresult, (CUdeviceptr, CUstream)) \
+    X(cuMemFreeAsync_ptsz, CUresult, (CUdeviceptr, CUstream)) \
+    X(cuMemPoolTrimTo, CUresult, (CUmemoryPool, size_t)) \
+    X(cuMemPoolDestroy, CUresult, (CUmemoryPool)) \
+    X(cuMemPoolCreate, CUresult, (CUmemoryPool *, const CUmemPoolProps *)) \
+    X(cuMemPoolGetAttribute, CUresult, (CUmemoryPool, int, void *)) \
+    X(cuDeviceGetMemPool, CUresult, (CUmemoryPool *, CUdevice)) \
+    X(cuArrayCreate_v2, CUresult, (CUarray *, const CUDA_ARRAY_DESCRIPTOR *)) \
+    X(cuArray3DCreate_v2, CUresult, (CUarray *, const CUDA_ARRAY3D_DESCRIPTOR *)) \
+    X(cuArrayDestroy, CUresult, (CUarray)) \
+    X(cuMipmappedArrayCreate, CUresult, (CUmipmappedArray *, const CUDA_ARRAY3D_DESCRIPTOR *, unsigned int)) \
+    X(cuMipmappedArrayDestroy, CUresult, (CUmipmappedArray)) \
+    X(cuMemCreate, CUresult, (CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *, unsigned long long)) \
+    X(cuMemRelease, CUresult, (CUmemGenericAllocationHandle)) \
+    X(cuMemUnmap, CUresult, (CUdeviceptr, size_t)) \
+    X(cuIpcOpenMemHandle_v2, CUresult, (CUdeviceptr *, CUipcMemHandle, unsigned int)) \
+    X(cuIpcCloseMemHandle, CUresult, (CUdeviceptr)) \
+    X(cuLaunchKernel, CUresult, (CUfunction, unsigned int, unsigned int, unsigned int, unsigned int, unsigned int, unsigned int, unsigned int, CUstream, void **, void **)) \
+    X(cuLaunchKernel_ptsz, CUresult, (CUfunction, unsigned int, unsigned int, unsigned int, unsigned int, unsigned int, unsigned int, unsigned int, CUstream, void **, void **)) \
+    X(cuLaunchKernelEx, CUresult, (const CUlaunchConfig *, CUfunction, void **, void **)) \
+    X(cuLaunchKernelEx_ptsz, CUresult, (const CUlaunchConfig *, CUfunction, void **, void **)) \
+    X(cuLaunchCooperativeKernel, CUresult, (CUfunction, unsigned int, unsigned int, unsigned int, unsigned int, unsigned int, unsigned int, unsigned int, CUstream, void **)) \
+    X(cuLaunchCooperativeKernel_ptsz, CUresult, (CUfunction, unsigned int, unsigned int, unsigned int, unsigned int, unsigned int, unsigned int, unsigned int, CUstream, void **)) \
+    X(cuGraphLaunch, CUresult, (CUgraphExec, CUstream)) \
+    X(cuGraphLaunch_ptsz, CUresult, (CUgraphExec, CUstream)) \
+    X(cuEventCreate, CUresult, (CUevent *, unsigned int)) \
+    X(cuEventRecord, CUresult, (CUevent, CUstream)) \
+    X(cuEventQuery, CUresult, (CUevent)) \
+    X(cuEventElapsedTime, CUresult, (float *, CUevent, CUevent)) \
+    X(cuEventDestroy_v2, CUresult, (CUevent)) \
+    X(cuGetProcAddress, CUresult, (const char *, void **, int, cuuint64_t)) \
+    X(cuGetProcAddress_v2, CUresult, (const char *, void **, int, cuuint64_t, CUdriverProcAddressQueryResult *))
+
+#define GG_REAL_NVML(X) \
+    X(nvmlDeviceGetIndex, nvmlReturn_t, (nvmlDevice_t, unsigned int *)) \
+    X(nvmlDeviceGetMemoryInfo, nvmlReturn_t, (nvmlDevice_t, nvmlMemory_t *)) \
+    X(nvmlDeviceGetMemoryInfo_v2, nvmlReturn_t, (nvmlDevice_t, nvmlMemory_v2_t *))
+
+#define GG_DECLARE_PTR(name, ret, args) ret(*name) args;
+struct gg_real {
+    GG_REAL_CUDA(GG_DECLARE_PTR)
+    GG_REAL_NVML(GG_DECLARE_PTR)
+};
+#undef GG_DECLARE_PTR
+extern struct gg_real gg_real;
+
+/* ---- configuration (config.c) ---- */
+struct gg_config {
+    uint64_t mem_limit[GG_MAX_DEVICES];  /* 0 = unlimited */
+    uint32_t core_limit[GG_MAX_DEVICES]; /* 0 = unlimited (unset or 100) */
+    int scrub;
+    int log_level;
+    char region_path[4096];
+};
+/* Parses env into cfg; on error writes a message into err and returns -1. */
+int gg_config_parse(char *const *envp, struct gg_config *cfg, char *err, size_t errlen);
+int gg_parse_bytes(const char *s, uint64_t *out);
+
+/* ---- logging (log.c) ---- */
+enum { GG_LOG_ERROR = 0, GG_LOG_WARN = 1, GG_LOG_INFO = 2, GG_LOG_DEBUG = 3 };
+extern int gg_log_level;
+void gg_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* ---- lifecycle (init.c) ---- */
+/* Returns CUDA_SUCCESS when the library is usable; the fail-closed error otherwise. */
+CUresult gg_ready(void);
+int gg_nvml_ready(void);
+extern struct gg_config gg_cfg;
+void gg_load_real_nvml(void);
+void *gg_real_dlsym(void *handle, const char *name);
+void *gg_hook_for_symbol(const char *name);
+uint64_t gg_now_ns(void);
+
+/* ---- shared region (region.c) ---- */
+int gg_region_open(const struct gg_config *cfg, char *err, size_t errlen);
+/* Reserves bytes on dev for this process; 0 on success, -1 if over the limit. */
+int gg_charge(int dev, uint64_t bytes, uint64_t *limit, uint64_t *in_use);
+void gg_uncharge(int dev, uint64_t bytes);
+uint64_t gg_device_used(int dev);
+uint64_t gg_device_limit(int dev);
+uint32_t gg_device_core_limit(int dev);
+struct gg_region *gg_region_ptr(void);
+void gg_count_launch(int dev);
+void gg_region_after_fork(void);
+
+/* ---- allocation tracking (track.c) ---- */
+enum { GG_KIND_LINEAR = 1, GG_KIND_ASYNC, GG_KIND_ARRAY, GG_KIND_MIPMAP, GG_KIND_VMM, GG_KIND_IPC, GG_KIND_POOL };
+struct gg_entry {
+    uint64_t key;
+    uint64_t bytes;
+    uint64_t aux; /* pool handle for async allocations */
+    int32_t dev;
+    int32_t kind; /* 0 = empty, -1 = tombstone */
+};
+void gg_track_put(int kind, uint64_t key, uint64_t bytes, int dev, uint64_t aux);
+/* Removes and returns the entry; returns 0 if unknown. */
+int gg_track_take(int kind, uint64_t key, struct gg_entry *out);
+int gg_track_get(int kind, uint64_t key, struct gg_entry *out);
+void gg_track_update(int kind, uint64_t key, uint64_t bytes);
+void gg_track_reset(void);
+
+/* ---- compute throttle (throttle.c) ---- */
+enum { GG_COST_KERNEL = 0, GG_COST_GRAPH = 1 };
+/* Called before a launch: waits for tokens, maybe starts a cost sample. Returns sample id or -1. */
+int gg_throttle_before(int dev, int kind, CUstream stream, int ptsz);
+void gg_throttle_after(int dev, int sample, CUstream stream, int ptsz, CUresult rc);
+
+/* ---- test-only hooks, compiled in with -DGPUGOV_TEST_HOOKS ---- */
+void gg_test_hold_lock(void);
+
+#endif

@@ -1,0 +1,55 @@
+/* gpugov shared accounting region: the single source of truth for its binary
+ * layout. C includes this file; gpugov/node/region.py parses it. Keep to the
+ * restricted grammar the parser understands: `#define NAME number` and structs
+ * of fixed-width fields `uintN_t name;` / `uintN_t name[CONST];` / nested
+ * `struct gg_x name[CONST];`, every field naturally aligned (no implicit padding).
+ * Any layout change must bump GG_REGION_VERSION. */
+#ifndef GPUGOV_REGION_LAYOUT_H
+#define GPUGOV_REGION_LAYOUT_H
+
+#include <stdint.h>
+
+#define GG_REGION_MAGIC 0x3152564f47555047 /* "GPUGOVR1" little-endian */
+#define GG_REGION_VERSION 1
+#define GG_MAX_DEVICES 16
+#define GG_MAX_SLOTS 256
+#define GG_LOCK_BYTES 64
+
+#define GG_SLOT_FREE 0
+#define GG_SLOT_ACTIVE 1
+
+struct gg_slot {
+    uint64_t seq;                      /* seqlock: odd while the slot is being written */
+    uint32_t state;                    /* GG_SLOT_FREE or GG_SLOT_ACTIVE */
+    uint32_t pid;                      /* pid in the container's namespace */
+    uint32_t host_pid;                 /* filled by the node agent; 0 = unknown */
+    uint32_t reserved0;
+    uint64_t start_ticks;              /* /proc/<pid>/stat starttime, detects pid reuse */
+    uint64_t used[GG_MAX_DEVICES];     /* device bytes charged to this process */
+    uint64_t launches[GG_MAX_DEVICES]; /* kernel and graph launches seen */
+};
+
+struct gg_header {
+    uint64_t magic;
+    uint32_t version;
+    uint32_t header_bytes;
+    uint32_t slot_bytes;
+    uint32_t max_slots;
+    uint32_t max_devices;
+    uint32_t initialized;              /* 1 once the creator finished */
+    uint8_t lock[GG_LOCK_BYTES];       /* process-shared robust pthread mutex */
+    uint64_t mem_limit[GG_MAX_DEVICES];  /* bytes; 0 = unlimited */
+    uint64_t core_limit[GG_MAX_DEVICES]; /* percent 1..100; 0 = unlimited */
+    uint64_t used[GG_MAX_DEVICES];       /* sum of live slots' used, kept under lock */
+    int64_t tokens_ns[GG_MAX_DEVICES];   /* compute throttle bucket, device-ns */
+    uint64_t refill_ns[GG_MAX_DEVICES];  /* CLOCK_MONOTONIC of last refill */
+    uint64_t recoveries;               /* times a dead lock owner was recovered */
+    uint64_t reaped;                   /* slots of dead processes released */
+};
+
+struct gg_region {
+    struct gg_header header;
+    struct gg_slot slots[GG_MAX_SLOTS];
+};
+
+#endif
