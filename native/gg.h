@@ -104,7 +104,7 @@ uint64_t gg_now_ns(void);
 /* ---- shared region (region.c) ---- */
 int gg_region_open(const struct gg_config *cfg, char *err, size_t errlen);
 /* Reserves bytes on dev for this process; 0 on success, -1 if over the limit. */
-int gg_charge(int dev, uint64_t bytes, uint64_t *limit, uint64_t *in_use);
+int gg_charge(int dev, uint64_t bytes, int force, uint64_t *limit, uint64_t *in_use);
 void gg_uncharge(int dev, uint64_t bytes);
 uint64_t gg_device_used(int dev);
 uint64_t gg_device_limit(int dev);

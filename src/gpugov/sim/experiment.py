@@ -30,6 +30,8 @@ def tuned_sequence(pods: Sequence[PodRequest], gpu_capacity_milli: int, tune: fl
     """
     by_name = sorted(pods, key=lambda p: p.name)
     order = [by_name[i] for i in rng.permutation(len(by_name))]
+    if gpu_capacity_milli == 0:
+        return order  # nothing to tune against: replay the trace as it is
     target = tune * gpu_capacity_milli
     total = sum(p.total_gpu_milli for p in order)
     if total < target and by_name:

@@ -1,0 +1,309 @@
+/* The shared accounting region: one file-backed mapping per container, a robust
+ * process-shared mutex (a holder killed by SIGKILL is recovered, never waited on),
+ * and one slot per process whose usage is released once the process is found dead. */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+#include "gg.h"
+
+_Static_assert(sizeof(pthread_mutex_t) <= GG_LOCK_BYTES, "mutex does not fit the lock area");
+_Static_assert(sizeof(struct gg_header) % 8 == 0, "header must keep 8-byte alignment");
+
+static struct gg_region *R;
+static int my_slot = -1;
+
+struct gg_region *gg_region_ptr(void) { return R; }
+static pthread_mutex_t *region_mutex(void) { return (pthread_mutex_t *)(void *)R->header.lock; }
+
+static uint64_t start_ticks_of(pid_t pid) {
+    char path[64], buf[1024];
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return 0;
+    ssize_t n = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    if (n <= 0) return 0;
+    buf[n] = '\0';
+    char *p = strrchr(buf, ')'); /* comm may contain spaces; fields resume after ')' */
+    if (!p) return 0;
+    /* after ") " comes field 3; starttime is field 22 */
+    for (int field = 2; field < 22 && p; field++) p = strchr(p + 1, ' ');
+    return p ? strtoull(p + 1, NULL, 10) : 0;
+}
+
+static int process_alive(uint32_t pid, uint64_t ticks) {
+    if (kill((pid_t)pid, 0) != 0 && errno == ESRCH) return 0;
+    uint64_t now_ticks = start_ticks_of((pid_t)pid);
+    return !(ticks && now_ticks && now_ticks != ticks); /* a different start time: pid reused */
+}
+
+static void slot_begin(struct gg_slot *s) {
+    __atomic_add_fetch(&s->seq, 1, __ATOMIC_RELAXED);
+    __atomic_thread_fence(__ATOMIC_RELEASE);
+}
+static void slot_end(struct gg_slot *s) {
+    __atomic_thread_fence(__ATOMIC_RELEASE);
+    __atomic_add_fetch(&s->seq, 1, __ATOMIC_RELAXED);
+}
+
+static void clear_slot(struct gg_slot *s) {
+    slot_begin(s);
+    memset(s->used, 0, sizeof(s->used));
+    memset(s->launches, 0, sizeof(s->launches));
+    s->pid = 0;
+    s->host_pid = 0;
+    s->start_ticks = 0;
+    s->state = GG_SLOT_FREE;
+    slot_end(s);
+}
+
+/* Releases slots of dead processes. Caller holds the lock. */
+static void reap_dead_locked(void) {
+    for (int i = 0; i < GG_MAX_SLOTS; i++) {
+        struct gg_slot *s = &R->slots[i];
+        if (s->state != GG_SLOT_ACTIVE || i == my_slot) continue;
+        if (process_alive(s->pid, s->start_ticks)) continue;
+        for (int d = 0; d < GG_MAX_DEVICES; d++)
+            R->header.used[d] = R->header.used[d] > s->used[d] ? R->header.used[d] - s->used[d] : 0;
+        gg_log(GG_LOG_INFO, "released slot %d of dead process %u", i, s->pid);
+        clear_slot(s);
+        R->header.reaped++;
+    }
+}
+
+/* After a holder died mid-update the totals may disagree with the slots: recompute them. */
+static void rebuild_locked(void) {
+    reap_dead_locked();
+    for (int d = 0; d < GG_MAX_DEVICES; d++) {
+        uint64_t sum = 0;
+        for (int i = 0; i < GG_MAX_SLOTS; i++)
+            if (R->slots[i].state == GG_SLOT_ACTIVE) sum += R->slots[i].used[d];
+        R->header.used[d] = sum;
+    }
+    for (int i = 0; i < GG_MAX_SLOTS; i++) /* an odd seqlock left by the dead writer */
+        if (R->slots[i].seq & 1) R->slots[i].seq++;
+}
+
+static void lock_region(void) {
+    int rc = pthread_mutex_lock(region_mutex());
+    if (rc == EOWNERDEAD) {
+        gg_log(GG_LOG_WARN, "shared region lock owner died; recovering");
+        R->header.recoveries++;
+        rebuild_locked();
+        pthread_mutex_consistent(region_mutex());
+    } else if (rc != 0) {
+        gg_log(GG_LOG_ERROR, "shared region lock failed: %s", strerror(rc));
+        abort(); /* an unusable lock would silently disable accounting */
+    }
+}
+static void unlock_region(void) { pthread_mutex_unlock(region_mutex()); }
+
+static int init_mutex(void) {
+    pthread_mutexattr_t a;
+    pthread_mutexattr_init(&a);
+    pthread_mutexattr_setpshared(&a, PTHREAD_PROCESS_SHARED);
+    pthread_mutexattr_setrobust(&a, PTHREAD_MUTEX_ROBUST);
+    int rc = pthread_mutex_init(region_mutex(), &a);
+    pthread_mutexattr_destroy(&a);
+    return rc;
+}
+
+static void init_header(const struct gg_config *cfg) {
+    memset(R, 0, sizeof(*R));
+    R->header.version = GG_REGION_VERSION;
+    R->header.header_bytes = sizeof(struct gg_header);
+    R->header.slot_bytes = sizeof(struct gg_slot);
+    R->header.max_slots = GG_MAX_SLOTS;
+    R->header.max_devices = GG_MAX_DEVICES;
+    for (int d = 0; d < GG_MAX_DEVICES; d++) {
+        R->header.mem_limit[d] = cfg->mem_limit[d];
+        R->header.core_limit[d] = cfg->core_limit[d];
+    }
+    init_mutex();
+    __atomic_store_n(&R->header.initialized, 1, __ATOMIC_RELEASE);
+    __atomic_store_n(&R->header.magic, (uint64_t)GG_REGION_MAGIC, __ATOMIC_RELEASE);
+}
+
+static int map_file(const struct gg_config *cfg, char *err, size_t errlen) {
+    const char *path = cfg->region_path;
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+    struct stat st;
+    if (fd < 0) {
+        snprintf(err, errlen, "cannot open shared region %s: %s", path, strerror(errno));
+        return -1;
+    }
+    if (flock(fd, LOCK_EX) != 0 || fstat(fd, &st) != 0) { /* flock dies with its holder */
+        snprintf(err, errlen, "cannot lock shared region %s: %s", path, strerror(errno));
+        close(fd);
+        return -1;
+    }
+    int fresh = st.st_size == 0;
+    if (!fresh && (size_t)st.st_size != sizeof(struct gg_region)) {
+        snprintf(err, errlen, "shared region %s has %lld bytes, layout v%d needs %zu: "
+                 "written by another gpugov version?", path, (long long)st.st_size,
+                 GG_REGION_VERSION, sizeof(struct gg_region));
+        close(fd);
+        return -1;
+    }
+    if (fresh && ftruncate(fd, sizeof(struct gg_region)) != 0) {
+        snprintf(err, errlen, "cannot size shared region %s: %s", path, strerror(errno));
+        close(fd);
+        return -1;
+    }
+    void *p = mmap(NULL, sizeof(struct gg_region), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) {
+        snprintf(err, errlen, "cannot map shared region %s: %s", path, strerror(errno));
+        close(fd);
+        return -1;
+    }
+    R = p;
+    if (fresh || R->header.magic != GG_REGION_MAGIC || !R->header.initialized) {
+        if (!fresh && R->header.magic != GG_REGION_MAGIC && R->header.magic != 0) {
+            snprintf(err, errlen, "shared region %s has a foreign magic number", path);
+            munmap(p, sizeof(struct gg_region));
+            close(fd);
+            R = NULL;
+            return -1;
+        }
+        init_header(cfg); /* fresh, or its creator was killed before finishing */
+    } else if (R->header.version != GG_REGION_VERSION) {
+        snprintf(err, errlen, "shared region %s has layout v%u, this library speaks v%d", path,
+                 R->header.version, GG_REGION_VERSION);
+        munmap(p, sizeof(struct gg_region));
+        close(fd);
+        R = NULL;
+        return -1;
+    }
+    flock(fd, LOCK_UN);
+    close(fd);
+    for (int d = 0; d < GG_MAX_DEVICES; d++)
+        if (R->header.mem_limit[d] != cfg->mem_limit[d] || R->header.core_limit[d] != cfg->core_limit[d])
+            gg_log(GG_LOG_WARN, "device %d: limits in %s differ from this process's environment; "
+                   "the region's limits apply", d, path);
+    return 0;
+}
+
+static int claim_slot(char *err, size_t errlen) {
+    uint32_t pid = (uint32_t)getpid();
+    uint64_t ticks = start_ticks_of((pid_t)pid);
+    lock_region();
+    reap_dead_locked();
+    my_slot = -1;
+    for (int i = 0; i < GG_MAX_SLOTS; i++) {
+        struct gg_slot *s = &R->slots[i];
+        if (s->state != GG_SLOT_FREE) continue;
+        slot_begin(s);
+        memset(s->used, 0, sizeof(s->used));
+        memset(s->launches, 0, sizeof(s->launches));
+        s->pid = pid;
+        s->host_pid = 0;
+        s->start_ticks = ticks;
+        s->state = GG_SLOT_ACTIVE;
+        slot_end(s);
+        my_slot = i;
+        break;
+    }
+    unlock_region();
+    if (my_slot < 0) {
+        snprintf(err, errlen, "shared region is full: %d processes already registered", GG_MAX_SLOTS);
+        return -1;
+    }
+    return 0;
+}
+
+int gg_region_open(const struct gg_config *cfg, char *err, size_t errlen) {
+    if (!R) {
+        if (cfg->region_path[0]) {
+            if (map_file(cfg, err, errlen) != 0) return -1;
+        } else {
+            void *p = mmap(NULL, sizeof(struct gg_region), PROT_READ | PROT_WRITE,
+                           MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+            if (p == MAP_FAILED) {
+                snprintf(err, errlen, "cannot map a private region: %s", strerror(errno));
+                return -1;
+            }
+            R = p;
+            init_header(cfg);
+            gg_log(GG_LOG_INFO, "GPUGOV_SHARED_REGION unset: limits apply to this process only");
+        }
+    }
+    return claim_slot(err, errlen);
+}
+
+int gg_charge(int dev, uint64_t bytes, int force, uint64_t *limit, uint64_t *in_use) {
+    struct gg_slot *s = &R->slots[my_slot];
+    lock_region();
+    uint64_t lim = R->header.mem_limit[dev];
+    if (!force && lim && R->header.used[dev] + bytes > lim) {
+        reap_dead_locked();
+        if (R->header.used[dev] + bytes > lim) {
+            *limit = lim;
+            *in_use = R->header.used[dev];
+            unlock_region();
+            return -1;
+        }
+    }
+    slot_begin(s);
+    s->used[dev] += bytes;
+    R->header.used[dev] += bytes;
+    slot_end(s);
+    gg_test_hold_lock();
+    unlock_region();
+    return 0;
+}
+
+void gg_uncharge(int dev, uint64_t bytes) {
+    struct gg_slot *s = &R->slots[my_slot];
+    lock_region();
+    uint64_t b = s->used[dev] < bytes ? s->used[dev] : bytes;
+    slot_begin(s);
+    s->used[dev] -= b;
+    R->header.used[dev] = R->header.used[dev] > b ? R->header.used[dev] - b : 0;
+    slot_end(s);
+    unlock_region();
+}
+
+uint64_t gg_device_used(int dev) { return __atomic_load_n(&R->header.used[dev], __ATOMIC_RELAXED); }
+uint64_t gg_device_limit(int dev) { return R->header.mem_limit[dev]; }
+uint32_t gg_device_core_limit(int dev) { return (uint32_t)R->header.core_limit[dev]; }
+
+void gg_count_launch(int dev) {
+    if (my_slot >= 0) __atomic_add_fetch(&R->slots[my_slot].launches[dev], 1, __ATOMIC_RELAXED);
+}
+
+/* A forked child owns no device memory; it registers its own slot on first use. */
+void gg_region_after_fork(void) { my_slot = -1; }
+
+__attribute__((destructor)) static void release_slot(void) {
+    if (!R || my_slot < 0 || R->slots[my_slot].pid != (uint32_t)getpid()) return;
+    lock_region();
+    struct gg_slot *s = &R->slots[my_slot];
+    for (int d = 0; d < GG_MAX_DEVICES; d++)
+        R->header.used[d] = R->header.used[d] > s->used[d] ? R->header.used[d] - s->used[d] : 0;
+    clear_slot(s);
+    unlock_region();
+    my_slot = -1;
+}
+
+#ifdef GPUGOV_TEST_HOOKS
+/* Test builds only: hold the region lock so a test can SIGKILL the holder. */
+void gg_test_hold_lock(void) {
+    const char *ms = getenv("GPUGOV_TEST_HOLD_LOCK_MS");
+    if (!ms) return;
+    ssize_t w = write(2, "gpugov-test: holding lock\n", 26);
+    (void)w;
+    struct timespec ts = {atoi(ms) / 1000, (long)(atoi(ms) % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+#else
+void gg_test_hold_lock(void) {}
+#endif

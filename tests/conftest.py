@@ -1,0 +1,19 @@
+"""Shared fixtures: the public trace data beside the checkout, when it is there."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+TRACE_DIR = (REPO / ".." / "shared" / "traces" / "alibaba-gpu-v2023").resolve()
+TARGETS = (REPO / ".." / "shared" / "targets" / "fgd-atc23-default-trace.csv").resolve()
+
+
+@pytest.fixture(scope="session")
+def trace_dir() -> Path:
+    """The Alibaba GPU trace folder; tests using it skip when ../shared is absent."""
+    if not (TRACE_DIR / "openb_node_list_gpu_node.csv").exists():
+        pytest.skip(f"needs the Alibaba GPU trace at {TRACE_DIR} (../shared beside the repo)")
+    return TRACE_DIR
