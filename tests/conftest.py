@@ -17,3 +17,11 @@ def trace_dir() -> Path:
     if not (TRACE_DIR / "openb_node_list_gpu_node.csv").exists():
         pytest.skip(f"needs the Alibaba GPU trace at {TRACE_DIR} (../shared beside the repo)")
     return TRACE_DIR
+
+
+@pytest.fixture(scope="session")
+def targets_file() -> Path:
+    """The FGD study's published default-trace numbers; tests using it skip when absent."""
+    if not TARGETS.exists():
+        pytest.skip(f"needs the published targets at {TARGETS} (../shared beside the repo)")
+    return TARGETS

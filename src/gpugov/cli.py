@@ -224,5 +224,52 @@ def mig_layouts(
     Console().print(table)
 
 
+@plan_app.command("mig")
+def plan_mig(
+    cluster: Path = typer.Option(..., "--cluster", help="node list CSV (sn,...,gpu,model)"),
+    pods: Path = typer.Option(..., "--pods", help="pod list CSV (name,...,num_gpu,gpu_milli)"),
+    model: str = typer.Option("H100-SXM5-80GB", "--model", help="MIG model the GPUs become"),
+    start: str = typer.Option("disabled", "--from", help="current layout: disabled|balanced|1g"),
+    out: Path | None = typer.Option(None, "--out", help="write the mig-parted config here"),
+) -> None:
+    """Plan MIG layouts for the demand in a trace; compare with static layouts."""
+    import yaml
+    from rich.console import Console
+    from rich.table import Table
+
+    from gpugov.model.mig import layout_label
+    from gpugov.placement.mig_planner import mig_parted_config
+    from gpugov.sim import mig_plan
+
+    try:
+        report = mig_plan.run(cluster, pods, model, start)
+    except (KeyError, ValueError, OSError) as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(2) from None
+    demand = ", ".join(f"{p}×{n}" for p, n in report.demand.most_common())
+    table = Table(title=f"MIG plan on {report.gpus} × {model}; demand: {demand}")
+    for col in ("layout policy", "instances served", "compute slices served", "% of demand",
+                "GPUs re-laid out"):
+        table.add_column(col, justify="left" if col == "layout policy" else "right")
+    for r in report.rows:
+        table.add_row(r.name, f"{r.served_instances}/{r.demand_instances}",
+                      f"{r.served_slices}/{r.demand_slices}",
+                      f"{100 * r.served_slices / max(1, r.demand_slices):.1f}",
+                      str(r.gpus_changed))
+    console = Console()
+    console.print(table)
+    from collections import Counter
+
+    for lay, n in Counter(report.plan.layouts).most_common():
+        console.print(f"  {n:6d} GPUs: {layout_label(lay) if lay else 'MIG disabled'}")
+    if out is not None:
+        config, labels = mig_parted_config(report.plan)
+        out.write_text(yaml.safe_dump({**config}, sort_keys=False))
+        labels_path = out.with_suffix(".node-labels.yaml")
+        labels_path.write_text(yaml.safe_dump(
+            {n: {"nvidia.com/mig.config": c} for n, c in labels.items()}, sort_keys=False))
+        console.print(f"wrote {out} ({len(config['mig-configs'])} configs) and {labels_path}")
+
+
 def main() -> None:  # pragma: no cover - console entry point
     app()

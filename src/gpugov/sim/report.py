@@ -9,6 +9,7 @@ import math
 import os
 import shutil
 import tempfile
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -46,7 +47,8 @@ def _plot(result: StudyResult, path: Path) -> None:
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
     for label, runs in result.by_policy().items():
         curves = np.array([r.curves["alloc"] for r in runs], dtype=float)
-        with np.errstate(all="ignore"):
+        with warnings.catch_warnings():  # columns no run reached are NaN: leave gaps
+            warnings.simplefilter("ignore", RuntimeWarning)
             mean = np.nanmean(curves, axis=0) if len(curves) else cols * np.nan
             lo, hi = np.nanmin(curves, axis=0), np.nanmax(curves, axis=0)
         for ax in axes:

@@ -1,0 +1,227 @@
+/* Lazy start-up: nothing happens at load time (the library may sit in
+ * /etc/ld.so.preload of every process); configuration, the region and the real
+ * driver are set up on the first intercepted call, and failures close GPU use. */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include "gg.h"
+
+extern char **environ;
+
+struct gg_real gg_real;
+struct gg_config gg_cfg;
+int gg_state; /* 1 once ready and registered in this process */
+
+static pthread_once_t core_once = PTHREAD_ONCE_INIT, cuda_once = PTHREAD_ONCE_INIT,
+                      nvml_once = PTHREAD_ONCE_INIT;
+static pthread_mutex_t slot_mu = PTHREAD_MUTEX_INITIALIZER;
+static CUresult core_rc, cuda_rc;
+static int nvml_rc, registered;
+static char core_err[512];
+
+uint64_t gg_now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
+static void after_fork_child(void) {
+    gg_state = 0;
+    registered = 0;
+    pthread_mutex_init(&slot_mu, NULL);
+    gg_region_after_fork();
+    gg_track_reset();
+}
+
+static void core_init(void) {
+    if (gg_config_parse(environ, &gg_cfg, core_err, sizeof(core_err)) != 0) {
+        core_rc = CUDA_ERROR_NOT_PERMITTED;
+        gg_log(GG_LOG_ERROR, "refusing GPU use: invalid configuration: %s", core_err);
+        return;
+    }
+    gg_log_level = gg_cfg.log_level;
+    pthread_atfork(NULL, NULL, after_fork_child);
+}
+
+/* Registers this process in the region once per process (again after fork). */
+static CUresult ensure_registered(void) {
+    pthread_once(&core_once, core_init);
+    if (core_rc) return core_rc;
+    CUresult rc = CUDA_SUCCESS;
+    pthread_mutex_lock(&slot_mu);
+    if (!registered) {
+        char err[512];
+        if (gg_region_open(&gg_cfg, err, sizeof(err)) != 0) {
+            gg_log(GG_LOG_ERROR, "refusing GPU use: %s", err);
+            rc = CUDA_ERROR_NOT_PERMITTED;
+        } else {
+            registered = 1;
+        }
+    }
+    pthread_mutex_unlock(&slot_mu);
+    return rc;
+}
+
+static void *real_sym(void *lib, const char *name) { return lib ? gg_real_dlsym(lib, name) : NULL; }
+
+static void cuda_init(void) {
+    void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
+    if (!lib) {
+        gg_log(GG_LOG_ERROR, "cannot load the driver libcuda.so.1: %s", dlerror());
+        cuda_rc = CUDA_ERROR_NOT_INITIALIZED;
+        return;
+    }
+#define GG_LOAD(name, ret, args) gg_real.name = (ret(*) args)real_sym(lib, #name);
+    GG_REAL_CUDA(GG_LOAD)
+#undef GG_LOAD
+    if (!gg_real.cuCtxGetDevice) {
+        gg_log(GG_LOG_ERROR, "libcuda.so.1 lacks cuCtxGetDevice; not a CUDA driver");
+        cuda_rc = CUDA_ERROR_NOT_INITIALIZED;
+    }
+}
+
+static void nvml_init(void) {
+    void *lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_GLOBAL);
+#define GG_LOAD(name, ret, args) gg_real.name = (ret(*) args)real_sym(lib, #name);
+    GG_REAL_NVML(GG_LOAD)
+#undef GG_LOAD
+    nvml_rc = lib ? NVML_SUCCESS : 9 /* NVML_ERROR_DRIVER_NOT_LOADED */;
+}
+
+CUresult gg_ready(void) {
+    if (__builtin_expect(gg_state == 1, 1)) return CUDA_SUCCESS;
+    CUresult rc = ensure_registered();
+    if (rc) return rc;
+    pthread_once(&cuda_once, cuda_init);
+    if (cuda_rc) return cuda_rc;
+    __atomic_store_n(&gg_state, 1, __ATOMIC_RELEASE);
+    return CUDA_SUCCESS;
+}
+
+int gg_nvml_ready(void) {
+    if (ensure_registered()) return NVML_ERROR_NO_PERMISSION;
+    pthread_once(&nvml_once, nvml_init);
+    return nvml_rc;
+}
+
+/* ---- symbol resolution: dlsym and cuGetProcAddress ---- */
+
+static void *(*next_dlsym)(void *, const char *);
+
+void *gg_real_dlsym(void *handle, const char *name) {
+    void *(*f)(void *, const char *) = __atomic_load_n(&next_dlsym, __ATOMIC_ACQUIRE);
+    if (!f) {
+        static const char *versions[] = {"GLIBC_2.34", "GLIBC_2.17", "GLIBC_2.2.5", "GLIBC_2.0"};
+        for (size_t i = 0; !f && i < sizeof(versions) / sizeof(versions[0]); i++)
+            f = (void *(*)(void *, const char *))dlvsym(RTLD_NEXT, "dlsym", versions[i]);
+        if (!f) return NULL;
+        __atomic_store_n(&next_dlsym, f, __ATOMIC_RELEASE);
+    }
+    return f(handle, name);
+}
+
+/* RTLD_NEXT must mean "after the caller", not "after gpugov": walk the link map. */
+static void *next_after(const void *caller, const char *name) {
+    Dl_info info;
+    struct link_map *lm = NULL;
+    if (!dladdr1(caller, &info, (void **)&lm, RTLD_DL_LINKMAP) || !lm)
+        return gg_real_dlsym(RTLD_NEXT, name);
+    for (lm = lm->l_next; lm; lm = lm->l_next) {
+        void *h = dlopen(lm->l_name && lm->l_name[0] ? lm->l_name : NULL, RTLD_LAZY | RTLD_NOLOAD);
+        if (!h) continue;
+        void *sym = gg_real_dlsym(h, name);
+        dlclose(h);
+        if (sym) return sym;
+    }
+    return NULL;
+}
+
+GG_EXPORT void *dlsym(void *handle, const char *name) {
+    if (name && ((name[0] == 'c' && name[1] == 'u') || strncmp(name, "nvml", 4) == 0)) {
+        void *hook = gg_hook_for_symbol(name);
+        if (hook) return hook;
+    }
+    if (handle == RTLD_NEXT) return next_after(__builtin_return_address(0), name);
+    return gg_real_dlsym(handle, name);
+}
+
+/* Hooked driver functions whose versions we know. v2_since: first CUDA version whose
+ * cuGetProcAddress answer is the _v2 variant (0: no legacy variant); ptsz: a
+ * per-thread-default-stream variant exists. */
+struct gg_versioned {
+    const char *base;
+    int v2_since;
+    int ptsz;
+};
+static const struct gg_versioned versioned[] = {
+    {"cuMemAlloc", 3020, 0}, {"cuMemAllocPitch", 3020, 0}, {"cuMemFree", 3020, 0},
+    {"cuMemGetInfo", 3020, 0}, {"cuDeviceTotalMem", 3020, 0}, {"cuArrayCreate", 3020, 0},
+    {"cuArray3DCreate", 3020, 0}, {"cuIpcOpenMemHandle", 11000, 0},
+    {"cuGetProcAddress", 12000, 0}, {"cuMemAllocManaged", 0, 0}, {"cuMemAllocAsync", 0, 1},
+    {"cuMemAllocFromPoolAsync", 0, 1}, {"cuMemFreeAsync", 0, 1}, {"cuMemPoolTrimTo", 0, 0},
+    {"cuMemPoolDestroy", 0, 0}, {"cuArrayDestroy", 0, 0}, {"cuMipmappedArrayCreate", 0, 0},
+    {"cuMipmappedArrayDestroy", 0, 0}, {"cuMemCreate", 0, 0}, {"cuMemRelease", 0, 0},
+    {"cuMemUnmap", 0, 0}, {"cuIpcCloseMemHandle", 0, 0}, {"cuLaunchKernel", 0, 1},
+    {"cuLaunchKernelEx", 0, 1}, {"cuLaunchCooperativeKernel", 0, 1}, {"cuGraphLaunch", 0, 1},
+    {"cuInit", 0, 0},
+};
+
+/* Replaces the driver's answer with our wrapper. A hooked function whose variant we
+ * cannot wrap is refused rather than handed out unenforced. */
+static CUresult swap_for_hook(const char *symbol, int version, cuuint64_t flags, void **pfn) {
+    char name[128];
+    const struct gg_versioned *v = NULL;
+    for (size_t i = 0; i < sizeof(versioned) / sizeof(versioned[0]); i++)
+        if (strcmp(symbol, versioned[i].base) == 0) v = &versioned[i];
+    if (!v) {
+        void *hook = gg_hook_for_symbol(symbol); /* e.g. nvml-free names we export as-is */
+        if (hook) *pfn = hook;
+        return CUDA_SUCCESS;
+    }
+    if (v->v2_since && version < v->v2_since) {
+        gg_log(GG_LOG_ERROR, "refusing %s for CUDA version %d: its legacy variant is not "
+               "enforced", symbol, version);
+        *pfn = NULL;
+        return CUDA_ERROR_NOT_FOUND;
+    }
+    snprintf(name, sizeof(name), "%s%s%s", symbol, v->v2_since ? "_v2" : "",
+             v->ptsz && (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) ? "_ptsz" : "");
+    void *hook = gg_hook_for_symbol(name);
+    if (!hook) {
+        gg_log(GG_LOG_ERROR, "refusing %s: no enforced wrapper for %s", symbol, name);
+        *pfn = NULL;
+        return CUDA_ERROR_NOT_FOUND;
+    }
+    *pfn = hook;
+    return CUDA_SUCCESS;
+}
+
+GG_EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version,
+                                       cuuint64_t flags, CUdriverProcAddressQueryResult *status) {
+    CUresult rc = gg_ready();
+    if (rc) return rc;
+    if (!gg_real.cuGetProcAddress_v2) return CUDA_ERROR_NOT_FOUND;
+    rc = gg_real.cuGetProcAddress_v2(symbol, pfn, version, flags, status);
+    if (rc != CUDA_SUCCESS || !symbol || !pfn || !*pfn) return rc;
+    rc = swap_for_hook(symbol, version, flags, pfn);
+    if (rc && status) *status = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+    return rc;
+}
+
+GG_EXPORT CUresult cuGetProcAddress(const char *symbol, void **pfn, int version, cuuint64_t flags) {
+    CUresult rc = gg_ready();
+    if (rc) return rc;
+    if (!gg_real.cuGetProcAddress) return CUDA_ERROR_NOT_FOUND;
+    rc = gg_real.cuGetProcAddress(symbol, pfn, version, flags);
+    if (rc != CUDA_SUCCESS || !symbol || !pfn || !*pfn) return rc;
+    return swap_for_hook(symbol, version, flags, pfn);
+}
+
+GG_EXPORT CUresult cuInit(unsigned int flags) {
+    CUresult rc = gg_ready();
+    return rc ? rc : gg_real.cuInit(flags);
+}

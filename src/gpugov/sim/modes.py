@@ -1,0 +1,198 @@
+"""The same workload on the same cluster, cut four (five) ways: whole GPUs, MIG, soft slices,
+time-slices, MPS. What each mode allocates, what isolation it delivers, and what it wastes.
+
+Workload: a seeded mix of notebook, inference, fine-tune and multi-GPU training pods, each with a
+compute share (milli) *and* the GPU memory it will touch (the openb trace has no GPU memory, so
+the mix is generated; see docs/gpus-and-modes.md). Pods arrive in a seeded random order and
+are placed first-fit over nodes; inside a node each mode uses its own placement rule from
+`placement/`. Multi-GPU pods always take whole, empty devices in the best-connected set.
+
+Metrics, per mode:
+- pods placed and requested compute placed (share of the cluster's GPUs);
+- isolation delivered (`hard`, `soft`, `none`);
+- stranded memory: memory of GPUs that host at least one pod, claimed by no pod (a whole GPU
+  given to a 6 GiB notebook strands the rest);
+- MIG idle compute slices on GPUs in MIG mode;
+- time-slice memory risk: per GPU, memory the co-located pods may touch / card memory; the
+  worst GPU and the share of GPUs above 1.0 (they can OOM each other: nothing enforces it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from gpugov.model.catalog import MILLI_PER_GPU, get_model
+from gpugov.model.devices import (
+    DeviceMode,
+    MigState,
+    MpsState,
+    SoftState,
+    TimesliceState,
+    hgx_topology,
+)
+from gpugov.model.isolation import IsolationLevel
+from gpugov.model.mig import get_geometry
+from gpugov.placement.mig import place_on_gpus
+from gpugov.placement.soft import PodType, place_mps, place_soft, place_timeslice
+from gpugov.placement.topology import best_device_set
+
+GIB = 1024
+
+
+@dataclass(frozen=True, slots=True)
+class Pod:
+    name: str
+    count: int  # devices; > 1 means whole GPUs
+    milli: int  # per device
+    memory_mib: int  # per device
+
+
+# (kind, milli, memory GiB, devices, share of pods) — an assumed mix, not measured
+WORKLOAD_MIX = (
+    ("notebook", 100, 6, 1, 0.25),
+    ("inference-small", 250, 12, 1, 0.25),
+    ("inference-medium", 400, 30, 1, 0.15),
+    ("fine-tune", 1000, 60, 1, 0.20),
+    ("train-4gpu", 1000, 70, 4, 0.10),
+    ("train-8gpu", 1000, 75, 8, 0.05),
+)
+
+
+def generate_workload(n_pods: int, seed: int = 0) -> list[Pod]:
+    """Seeded pods from WORKLOAD_MIX; memory jittered ±25 %, capped at the kind's card share."""
+    rng = np.random.default_rng(seed)
+    shares = np.array([m[4] for m in WORKLOAD_MIX])
+    kinds = rng.choice(len(WORKLOAD_MIX), size=n_pods, p=shares / shares.sum())
+    jitter = rng.uniform(0.75, 1.25, size=n_pods)
+    pods = []
+    for i, (k, j) in enumerate(zip(kinds, jitter, strict=True)):
+        kind, milli, gib, count, _ = WORKLOAD_MIX[k]
+        pods.append(Pod(f"{kind}-{i}", count, milli, int(gib * GIB * j)))
+    return pods
+
+
+@dataclass(frozen=True, slots=True)
+class ModeResult:
+    mode: str
+    isolation: IsolationLevel
+    pods_placed: int
+    pods_total: int
+    compute_placed: float  # share of cluster GPUs' compute given to placed pods' requests
+    stranded_memory: float  # share of memory on occupied GPUs claimed by no pod
+    mig_idle_slices: int | None
+    ts_max_risk: float | None
+    ts_overcommitted: float | None  # share of time-sliced GPUs with risk > 1
+
+
+def _whole_take(node_free: list[int], topo, pod: Pod) -> tuple[int, ...] | None:
+    return best_device_set(topo, node_free, pod.count)
+
+
+def simulate(mode: DeviceMode, pods: list[Pod], nodes: int = 16, gpus_per_node: int = 8,
+             model: str = "H100-SXM5-80GB", replicas: int = 4) -> ModeResult:
+    """Place `pods` in order on a fresh cluster where every GPU is in `mode`."""
+    card = get_model(model).memory_mib or 0
+    topo = hgx_topology(gpus_per_node)
+    states: list[list] = []
+    for _ in range(nodes):
+        if mode is DeviceMode.MIG:
+            states.append([MigState(model) for _ in range(gpus_per_node)])
+        elif mode is DeviceMode.SOFT:
+            states.append([SoftState(card) for _ in range(gpus_per_node)])
+        elif mode is DeviceMode.TIMESLICE:
+            states.append([TimesliceState(card, replicas) for _ in range(gpus_per_node)])
+        elif mode is DeviceMode.MPS:
+            states.append([MpsState(card, replicas) for _ in range(gpus_per_node)])
+        else:
+            states.append([None] * gpus_per_node)
+    whole_owner: list[list[bool]] = [[False] * gpus_per_node for _ in range(nodes)]
+    claimed = np.zeros((nodes, gpus_per_node))  # memory claimed by pods per GPU
+    touched = np.zeros((nodes, gpus_per_node))  # for timeslice risk
+    occupied = np.zeros((nodes, gpus_per_node), dtype=bool)
+    workload = [PodType(m, int(gib * GIB), w) for _, m, gib, c, w in WORKLOAD_MIX if c == 1]
+    g = get_geometry(model) if mode is DeviceMode.MIG else None
+    placed = 0
+    compute = 0
+    for pod in pods:
+        done = False
+        for n in range(nodes):
+            st = states[n]
+            if pod.count > 1 or mode is DeviceMode.EXCLUSIVE:
+                free = [i for i in range(gpus_per_node)
+                        if not occupied[n, i] and not whole_owner[n][i]]
+                chosen = _whole_take(free, topo, pod)
+                if chosen is None:
+                    continue
+                for i in chosen:
+                    whole_owner[n][i] = True
+                    occupied[n, i] = True
+                    claimed[n, i] += pod.memory_mib
+                    touched[n, i] += pod.memory_mib
+                    if mode is DeviceMode.MIG:
+                        st[i] = place_on_gpus([st[i]], g.whole.name, pod.name)[1]  # type: ignore
+                done = True
+            else:
+                free_idx = [i for i in range(gpus_per_node) if not whole_owner[n][i]]
+                sub = [st[i] for i in free_idx]
+                got = None
+                if mode is DeviceMode.MIG:
+                    profile = _mig_profile(g, pod)  # type: ignore[arg-type]
+                    got = place_on_gpus(sub, profile, pod.name)
+                elif mode is DeviceMode.SOFT:
+                    got = place_soft(sub, pod.name, pod.milli, pod.memory_mib, workload)
+                elif mode is DeviceMode.TIMESLICE:
+                    got = place_timeslice(sub, pod.name, pod.memory_mib)
+                elif mode is DeviceMode.MPS:
+                    got = place_mps(sub, pod.name, pod.milli, pod.memory_mib)
+                if got is None:
+                    continue
+                k, new = got
+                i = free_idx[k]
+                st[i] = new
+                occupied[n, i] = True
+                claimed[n, i] += pod.memory_mib
+                touched[n, i] += pod.memory_mib
+                done = True
+            if done:
+                break
+        if done:
+            placed += 1
+            compute += pod.count * pod.milli
+    total_gpus = nodes * gpus_per_node
+    occ_mem = occupied.sum() * card
+    stranded = float(np.clip(card - claimed, 0, None)[occupied].sum() / occ_mem) if occ_mem else 0
+    mig_idle = None
+    if mode is DeviceMode.MIG:
+        mig_idle = sum(s.idle_compute_slices() for row in states for s in row
+                       if s.instances)
+    ts_max = ts_over = None
+    if mode is DeviceMode.TIMESLICE:
+        risk = touched / card
+        ts_max = float(risk.max())
+        ts_over = float((risk > 1.0).sum() / total_gpus)
+    return ModeResult(mode.value, mode.isolation, placed, len(pods),
+                      compute / (total_gpus * MILLI_PER_GPU), stranded, mig_idle, ts_max,
+                      ts_over)
+
+
+def _mig_profile(geometry, pod: Pod) -> str:
+    """Smallest base profile with enough compute share and memory for the pod."""
+    fitting = [p for p in geometry.base_profiles()
+               if p.compute_slices * MILLI_PER_GPU >= pod.milli * geometry.compute_slices
+               and p.memory_mib >= pod.memory_mib]
+    if not fitting:
+        return geometry.whole.name
+    return min(fitting, key=lambda p: (p.compute_slices, p.memory_slices)).name
+
+
+def compare(n_pods: int = 320, seed: int = 0, nodes: int = 16, gpus_per_node: int = 8,
+            model: str = "H100-SXM5-80GB", replicas: int = 4) -> list[ModeResult]:
+    """Run every mode on the same seeded workload (same order)."""
+    pods = generate_workload(n_pods, seed)
+    return [simulate(m, pods, nodes, gpus_per_node, model, replicas)
+            for m in (DeviceMode.EXCLUSIVE, DeviceMode.MIG, DeviceMode.SOFT,
+                      DeviceMode.TIMESLICE, DeviceMode.MPS)]
+
+
