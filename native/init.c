@@ -1,8 +1,11 @@
 /* Lazy start-up: nothing happens at load time (the library may sit in
  * /etc/ld.so.preload of every process); configuration, the region and the real
  * driver are set up on the first intercepted call, and failures close GPU use. */
-#define _GNU_SOURCE
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* dlvsym, dladdr1, RTLD_NEXT */
+#endif
 #include <dlfcn.h>
+#include <link.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
@@ -141,8 +144,10 @@ static void *next_after(const void *caller, const char *name) {
 }
 
 GG_EXPORT void *dlsym(void *handle, const char *name) {
-    if (name && ((name[0] == 'c' && name[1] == 'u') || strncmp(name, "nvml", 4) == 0)) {
-        void *hook = gg_hook_for_symbol(name);
+    const char *n = name; /* glibc declares name nonnull; callers still pass NULL */
+    __asm__("" : "+r"(n));
+    if (n && ((n[0] == 'c' && n[1] == 'u') || strncmp(n, "nvml", 4) == 0)) {
+        void *hook = gg_hook_for_symbol(n);
         if (hook) return hook;
     }
     if (handle == RTLD_NEXT) return next_after(__builtin_return_address(0), name);

@@ -83,7 +83,7 @@ def test_cached_scores_equal_fresh_scores_and_stay_in_0_100(nodes, pods, policy,
             cached = placer.scores(pod, feasible)
             fresh = placer.policy.score(state, pod, feasible)
             assert cached.tolist() == fresh.tolist()
-            assert ((0 <= fresh) & (fresh <= 100)).all()
+            assert ((fresh >= 0) & (fresh <= 100)).all()
         placer.place(pod)
 
 

@@ -54,7 +54,7 @@ def soft_fits(state: SoftState, milli: int, memory_mib: int) -> bool:
 
 def place_soft(states: Sequence[SoftState], pod: str, milli: int, memory_mib: int,
                workload: Sequence[PodType]) -> tuple[int, SoftState] | None:
-    """Put a soft slice on the device where fragmentation grows least (ties: lowest index)."""
+    """Put a soft slice on the device where fragmentation grows least (ties: best fit)."""
     if not states:
         return None
     free_c = np.array([s.free_milli for s in states])
@@ -65,8 +65,9 @@ def place_soft(states: Sequence[SoftState], pod: str, milli: int, memory_mib: in
         return None
     before = fragmentation(free_c, free_m, cap_m, workload)
     after = fragmentation(free_c - milli, free_m - memory_mib, cap_m, workload)
-    delta = np.where(fits, after - before, np.inf)
-    i = int(np.argmin(delta))
+    delta = np.where(fits, np.round(after - before, 12), np.inf)
+    # ties (common: many devices lose nothing): best fit, the least free compute left after
+    i = int(np.lexsort((free_c - milli, delta))[0])
     s = states[i]
     return i, replace(s, used_milli=s.used_milli + milli,
                       used_memory_mib=s.used_memory_mib + memory_mib, pods=(*s.pods, pod))

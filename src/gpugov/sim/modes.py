@@ -187,7 +187,7 @@ def _mig_profile(geometry, pod: Pod) -> str:
     return min(fitting, key=lambda p: (p.compute_slices, p.memory_slices)).name
 
 
-def compare(n_pods: int = 320, seed: int = 0, nodes: int = 16, gpus_per_node: int = 8,
+def compare(n_pods: int = 100, seed: int = 0, nodes: int = 16, gpus_per_node: int = 8,
             model: str = "H100-SXM5-80GB", replicas: int = 4) -> list[ModeResult]:
     """Run every mode on the same seeded workload (same order)."""
     pods = generate_workload(n_pods, seed)

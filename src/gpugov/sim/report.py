@@ -44,25 +44,28 @@ def _plot(result: StudyResult, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     cols = np.array(columns(result.tune))
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
-    for label, runs in result.by_policy().items():
-        curves = np.array([r.curves["alloc"] for r in runs], dtype=float)
-        with warnings.catch_warnings():  # columns no run reached are NaN: leave gaps
-            warnings.simplefilter("ignore", RuntimeWarning)
-            mean = np.nanmean(curves, axis=0) if len(curves) else cols * np.nan
-            lo, hi = np.nanmin(curves, axis=0), np.nanmax(curves, axis=0)
-        for ax in axes:
-            ax.plot(cols, mean, label=label)
-            ax.fill_between(cols, lo, hi, alpha=0.2)
+    fig, axes = plt.subplots(1, 3, figsize=(17, 4.8))
+    for i, (label, runs) in enumerate(result.by_policy().items()):
+        color = f"C{i}"
+        for ax, kind in ((axes[0], "alloc"), (axes[1], "alloc"), (axes[2], "frag")):
+            curves = np.array([r.curves[kind] for r in runs], dtype=float)
+            with warnings.catch_warnings():  # columns no run reached are NaN: leave gaps
+                warnings.simplefilter("ignore", RuntimeWarning)
+                mean = np.nanmean(curves, axis=0)
+                lo, hi = np.nanmin(curves, axis=0), np.nanmax(curves, axis=0)
+            ax.plot(cols, mean, color=color, label=label if ax is axes[0] else None)
+            ax.fill_between(cols, lo, hi, color=color, alpha=0.2, lw=0)
     axes[0].plot(cols, np.minimum(cols, 100), "k:", lw=0.8, label="ideal")
     axes[0].set_title(f"GPU allocation — {result.workload}")
-    axes[1].set_xlim(80, cols[-1])
+    axes[1].set_xlim(min(80, cols[-1]), cols[-1])
     axes[1].set_ylim(80, 100)
-    axes[1].set_title("zoom: where policies part ways")
+    axes[1].set_title("zoom (bands: min–max over seeds)")
+    axes[2].set_title("fragmented GPU (FGD measure)")
     for ax in axes:
         ax.set_xlabel("arrived GPU request (% of capacity)")
-        ax.set_ylabel("allocated GPU (% of capacity)")
+        ax.set_ylabel("% of GPU capacity")
         ax.grid(alpha=0.3)
+    axes[0].set_ylabel("allocated GPU (% of capacity)")
     axes[0].legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)

@@ -1,0 +1,320 @@
+"""The control plane's state and its scheduling cycle.
+
+A cycle: (1) fair shares from usage + pending demand; (2) allocate: leaf queues are served
+from a heap keyed by their dominant share relative to fair share (lowest first), one job at
+a time, jobs within a queue by priority then submit time; every pending job is considered
+once per cycle (not one head per queue), so throughput does not fall with queue depth;
+(3) a blocked head within its fair share reserves nodes so backfill cannot starve it;
+(4) preemption for jobs still blocked (see preemption.py). Pure: `now` is an input.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from gpugov.control import reasons
+from gpugov.control.config import ControlConfig
+from gpugov.control.fairshare import EPS, dominant_ratio, fair_shares
+from gpugov.control.gang import (
+    ReservingPlacer,
+    fits_empty_cluster,
+    pick_reservation,
+    place_job,
+    release_job,
+)
+from gpugov.control.history import UsageHistory
+from gpugov.control.quota import Ledger, QuotaVerdict
+from gpugov.control.tree import QueueTree, build_tree
+from gpugov.control.workload import FINISHED, PENDING, REJECTED, RUNNING, Job
+from gpugov.model.cluster import ClusterState
+from gpugov.placement.base import Policy
+
+
+@dataclass(frozen=True, slots=True)
+class PreemptionEvent:
+    victim: str
+    victim_queue: str
+    preemptor: str
+    preemptor_queue: str
+    kind: str  # "preempt" (same queue, priority) or "reclaim" (across queues)
+
+
+@dataclass
+class CycleResult:
+    started: list[Job] = field(default_factory=list)
+    preempted: list[PreemptionEvent] = field(default_factory=list)
+    considered: int = 0
+    fair: np.ndarray | None = None
+
+
+class ControlPlane:
+    """Queues, quotas and running work over one cluster state and one placer."""
+
+    def __init__(self, cfg: ControlConfig, state: ClusterState, policy: Policy,
+                 priority: np.ndarray | None = None) -> None:
+        self.cfg = cfg
+        self.tree: QueueTree = build_tree(cfg)
+        self.state = state
+        self.placer = ReservingPlacer(state, policy, priority)
+        gpu = float(state.gpu_cap.sum())
+        capacity = np.array([gpu, float(state.cpu_cap.sum()), float(state.mem_cap.sum())])
+        self.capacity = capacity
+        self.ledger = Ledger(self.tree, capacity)
+        self.jobs: dict[str, Job] = {}
+        self.backlog: list[list[Job]] = [[] for _ in self.tree.names]
+        self.pending_demand = np.zeros_like(self.ledger.usage)
+        self.running: list[dict[str, Job]] = [{} for _ in self.tree.names]
+        self.reservations: dict[str, np.ndarray] = {}
+        self.history = UsageHistory(cfg.fair_share.history_window, cfg.fair_share.half_life)
+        self.fair = np.zeros_like(self.ledger.usage)
+        self._seq = 0
+        self._dirty = [False] * len(self.tree)
+
+    # -- lifecycle of jobs -----------------------------------------------------------------
+    def submit(self, job: Job) -> Job:
+        """Queue a job, or reject it now if it could never run (reason says why)."""
+        if job.name in self.jobs:
+            raise ValueError(f"duplicate job name {job.name!r}")
+        if not self.tree.is_leaf[job.leaf]:
+            raise ValueError(f"job {job.name}: queue {self.tree.names[job.leaf]} is not a leaf")
+        job.seq = self._seq
+        self._seq += 1
+        self.jobs[job.name] = job
+        why = self._never_fits(job)
+        if why:
+            job.status, job.reason, job.detail = REJECTED, reasons.REJECTED, why
+            return job
+        job.status, job.reason, job.detail = PENDING, reasons.NOT_TRIED, ""
+        self._enqueue(job)
+        return job
+
+    def _never_fits(self, job: Job) -> str:
+        if not fits_empty_cluster(self.state, job):
+            return (f"no node of this cluster could hold its {job.pods} pod(s) even when empty "
+                    f"({job.request.gpu_count} GPU x {job.request.gpu_milli} milli, "
+                    f"{job.request.cpu_milli} mCPU, {job.request.memory_mib} MiB)")
+        for a in self.tree.paths[job.leaf]:
+            limit = self.tree.quota[a] if job.pinned else self.tree.cap[a]
+            over = (job.demand > 0) & (job.demand > limit + 1e-6)
+            if over.any():
+                v = QuotaVerdict("in-quota" if job.pinned else "cap", self.tree.names[a],
+                                 ("gpu", "cpu", "memory")[int(np.flatnonzero(over)[0])],
+                                 float(job.demand[over][0]), float(limit[over][0]))
+                return f"the job alone exceeds a cap: {v.describe()}"
+        return ""
+
+    def _enqueue(self, job: Job) -> None:
+        self.backlog[job.leaf].append(job)
+        self._dirty[job.leaf] = True
+        self.pending_demand[job.leaf] += job.demand
+
+    def _start(self, job: Job, allocations: list, now: float) -> None:
+        job.status, job.start, job.allocations = RUNNING, now, allocations
+        job.attempt += 1
+        job.reason = job.detail = ""
+        self.ledger.add(job.leaf, job.demand, job.pinned)
+        self.pending_demand[job.leaf] -= job.demand
+        self.running[job.leaf][job.name] = job
+        self.reservations.pop(job.name, None)
+
+    def finish(self, job: Job) -> None:
+        """The job left (completed or deleted): give its resources back."""
+        if job.status == RUNNING:
+            release_job(self.state, job)
+            self.ledger.remove(job.leaf, job.demand, job.pinned)
+            del self.running[job.leaf][job.name]
+        elif job.status == PENDING:
+            self.backlog[job.leaf].remove(job)
+            self.pending_demand[job.leaf] -= job.demand
+            self.reservations.pop(job.name, None)
+        job.status, job.allocations = FINISHED, []
+
+    def evict(self, job: Job) -> None:
+        """Preempted: resources back, job back in its queue at its original position."""
+        release_job(self.state, job)
+        self.ledger.remove(job.leaf, job.demand, job.pinned)
+        del self.running[job.leaf][job.name]
+        job.status, job.allocations = PENDING, []
+        job.preemptions += 1
+        job.reason, job.detail = reasons.NOT_TRIED, ""
+        self._enqueue(job)
+
+    # -- views -----------------------------------------------------------------------------
+    def demand(self) -> np.ndarray:
+        """Subtree demand [Q, R]: usage plus pending requests."""
+        pend = np.zeros_like(self.pending_demand)
+        for leaf in np.flatnonzero(self.tree.is_leaf):
+            if self.pending_demand[leaf].any():
+                pend[self.tree.paths[leaf]] += self.pending_demand[leaf]
+        return self.ledger.usage + pend
+
+    def pending(self, leaf: int) -> list[Job]:
+        """Pending jobs of a leaf queue in their order (priority, then submit time)."""
+        if self._dirty[leaf]:
+            self.backlog[leaf].sort(key=lambda j: j.order_key)
+            self._dirty[leaf] = False
+        return self.backlog[leaf]
+
+    def ratio(self, leaf: int) -> float:
+        return dominant_ratio(self.ledger.usage[leaf], self.fair[leaf])
+
+    def reserved_mask(self) -> tuple[np.ndarray | None, np.ndarray]:
+        owner = np.full(len(self.state), -1, dtype=np.int64)
+        for job_name, nodes in self.reservations.items():
+            owner[nodes] = self.jobs[job_name].seq
+        return (owner >= 0) if (owner >= 0).any() else None, owner
+
+    # -- the cycle -------------------------------------------------------------------------
+    def cycle(self, now: float) -> CycleResult:
+        """One scheduling cycle at time `now`."""
+        from gpugov.control.preemption import preempt_for_blocked
+
+        result = CycleResult()
+        if self.history.enabled:
+            self.history.observe(now, self.ledger.usage)
+        hist = self.history.value(now) if self.history.enabled else None
+        self.fair = fair_shares(self.tree, self.demand(), self.capacity, hist,
+                                self.cfg.fair_share.k)
+        result.fair = self.fair
+        self.reservations = {k: v for k, v in self.reservations.items()
+                             if self.jobs[k].status == PENDING}
+        alloc = _Allocator(self, now, result)
+        alloc.run()
+        if self.cfg.preemption.enabled and self.cfg.preemption.max_attempts > 0:
+            preempt_for_blocked(self, now, result, alloc)
+        for leaf, jobs in enumerate(self.backlog):
+            if any(j.status != PENDING for j in jobs):
+                self.backlog[leaf] = [j for j in jobs if j.status == PENDING]
+        return result
+
+
+_PLACEMENT_REASONS = (reasons.NO_NODE, reasons.GANG)
+
+
+class _Allocator:
+    """The allocate action of one cycle (state lives here only for the cycle's duration)."""
+
+    def __init__(self, cp: ControlPlane, now: float, result: CycleResult) -> None:
+        self.cp, self.now, self.result = cp, now, result
+        self.exclude, self.owner = cp.reserved_mask()
+        self.fail_cache: dict[tuple, tuple[str, str]] = {}
+        self.quota_cache: dict[tuple, QuotaVerdict] = {}
+        self.reserved_leaves: set[int] = set()
+
+    def exclusion_for(self, job: Job) -> np.ndarray | None:
+        if self.exclude is None:
+            return None
+        if job.name in self.cp.reservations:
+            return self.exclude & (self.owner != job.seq)
+        return self.exclude
+
+    def try_place(self, job: Job) -> bool:
+        """Quota check, then all-or-nothing placement; sets the job's reason on failure."""
+        cp = self.cp
+        qkey = (job.leaf, job.shape_key(), job.pinned)
+        verdict = self.quota_cache.get(qkey)
+        if verdict is None:
+            verdict = cp.ledger.check(job.leaf, job.demand, job.pinned)
+        if verdict is not None:
+            self.quota_cache[qkey] = verdict
+            set_quota_reason(cp, job, verdict)
+            return False
+        owner = job.name in cp.reservations
+        key = job.shape_key()
+        cached = None if owner else self.fail_cache.get(key)
+        if cached is not None:
+            job.reason, job.detail = cached
+            return False
+        res = place_job(cp.placer, job, self.exclusion_for(job))
+        if res.allocations is not None:
+            cp._start(job, res.allocations, self.now)
+            self.result.started.append(job)
+            return True
+        set_placement_reason(cp, job, res.placed, res.reason)
+        if not owner:
+            self.fail_cache[key] = (job.reason, job.detail)
+        return False
+
+    def maybe_reserve(self, job: Job) -> None:
+        cp = self.cp
+        bf = cp.cfg.backfill
+        if (job.reason not in _PLACEMENT_REASONS or job.leaf in self.reserved_leaves
+                or self.now - job.submit < bf.head_grace):
+            return
+        others = len([k for k in cp.reservations if k != job.name])
+        if others >= bf.max_reservations:
+            return
+        need = job.demand > 0
+        after = cp.ledger.usage[job.leaf] + job.demand
+        if (after[need] > cp.fair[job.leaf][need] + EPS).any():
+            return  # not entitled: it waits for fair share instead
+        taken = self.exclude if self.exclude is not None else np.zeros(len(cp.state), bool)
+        taken = taken & (self.owner != job.seq)
+        nodes = pick_reservation(cp.placer, job, taken)
+        if len(nodes) == 0:
+            return
+        cp.reservations[job.name] = nodes
+        self.exclude, self.owner = cp.reserved_mask()
+        self.reserved_leaves.add(job.leaf)
+        self.fail_cache.clear()  # the exclusion changed shape for everyone
+
+    def run(self) -> None:
+        cp = self.cp
+        heap: list[tuple[float, int, str, int]] = []
+        cursor: dict[int, int] = {}
+        for leaf in np.flatnonzero(cp.tree.is_leaf):
+            leaf = int(leaf)
+            if cp.pending(leaf):
+                cursor[leaf] = 0
+                heap.append(self._key(leaf))
+        heapq.heapify(heap)
+        while heap:
+            *_, leaf = heapq.heappop(heap)
+            jobs = cp.backlog[leaf]
+            i = cursor[leaf]
+            cursor[leaf] = i + 1
+            job = jobs[i]
+            self.result.considered += 1
+            if job.status == PENDING and not self.try_place(job):
+                self.maybe_reserve(job)
+            if i + 1 < len(jobs):
+                heapq.heappush(heap, self._key(leaf))
+
+    def _key(self, leaf: int) -> tuple[float, int, str, int]:
+        cp = self.cp
+        return (cp.ratio(leaf), -int(cp.tree.priority[leaf]), cp.tree.names[leaf], leaf)
+
+
+def set_quota_reason(cp: ControlPlane, job: Job, verdict: QuotaVerdict) -> None:
+    if verdict.kind == "capacity":
+        job.reason = reasons.FAIR_SHARE
+        u = cp.ledger.usage[job.leaf, 0] / 1000
+        f = cp.fair[job.leaf, 0] / 1000
+        job.detail = (f"{verdict.describe()}; queue {cp.tree.names[job.leaf]} uses "
+                      f"{u:g} GPUs with fair share {f:g}")
+    else:
+        job.reason, job.detail = reasons.OVER_QUOTA, verdict.describe()
+
+
+def set_placement_reason(cp: ControlPlane, job: Job, placed: int, engine_reason: str) -> None:
+    if engine_reason == "reserved":
+        job.reason, job.detail = reasons.PRIORITY, reasons.NODE_WORDS["reserved"]
+        holders = sorted(cp.reservations)
+        if holders:
+            job.detail += f" ({', '.join(holders[:3])})"
+    elif placed > 0:
+        job.reason = reasons.GANG
+        job.detail = (f"only {placed} of its {job.pods} pods fit at once "
+                      f"({reasons.NODE_WORDS.get(engine_reason, engine_reason)})")
+    else:
+        job.reason = reasons.NO_NODE
+        job.detail = reasons.NODE_WORDS.get(engine_reason, engine_reason)
+
+
+def submit_all(cp: ControlPlane, jobs: Sequence[Job]) -> None:
+    for j in jobs:
+        cp.submit(j)

@@ -1,0 +1,119 @@
+"""All-or-nothing placement of a job's pods, and node reservations for blocked heads.
+
+Simulate, then commit: pods are placed one by one on the live state; if any pod does not fit,
+the ones already placed are released again, so a gang never holds resources partially.
+Reservations keep backfill off the nodes a blocked head is waiting for, so small jobs cannot
+starve it; only the owner may place there.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from gpugov.control.workload import Job
+from gpugov.model.catalog import MILLI_PER_GPU
+from gpugov.model.cluster import ClusterState
+from gpugov.model.request import Allocation, PodRequest
+from gpugov.placement.engine import Decision, Placer
+
+
+class ReservingPlacer(Placer):
+    """A `Placer` that can hide some nodes (reserved for another job) from a request."""
+
+    def decide_excluding(self, req: PodRequest, exclude: np.ndarray | None) -> Decision:
+        if exclude is None:
+            return self.decide(req)
+        nodes = np.flatnonzero(self.state.feasible(req) & ~exclude)
+        if len(nodes) == 0:
+            if self.state.feasible(req).any():
+                return Decision(None, "reserved")
+            return Decision(None, self.state.failure_reason(req))
+        if len(nodes) == 1:
+            node = int(nodes[0])
+        else:
+            s = self.policy.normalize(self.scores(req, nodes))
+            key = s * len(self.state) + self._tiebreak[nodes]
+            node = int(nodes[int(key.argmax())])
+        devices = self.policy.choose_devices(self.state, req, node)
+        return Decision(Allocation(node, devices, req.gpu_milli if devices else 0))
+
+
+@dataclass(frozen=True, slots=True)
+class GangResult:
+    allocations: list[Allocation] | None
+    placed: int  # pods that fitted before the first failure
+    reason: str  # engine reason of the failing pod ("gpu", "cpu", "reserved", ...)
+
+
+def place_job(placer: ReservingPlacer, job: Job, exclude: np.ndarray | None,
+              commit: bool = True) -> GangResult:
+    """Place every pod of `job` or none; with commit=False the state is left unchanged."""
+    state = placer.state
+    done: list[Allocation] = []
+    req = job.request
+    for i in range(job.pods):
+        d = placer.decide_excluding(req, exclude)
+        if d.allocation is None:
+            for a in reversed(done):
+                state.release(req, a)
+            return GangResult(None, i, d.reason)
+        state.allocate(req, d.allocation)
+        done.append(d.allocation)
+    if not commit:
+        for a in reversed(done):
+            state.release(req, a)
+    return GangResult(done, job.pods, "")
+
+
+def release_job(state: ClusterState, job: Job) -> None:
+    for a in reversed(job.allocations):
+        state.release(job.request, a)
+
+
+def restore_job(state: ClusterState, job: Job) -> None:
+    """Re-apply a job's recorded allocations (undo a simulated eviction)."""
+    for a in job.allocations:
+        state.allocate(job.request, a)
+
+
+def pods_per_node(state: ClusterState, req: PodRequest, free: bool) -> np.ndarray:
+    """How many pods of `req` fit on each node: in its free capacity, or when empty."""
+    cpu = state.cpu_free if free else state.cpu_cap
+    mem = state.mem_free if free else state.mem_cap
+    big = np.iinfo(np.int64).max // 4
+    n = np.minimum(cpu // req.cpu_milli if req.cpu_milli else big,
+                   mem // req.memory_mib if req.memory_mib else big)
+    if req.is_gpu:
+        n = np.where(state.model_mask(req.models), n, 0)
+        gpu = state.gpu_free if free else state.gpu_cap
+        if req.is_sharing:
+            n = np.minimum(n, (gpu // req.gpu_milli).sum(axis=1))
+        else:
+            whole = (gpu == MILLI_PER_GPU).sum(axis=1)
+            n = np.minimum(n, whole // req.gpu_count)
+    return n
+
+
+def fits_empty_cluster(state: ClusterState, job: Job) -> bool:
+    """Could the job ever run here (all pods at once on an empty cluster)?"""
+    return int(pods_per_node(state, job.request, free=False).sum()) >= job.pods
+
+
+def pick_reservation(placer: Placer, job: Job, taken: np.ndarray) -> np.ndarray:
+    """Nodes to hold for `job`: the ones closest to hosting it, until they could host all.
+
+    Nodes are ranked by how many of its pods fit in their free capacity now (then by the
+    placer's tie-break order), and taken until their empty capacity covers every pod.
+    """
+    state = placer.state
+    cap = pods_per_node(state, job.request, free=False)
+    cap = np.where(taken, 0, cap)
+    now = pods_per_node(state, job.request, free=True)
+    cand = np.flatnonzero(cap > 0)
+    if len(cand) == 0:
+        return cand
+    order = cand[np.lexsort((placer.rank[cand], -state.gpu_free_total[cand], -now[cand]))]
+    enough = np.searchsorted(np.cumsum(cap[order]), job.pods) + 1
+    return order[:enough]
