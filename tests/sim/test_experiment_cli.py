@@ -93,3 +93,19 @@ def test_simulate_builtin_default_compares_all_policies(tmp_path: Path) -> None:
     assert res.exit_code == 0, res.output
     for label in ("01-Random", "02-DotProd", "05-BestFit", "06-FGD"):
         assert label in res.output
+
+
+def test_empty_trace_and_gpu_less_cluster_run(tmp_path: Path) -> None:
+    d = tmp_path / "t"
+    d.mkdir()
+    (d / "openb_node_list_gpu_node.csv").write_text("sn,cpu_milli,memory_mib,gpu,model\n"
+                                                    "c0,4000,4096,0,\n")
+    (d / "openb_pod_list_empty.csv").write_text("name,cpu_milli,memory_mib,num_gpu,gpu_milli\n")
+    (d / "openb_pod_list_cpu.csv").write_text("name,cpu_milli,memory_mib,num_gpu,gpu_milli\n"
+                                              "a,1000,100,0,0\nb,1000,100,1,500\n")
+    for workload in ("empty", "cpu"):
+        res = runner.invoke(app, ["experiment", "fgd", "--trace-dir", str(d), "--workload",
+                                  workload, "--seeds", "1", "--out", str(tmp_path / workload)])
+        assert res.exit_code == 0, res.output
+        rows = (tmp_path / workload / "alloc_discrete.csv").read_text().splitlines()
+        assert len(rows) == 1 + 6 and rows[1].split(",")[4] == "0"

@@ -99,7 +99,7 @@ class ControlPlane:
                     f"{job.request.cpu_milli} mCPU, {job.request.memory_mib} MiB)")
         for a in self.tree.paths[job.leaf]:
             limit = self.tree.quota[a] if job.pinned else self.tree.cap[a]
-            over = (job.demand > 0) & (job.demand > limit + 1e-6)
+            over = (job.demand > 0) & (job.demand > limit + 1e-6) & self.tree.governed
             if over.any():
                 v = QuotaVerdict("in-quota" if job.pinned else "cap", self.tree.names[a],
                                  ("gpu", "cpu", "memory")[int(np.flatnonzero(over)[0])],
@@ -133,10 +133,11 @@ class ControlPlane:
             self.reservations.pop(job.name, None)
         job.status, job.allocations = FINISHED, []
 
-    def evict(self, job: Job) -> None:
+    def evict(self, job: Job, released: bool = False) -> None:
         """Preempted: resources back, job back in its queue at its original position."""
-        release_job(self.state, job)
-        self.ledger.remove(job.leaf, job.demand, job.pinned)
+        if not released:
+            release_job(self.state, job)
+            self.ledger.remove(job.leaf, job.demand, job.pinned)
         del self.running[job.leaf][job.name]
         job.status, job.allocations = PENDING, []
         job.preemptions += 1
@@ -160,7 +161,8 @@ class ControlPlane:
         return self.backlog[leaf]
 
     def ratio(self, leaf: int) -> float:
-        return dominant_ratio(self.ledger.usage[leaf], self.fair[leaf])
+        gov = self.tree.governed
+        return dominant_ratio(self.ledger.usage[leaf][gov], self.fair[leaf][gov])
 
     def reserved_mask(self) -> tuple[np.ndarray | None, np.ndarray]:
         owner = np.full(len(self.state), -1, dtype=np.int64)
@@ -248,10 +250,8 @@ class _Allocator:
         others = len([k for k in cp.reservations if k != job.name])
         if others >= bf.max_reservations:
             return
-        need = job.demand > 0
-        after = cp.ledger.usage[job.leaf] + job.demand
-        if (after[need] > cp.fair[job.leaf][need] + EPS).any():
-            return  # not entitled: it waits for fair share instead
+        if cp.ratio(job.leaf) > 1.0 + EPS:
+            return  # a queue above its fair share waits; it does not hold nodes back
         taken = self.exclude if self.exclude is not None else np.zeros(len(cp.state), bool)
         taken = taken & (self.owner != job.seq)
         nodes = pick_reservation(cp.placer, job, taken)
@@ -290,7 +290,10 @@ class _Allocator:
 
 
 def set_quota_reason(cp: ControlPlane, job: Job, verdict: QuotaVerdict) -> None:
-    if verdict.kind == "capacity":
+    if verdict.kind == "capacity" and not _others_hold(cp, job.leaf):
+        job.reason = reasons.NO_NODE
+        job.detail = f"the cluster is full: {verdict.describe()}"
+    elif verdict.kind == "capacity":
         job.reason = reasons.FAIR_SHARE
         u = cp.ledger.usage[job.leaf, 0] / 1000
         f = cp.fair[job.leaf, 0] / 1000
@@ -298,6 +301,12 @@ def set_quota_reason(cp: ControlPlane, job: Job, verdict: QuotaVerdict) -> None:
                       f"{u:g} GPUs with fair share {f:g}")
     else:
         job.reason, job.detail = reasons.OVER_QUOTA, verdict.describe()
+
+
+def _others_hold(cp: ControlPlane, leaf: int) -> bool:
+    """Do queues outside `leaf`'s top-level queue hold any GPU capacity?"""
+    top = cp.tree.paths[leaf][-1]
+    return bool(cp.ledger.top_held[0] - cp.ledger.held[top, 0] > 1e-6)
 
 
 def set_placement_reason(cp: ControlPlane, job: Job, placed: int, engine_reason: str) -> None:
@@ -318,3 +327,22 @@ def set_placement_reason(cp: ControlPlane, job: Job, placed: int, engine_reason:
 def submit_all(cp: ControlPlane, jobs: Sequence[Job]) -> None:
     for j in jobs:
         cp.submit(j)
+
+
+def new_control_plane(cfg: ControlConfig, nodes: Sequence, policy: str = "fgd", seed: int = 0,
+                      workload: Sequence | None = None) -> ControlPlane:
+    """Wire state, placement policy and control plane as `run_experiment` does.
+
+    `workload` (pod requests) defines FGD's typical pods; node tie-break order is a
+    permutation drawn from `seed`, so runs are deterministic for a fixed seed.
+    """
+    from gpugov.placement.base import PolicyContext
+    from gpugov.placement.fragmentation import FragmentationModel, TypicalPods
+    from gpugov.placement.registry import get_policy
+
+    policy_cls = get_policy(policy)
+    rng = np.random.default_rng(seed)
+    state = ClusterState(nodes)
+    typical = TypicalPods.from_requests(list(workload or []))
+    ctx = PolicyContext(FragmentationModel(typical, state), rng)
+    return ControlPlane(cfg, state, policy_cls(ctx), rng.permutation(len(state)))

@@ -85,7 +85,7 @@ class Ledger:
 
     def check(self, leaf: int, demand: np.ndarray, pinned: bool) -> QuotaVerdict | None:
         """None if `demand` may be admitted into `leaf`, else the first violated rule."""
-        need = demand > 0
+        need = (demand > 0) & self.tree.governed
         steps, top = self._walk(leaf, demand)
         for a, new in steps:
             bad = need & (new > self.cap[a] + EPS)

@@ -39,6 +39,8 @@ class QueueTree:
     priority: np.ndarray  # int64[Q]
     paths: list[list[int]]  # queue -> itself and its ancestors, leaf first
     tenants: dict[str, tuple[int, TrustTier]]  # namespace -> (leaf, trust)
+    #: resources some queue sets a quota or cap for; the others are not governed at all
+    governed: np.ndarray  # bool[R]
 
     @property
     def cap(self) -> np.ndarray:
@@ -119,6 +121,9 @@ def build_tree(cfg: ControlConfig) -> QueueTree:
             p = parent[p]
         paths.append(path)
     tenants = {t.namespace: (idx[t.queue], t.trust) for t in cfg.tenants}
+    mentioned = {r for q in qs for m in (q.quota, q.limit, q.borrowing_limit, q.lending_limit)
+                 for r in (m or {})}
+    governed = np.array([r in mentioned or (r == "gpu" and not mentioned) for r in RESOURCES])
     return QueueTree(
         names=names, parent=parent, children=children,
         is_leaf=np.array([not c for c in children], dtype=bool),
@@ -128,5 +133,5 @@ def build_tree(cfg: ControlConfig) -> QueueTree:
         lending=np.stack([_vec(q.lending_limit, INF) for q in qs]),
         weight=np.array([q.weight for q in qs], dtype=np.float64),
         priority=np.array([q.priority for q in qs], dtype=np.int64),
-        paths=paths, tenants=tenants,
+        paths=paths, tenants=tenants, governed=governed,
     )

@@ -1,0 +1,582 @@
+/* A fake libcuda.so.1 on host memory, for testing libgpugov without a GPU.
+ * Environment: FAKECUDA_DEVICES (default 1), FAKECUDA_MEM_BYTES (card size, default
+ * 1 GiB), FAKECUDA_FAIL=<function> (that call returns 999), FAKECUDA_QUEUE_US (launch
+ * queue depth in device time before launches block, default 20000).
+ * Kernels are simulated: each function has a duration; a device runs one at a time. */
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include "../../native/cuda_types.h"
+
+#define EXPORT __attribute__((visibility("default")))
+#define MAX_DEV 16
+#define MAX_ALLOCS 65536
+#define ERR_UNKNOWN 999
+#define ERR_INVALID_CONTEXT 201
+#define ERR_INVALID_HANDLE 400
+
+struct dev {
+    uint64_t total, used;
+    uint64_t busy_until, busy_total, launches;
+    CUmemoryPool default_pool, current_pool;
+};
+struct alloc { uint64_t base, size; unsigned char *mem; int dev, kind, live; };
+struct pool { int dev; uint64_t reserved, live; };
+struct ctx { int dev; };
+struct ev { int dev, recorded; uint64_t t; };
+struct func { uint64_t ns; };
+struct graph { uint64_t ns; };
+struct vmm { uint64_t size; unsigned char *mem; int dev; };
+
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static struct dev devs[MAX_DEV];
+static int ndev;
+static struct alloc allocs[MAX_ALLOCS];
+static int nallocs;
+static struct ctx primary[MAX_DEV];
+static __thread struct ctx *current;
+static const char *fail_name;
+static uint64_t queue_ns = 20000000ULL;
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+
+EXPORT uint64_t fakegpu_now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
+static void setup(void) {
+    const char *e = getenv("FAKECUDA_DEVICES");
+    ndev = e ? atoi(e) : 1;
+    if (ndev < 1 || ndev > MAX_DEV) ndev = 1;
+    e = getenv("FAKECUDA_MEM_BYTES");
+    uint64_t total = e ? strtoull(e, NULL, 10) : (1ULL << 30);
+    for (int i = 0; i < ndev; i++) { devs[i].total = total; primary[i].dev = i; }
+    fail_name = getenv("FAKECUDA_FAIL");
+    e = getenv("FAKECUDA_QUEUE_US");
+    if (e) queue_ns = strtoull(e, NULL, 10) * 1000ULL;
+}
+
+static int failing(const char *fn) {
+    pthread_once(&once, setup);
+    return fail_name && strcmp(fail_name, fn) == 0;
+}
+#define ENTER() do { if (failing(__func__)) return ERR_UNKNOWN; } while (0)
+
+static int cur_dev(void) { return current ? current->dev : -1; }
+
+/* ---- device memory ---- */
+
+static struct alloc *find_alloc(uint64_t p) {
+    for (int i = 0; i < nallocs; i++)
+        if (allocs[i].live && p >= allocs[i].base && p < allocs[i].base + allocs[i].size) return &allocs[i];
+    return NULL;
+}
+
+/* Freed buffers are kept and handed out again *without clearing*, like a real allocator
+ * would reuse pages, so tests can see whether scrub worked. */
+static unsigned char *take_buffer(uint64_t size) {
+    for (int i = 0; i < nallocs; i++)
+        if (!allocs[i].live && allocs[i].mem && allocs[i].size == size) {
+            unsigned char *m = allocs[i].mem;
+            allocs[i].mem = NULL;
+            return m;
+        }
+    return calloc(1, size ? size : 1);
+}
+
+static CUresult new_alloc(CUdeviceptr *out, uint64_t size, int dev, int kind, int charge) {
+    if (dev < 0) return ERR_INVALID_CONTEXT;
+    if (!out || !size) return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&mu);
+    if (charge && devs[dev].used + size > devs[dev].total) { pthread_mutex_unlock(&mu); return CUDA_ERROR_OUT_OF_MEMORY; }
+    int slot = -1;
+    for (int i = 0; i < nallocs && slot < 0; i++) if (!allocs[i].live && !allocs[i].mem) slot = i;
+    if (slot < 0 && nallocs < MAX_ALLOCS) slot = nallocs++;
+    unsigned char *m = slot >= 0 ? take_buffer(size) : NULL;
+    if (!m) { pthread_mutex_unlock(&mu); return CUDA_ERROR_OUT_OF_MEMORY; }
+    allocs[slot] = (struct alloc){(uint64_t)(uintptr_t)m, size, m, dev, kind, 1};
+    if (charge) devs[dev].used += size;
+    *out = (CUdeviceptr)(uintptr_t)m;
+    pthread_mutex_unlock(&mu);
+    return CUDA_SUCCESS;
+}
+
+static CUresult drop_alloc(CUdeviceptr p, int charge) {
+    pthread_mutex_lock(&mu);
+    struct alloc *a = find_alloc(p);
+    if (!a || a->base != p) { pthread_mutex_unlock(&mu); return CUDA_ERROR_INVALID_VALUE; }
+    a->live = 0; /* keep a->mem for reuse */
+    if (charge) devs[a->dev].used -= a->size;
+    pthread_mutex_unlock(&mu);
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t n) { ENTER(); return new_alloc(p, n, cur_dev(), 0, 1); }
+EXPORT CUresult cuMemAllocManaged(CUdeviceptr *p, size_t n, unsigned int f) { (void)f; ENTER(); return new_alloc(p, n, cur_dev(), 0, 1); }
+EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *p, size_t *pitch, size_t w, size_t h, unsigned int e) {
+    (void)e; ENTER();
+    if (!pitch) return CUDA_ERROR_INVALID_VALUE;
+    *pitch = (w + 511) & ~(size_t)511;
+    return new_alloc(p, (uint64_t)*pitch * h, cur_dev(), 0, 1);
+}
+EXPORT CUresult cuMemFree_v2(CUdeviceptr p) { ENTER(); return drop_alloc(p, 1); }
+EXPORT CUresult cuMemAllocHost_v2(void **p, size_t n) { ENTER(); *p = malloc(n); return *p ? 0 : 2; }
+EXPORT CUresult cuMemFreeHost(void *p) { ENTER(); free(p); return 0; }
+
+EXPORT CUresult cuMemGetInfo_v2(size_t *f, size_t *t) {
+    ENTER();
+    int d = cur_dev();
+    if (d < 0) return ERR_INVALID_CONTEXT;
+    pthread_mutex_lock(&mu);
+    if (f) *f = devs[d].total - devs[d].used;
+    if (t) *t = devs[d].total;
+    pthread_mutex_unlock(&mu);
+    return 0;
+}
+EXPORT CUresult cuDeviceTotalMem_v2(size_t *b, CUdevice d) {
+    ENTER();
+    if (d < 0 || d >= ndev || !b) return CUDA_ERROR_INVALID_VALUE;
+    *b = devs[d].total;
+    return 0;
+}
+EXPORT CUresult cuMemGetAddressRange_v2(CUdeviceptr *base, size_t *size, CUdeviceptr p) {
+    ENTER();
+    pthread_mutex_lock(&mu);
+    struct alloc *a = find_alloc(p);
+    if (a) { if (base) *base = a->base; if (size) *size = a->size; }
+    pthread_mutex_unlock(&mu);
+    return a ? 0 : CUDA_ERROR_NOT_FOUND;
+}
+
+static unsigned char *resolve(CUdeviceptr p, size_t n);
+EXPORT CUresult cuMemsetD8_v2(CUdeviceptr p, unsigned char v, size_t n) {
+    ENTER();
+    unsigned char *m = resolve(p, n);
+    if (!m) return CUDA_ERROR_INVALID_VALUE;
+    memset(m, v, n);
+    return 0;
+}
+EXPORT CUresult cuMemsetD8Async(CUdeviceptr p, unsigned char v, size_t n, CUstream s) { (void)s; return cuMemsetD8_v2(p, v, n); }
+EXPORT CUresult cuMemsetD8Async_ptsz(CUdeviceptr p, unsigned char v, size_t n, CUstream s) { (void)s; return cuMemsetD8_v2(p, v, n); }
+EXPORT CUresult cuMemcpyHtoD_v2(CUdeviceptr d, const void *h, size_t n) {
+    ENTER();
+    unsigned char *m = resolve(d, n);
+    if (!m) return CUDA_ERROR_INVALID_VALUE;
+    memcpy(m, h, n);
+    return 0;
+}
+EXPORT CUresult cuMemcpyDtoH_v2(void *h, CUdeviceptr d, size_t n) {
+    ENTER();
+    unsigned char *m = resolve(d, n);
+    if (!m) return CUDA_ERROR_INVALID_VALUE;
+    memcpy(h, m, n);
+    return 0;
+}
+
+/* ---- stream-ordered pools: freed blocks stay reserved until trimmed ---- */
+
+static CUresult pool_alloc(CUdeviceptr *p, size_t n, CUmemoryPool h) {
+    struct pool *pl = (struct pool *)h;
+    if (!pl || !p || !n) return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&mu);
+    uint64_t grow = pl->live + n > pl->reserved ? pl->live + n - pl->reserved : 0;
+    if (devs[pl->dev].used + grow > devs[pl->dev].total) { pthread_mutex_unlock(&mu); return CUDA_ERROR_OUT_OF_MEMORY; }
+    devs[pl->dev].used += grow;
+    pl->reserved += grow;
+    pl->live += n;
+    pthread_mutex_unlock(&mu);
+    CUresult rc = new_alloc(p, n, pl->dev, (int)(intptr_t)0, 0);
+    if (rc == 0) { pthread_mutex_lock(&mu); find_alloc(*p)->kind = 1; pthread_mutex_unlock(&mu); }
+    return rc;
+}
+static struct pool *pool_of(CUdeviceptr p);
+static CUresult pool_free(CUdeviceptr p) {
+    struct pool *pl = pool_of(p);
+    pthread_mutex_lock(&mu);
+    struct alloc *a = find_alloc(p);
+    uint64_t n = a ? a->size : 0;
+    pthread_mutex_unlock(&mu);
+    if (!a || !pl) return CUDA_ERROR_INVALID_VALUE;
+    drop_alloc(p, 0);
+    pthread_mutex_lock(&mu);
+    pl->live -= n;
+    pthread_mutex_unlock(&mu);
+    return 0;
+}
+
+/* allocation base -> pool, kept beside the allocation table */
+static struct { uint64_t base; struct pool *pool; } pool_map[MAX_ALLOCS];
+static struct pool *pool_of(CUdeviceptr p) {
+    pthread_mutex_lock(&mu);
+    struct pool *r = NULL;
+    for (int i = 0; i < MAX_ALLOCS && !r; i++) if (pool_map[i].base == p) { r = pool_map[i].pool; pool_map[i].base = 0; }
+    pthread_mutex_unlock(&mu);
+    return r;
+}
+static void remember_pool(CUdeviceptr p, struct pool *pl) {
+    pthread_mutex_lock(&mu);
+    for (int i = 0; i < MAX_ALLOCS; i++) if (!pool_map[i].base) { pool_map[i].base = p; pool_map[i].pool = pl; break; }
+    pthread_mutex_unlock(&mu);
+}
+
+static CUmemoryPool device_pool(int d) {
+    if (d < 0) return NULL;
+    pthread_mutex_lock(&mu);
+    if (!devs[d].default_pool) {
+        struct pool *pl = calloc(1, sizeof(*pl));
+        pl->dev = d;
+        devs[d].default_pool = devs[d].current_pool = (CUmemoryPool)pl;
+    }
+    CUmemoryPool r = devs[d].current_pool;
+    pthread_mutex_unlock(&mu);
+    return r;
+}
+
+static CUresult alloc_from(CUdeviceptr *p, size_t n, CUmemoryPool h) {
+    CUresult rc = pool_alloc(p, n, h);
+    if (rc == 0) remember_pool(*p, (struct pool *)h);
+    return rc;
+}
+EXPORT CUresult cuMemAllocAsync(CUdeviceptr *p, size_t n, CUstream s) { (void)s; ENTER(); return cur_dev() < 0 ? ERR_INVALID_CONTEXT : alloc_from(p, n, device_pool(cur_dev())); }
+EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr *p, size_t n, CUstream s) { (void)s; ENTER(); return cur_dev() < 0 ? ERR_INVALID_CONTEXT : alloc_from(p, n, device_pool(cur_dev())); }
+EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr *p, size_t n, CUmemoryPool h, CUstream s) { (void)s; ENTER(); return alloc_from(p, n, h); }
+EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *p, size_t n, CUmemoryPool h, CUstream s) { (void)s; ENTER(); return alloc_from(p, n, h); }
+EXPORT CUresult cuMemFreeAsync(CUdeviceptr p, CUstream s) { (void)s; ENTER(); return pool_free(p); }
+EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr p, CUstream s) { (void)s; ENTER(); return pool_free(p); }
+EXPORT CUresult cuDeviceGetMemPool(CUmemoryPool *pl, CUdevice d) { ENTER(); if (d < 0 || d >= ndev) return 1; *pl = device_pool(d); return 0; }
+EXPORT CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *pl, CUdevice d) { return cuDeviceGetMemPool(pl, d); }
+EXPORT CUresult cuMemPoolCreate(CUmemoryPool *out, const CUmemPoolProps *props) {
+    ENTER();
+    if (!out || !props || props->location.id < 0 || props->location.id >= ndev) return CUDA_ERROR_INVALID_VALUE;
+    struct pool *pl = calloc(1, sizeof(*pl));
+    pl->dev = props->location.id;
+    *out = (CUmemoryPool)pl;
+    return 0;
+}
+EXPORT CUresult cuMemPoolTrimTo(CUmemoryPool h, size_t keep) {
+    ENTER();
+    struct pool *pl = (struct pool *)h;
+    pthread_mutex_lock(&mu);
+    uint64_t floor_b = pl->live > keep ? pl->live : keep;
+    if (pl->reserved > floor_b) { devs[pl->dev].used -= pl->reserved - floor_b; pl->reserved = floor_b; }
+    pthread_mutex_unlock(&mu);
+    return 0;
+}
+EXPORT CUresult cuMemPoolDestroy(CUmemoryPool h) {
+    ENTER();
+    struct pool *pl = (struct pool *)h;
+    pthread_mutex_lock(&mu);
+    devs[pl->dev].used -= pl->reserved;
+    pthread_mutex_unlock(&mu);
+    free(pl);
+    return 0;
+}
+EXPORT CUresult cuMemPoolGetAttribute(CUmemoryPool h, int attr, void *v) {
+    ENTER();
+    struct pool *pl = (struct pool *)h;
+    if (!pl || !v || attr != CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT) return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&mu);
+    *(cuuint64_t *)v = pl->reserved;
+    pthread_mutex_unlock(&mu);
+    return 0;
+}
+
+/* ---- arrays: opaque handles charged by their texel bytes ---- */
+
+static uint64_t fmt_bytes(int f) { return f == 0x01 || f == 0x08 ? 1 : f == 0x02 || f == 0x09 || f == 0x10 ? 2 : 4; }
+static CUresult charge_handle(int dev, uint64_t n, void **out) {
+    if (dev < 0) return ERR_INVALID_CONTEXT;
+    pthread_mutex_lock(&mu);
+    if (devs[dev].used + n > devs[dev].total) { pthread_mutex_unlock(&mu); return CUDA_ERROR_OUT_OF_MEMORY; }
+    devs[dev].used += n;
+    pthread_mutex_unlock(&mu);
+    uint64_t *h = malloc(2 * sizeof(uint64_t));
+    h[0] = n;
+    h[1] = (uint64_t)dev;
+    *out = h;
+    return 0;
+}
+static CUresult release_handle(void *h) {
+    if (!h) return ERR_INVALID_HANDLE;
+    uint64_t *v = h;
+    pthread_mutex_lock(&mu);
+    devs[v[1]].used -= v[0];
+    pthread_mutex_unlock(&mu);
+    free(v);
+    return 0;
+}
+static uint64_t d1(size_t v) { return v ? v : 1; }
+EXPORT CUresult cuArrayCreate_v2(CUarray *a, const CUDA_ARRAY_DESCRIPTOR *d) {
+    ENTER();
+    return charge_handle(cur_dev(), d1(d->Width) * d1(d->Height) * fmt_bytes(d->Format) * d->NumChannels, (void **)a);
+}
+EXPORT CUresult cuArray3DCreate_v2(CUarray *a, const CUDA_ARRAY3D_DESCRIPTOR *d) {
+    ENTER();
+    return charge_handle(cur_dev(), d1(d->Width) * d1(d->Height) * d1(d->Depth) * fmt_bytes(d->Format) * d->NumChannels, (void **)a);
+}
+EXPORT CUresult cuArrayDestroy(CUarray a) { ENTER(); return release_handle(a); }
+EXPORT CUresult cuMipmappedArrayCreate(CUmipmappedArray *a, const CUDA_ARRAY3D_DESCRIPTOR *d, unsigned int levels) {
+    ENTER();
+    uint64_t n = 0;
+    for (unsigned int l = 0; l < levels; l++)
+        n += d1(d->Width >> l) * d1(d->Height >> l) * d1(d->Depth >> l) * fmt_bytes(d->Format) * d->NumChannels;
+    return charge_handle(cur_dev(), n, (void **)a);
+}
+EXPORT CUresult cuMipmappedArrayDestroy(CUmipmappedArray a) { ENTER(); return release_handle(a); }
+
+/* ---- virtual memory management ---- */
+
+#define MAX_MAPS 256
+static struct { uint64_t va, size; struct vmm *h; } maps[MAX_MAPS];
+static uint64_t next_va = 0x7e0000000000ULL;
+
+EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *h, size_t n, const CUmemAllocationProp *prop, unsigned long long f) {
+    (void)f; ENTER();
+    if (!h || !prop || !n) return CUDA_ERROR_INVALID_VALUE;
+    int dev = prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE ? prop->location.id : -1;
+    if (dev >= ndev) return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&mu);
+    if (dev >= 0 && devs[dev].used + n > devs[dev].total) { pthread_mutex_unlock(&mu); return CUDA_ERROR_OUT_OF_MEMORY; }
+    if (dev >= 0) devs[dev].used += n;
+    pthread_mutex_unlock(&mu);
+    struct vmm *v = malloc(sizeof(*v));
+    *v = (struct vmm){n, calloc(1, n), dev};
+    *h = (CUmemGenericAllocationHandle)(uintptr_t)v;
+    return 0;
+}
+EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle h) {
+    ENTER();
+    struct vmm *v = (struct vmm *)(uintptr_t)h;
+    if (!v) return ERR_INVALID_HANDLE;
+    pthread_mutex_lock(&mu);
+    if (v->dev >= 0) devs[v->dev].used -= v->size;
+    pthread_mutex_unlock(&mu);
+    free(v->mem);
+    free(v);
+    return 0;
+}
+EXPORT CUresult cuMemAddressReserve(CUdeviceptr *p, size_t n, size_t align, CUdeviceptr addr, unsigned long long f) {
+    (void)align; (void)addr; (void)f; ENTER();
+    pthread_mutex_lock(&mu);
+    *p = next_va;
+    next_va += (n + 0xFFFFF) & ~(uint64_t)0xFFFFF;
+    pthread_mutex_unlock(&mu);
+    return 0;
+}
+EXPORT CUresult cuMemAddressFree(CUdeviceptr p, size_t n) { (void)p; (void)n; ENTER(); return 0; }
+EXPORT CUresult cuMemMap(CUdeviceptr p, size_t n, size_t off, CUmemGenericAllocationHandle h, unsigned long long f) {
+    (void)off; (void)f; ENTER();
+    pthread_mutex_lock(&mu);
+    for (int i = 0; i < MAX_MAPS; i++)
+        if (!maps[i].h) { maps[i].va = p; maps[i].size = n; maps[i].h = (struct vmm *)(uintptr_t)h; break; }
+    pthread_mutex_unlock(&mu);
+    return 0;
+}
+EXPORT CUresult cuMemUnmap(CUdeviceptr p, size_t n) {
+    (void)n; ENTER();
+    pthread_mutex_lock(&mu);
+    for (int i = 0; i < MAX_MAPS; i++) if (maps[i].h && maps[i].va == p) maps[i].h = NULL;
+    pthread_mutex_unlock(&mu);
+    return 0;
+}
+EXPORT CUresult cuMemSetAccess(CUdeviceptr p, size_t n, const void *d, size_t c) { (void)p; (void)n; (void)d; (void)c; ENTER(); return 0; }
+
+static unsigned char *resolve(CUdeviceptr p, size_t n) {
+    unsigned char *r = NULL;
+    pthread_mutex_lock(&mu);
+    struct alloc *a = find_alloc(p);
+    if (a && p + n <= a->base + a->size) r = a->mem + (p - a->base);
+    for (int i = 0; !r && i < MAX_MAPS; i++)
+        if (maps[i].h && p >= maps[i].va && p + n <= maps[i].va + maps[i].size) r = maps[i].h->mem + (p - maps[i].va);
+    pthread_mutex_unlock(&mu);
+    return r;
+}
+
+/* ---- IPC: the fake lets a process import its own export, as a new mapping ---- */
+
+EXPORT CUresult cuIpcGetMemHandle(CUipcMemHandle *h, CUdeviceptr p) {
+    ENTER();
+    memset(h, 0, sizeof(*h));
+    memcpy(h->reserved, &p, sizeof(p));
+    return 0;
+}
+EXPORT CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *p, CUipcMemHandle h, unsigned int f) {
+    (void)f; ENTER();
+    CUdeviceptr src;
+    memcpy(&src, h.reserved, sizeof(src));
+    pthread_mutex_lock(&mu);
+    struct alloc *a = find_alloc(src);
+    uint64_t n = a ? a->size : 0;
+    int dev = a ? a->dev : 0;
+    pthread_mutex_unlock(&mu);
+    if (!n) return CUDA_ERROR_INVALID_VALUE;
+    return new_alloc(p, n, dev, 2, 0);
+}
+EXPORT CUresult cuIpcCloseMemHandle(CUdeviceptr p) { ENTER(); return drop_alloc(p, 0); }
+
+/* ---- contexts, devices ---- */
+
+EXPORT CUresult cuInit(unsigned int f) { (void)f; ENTER(); return 0; }
+EXPORT CUresult cuDriverGetVersion(int *v) { ENTER(); *v = 12080; return 0; }
+EXPORT CUresult cuDeviceGetCount(int *n) { ENTER(); *n = ndev; return 0; }
+EXPORT CUresult cuDeviceGet(CUdevice *d, int i) { ENTER(); if (i < 0 || i >= ndev) return 101; *d = i; return 0; }
+EXPORT CUresult cuDeviceGetName(char *name, int len, CUdevice d) { ENTER(); snprintf(name, (size_t)len, "Fake GPU %d", d); return 0; }
+EXPORT CUresult cuDeviceGetAttribute(int *v, int attr, CUdevice d) { (void)d; ENTER(); *v = attr == 16 ? 132 : 1; return 0; }
+EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *c, CUdevice d) { ENTER(); if (d < 0 || d >= ndev) return 101; *c = (CUcontext)&primary[d]; return 0; }
+EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice d) { (void)d; ENTER(); return 0; }
+EXPORT CUresult cuCtxCreate_v2(CUcontext *c, unsigned int f, CUdevice d) {
+    (void)f; ENTER();
+    if (d < 0 || d >= ndev) return 101;
+    struct ctx *x = malloc(sizeof(*x));
+    x->dev = d;
+    current = x;
+    *c = (CUcontext)x;
+    return 0;
+}
+EXPORT CUresult cuCtxDestroy_v2(CUcontext c) { ENTER(); if (current == (struct ctx *)c) current = NULL; if (c != (CUcontext)&primary[((struct ctx *)c)->dev]) free(c); return 0; }
+EXPORT CUresult cuCtxSetCurrent(CUcontext c) { ENTER(); current = (struct ctx *)c; return 0; }
+EXPORT CUresult cuCtxGetCurrent(CUcontext *c) { ENTER(); *c = (CUcontext)current; return 0; }
+EXPORT CUresult cuCtxGetDevice(CUdevice *d) { ENTER(); if (!current) return ERR_INVALID_CONTEXT; *d = current->dev; return 0; }
+
+/* ---- simulated execution: one timeline per device ---- */
+
+static void sleep_until(uint64_t t) {
+    uint64_t now = fakegpu_now_ns();
+    if (t <= now) return;
+    struct timespec ts = {(time_t)((t - now) / 1000000000ULL), (long)((t - now) % 1000000000ULL)};
+    nanosleep(&ts, NULL);
+}
+
+static CUresult run(uint64_t ns) {
+    int d = cur_dev();
+    if (d < 0) return ERR_INVALID_CONTEXT;
+    pthread_mutex_lock(&mu);
+    uint64_t now = fakegpu_now_ns();
+    uint64_t start = devs[d].busy_until > now ? devs[d].busy_until : now;
+    devs[d].busy_until = start + ns;
+    devs[d].busy_total += ns;
+    devs[d].launches++;
+    uint64_t until = devs[d].busy_until;
+    pthread_mutex_unlock(&mu);
+    if (until > now + queue_ns) sleep_until(until - queue_ns); /* a full launch queue blocks */
+    return 0;
+}
+
+EXPORT CUfunction fakegpu_make_function(uint64_t duration_ns) {
+    struct func *f = malloc(sizeof(*f));
+    f->ns = duration_ns;
+    return (CUfunction)f;
+}
+EXPORT CUgraphExec fakegpu_make_graph(unsigned int kernels, uint64_t duration_ns) {
+    struct graph *g = malloc(sizeof(*g));
+    g->ns = (uint64_t)kernels * duration_ns;
+    return (CUgraphExec)g;
+}
+/* Device time spent on finished or running work up to now. */
+EXPORT uint64_t fakegpu_busy_ns(int d) {
+    pthread_mutex_lock(&mu);
+    uint64_t now = fakegpu_now_ns(), pending = devs[d].busy_until > now ? devs[d].busy_until - now : 0;
+    uint64_t r = devs[d].busy_total - pending;
+    pthread_mutex_unlock(&mu);
+    return r;
+}
+EXPORT uint64_t fakegpu_launches(int d) { return devs[d].launches; }
+EXPORT uint64_t fakegpu_used(int d) { pthread_once(&once, setup); return devs[d].used; }
+EXPORT uint64_t fakegpu_total(int d) { pthread_once(&once, setup); return devs[d].total; }
+
+#define KARGS CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx, \
+              unsigned int by, unsigned int bz, unsigned int shm, CUstream s
+#define UNUSED_K (void)gx; (void)gy; (void)gz; (void)bx; (void)by; (void)bz; (void)shm; (void)s
+EXPORT CUresult cuLaunchKernel(KARGS, void **p, void **e) { UNUSED_K; (void)p; (void)e; ENTER(); return f ? run(((struct func *)f)->ns) : 1; }
+EXPORT CUresult cuLaunchKernel_ptsz(KARGS, void **p, void **e) { UNUSED_K; (void)p; (void)e; ENTER(); return f ? run(((struct func *)f)->ns) : 1; }
+EXPORT CUresult cuLaunchCooperativeKernel(KARGS, void **p) { UNUSED_K; (void)p; ENTER(); return f ? run(((struct func *)f)->ns) : 1; }
+EXPORT CUresult cuLaunchCooperativeKernel_ptsz(KARGS, void **p) { UNUSED_K; (void)p; ENTER(); return f ? run(((struct func *)f)->ns) : 1; }
+EXPORT CUresult cuLaunchKernelEx(const CUlaunchConfig *c, CUfunction f, void **p, void **e) { (void)c; (void)p; (void)e; ENTER(); return f ? run(((struct func *)f)->ns) : 1; }
+EXPORT CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *c, CUfunction f, void **p, void **e) { (void)c; (void)p; (void)e; ENTER(); return f ? run(((struct func *)f)->ns) : 1; }
+EXPORT CUresult cuGraphLaunch(CUgraphExec g, CUstream s) { (void)s; ENTER(); return g ? run(((struct graph *)g)->ns) : 1; }
+EXPORT CUresult cuGraphLaunch_ptsz(CUgraphExec g, CUstream s) { (void)s; ENTER(); return g ? run(((struct graph *)g)->ns) : 1; }
+EXPORT CUresult cuCtxSynchronize(void) { ENTER(); int d = cur_dev(); if (d < 0) return ERR_INVALID_CONTEXT; sleep_until(devs[d].busy_until); return 0; }
+EXPORT CUresult cuStreamSynchronize(CUstream s) { (void)s; return cuCtxSynchronize(); }
+EXPORT CUresult cuStreamCreate(CUstream *s, unsigned int f) { (void)f; ENTER(); *s = (CUstream)malloc(1); return 0; }
+EXPORT CUresult cuStreamDestroy_v2(CUstream s) { ENTER(); free(s); return 0; }
+
+EXPORT CUresult cuEventCreate(CUevent *e, unsigned int f) {
+    (void)f; ENTER();
+    struct ev *v = calloc(1, sizeof(*v));
+    v->dev = cur_dev();
+    *e = (CUevent)v;
+    return 0;
+}
+EXPORT CUresult cuEventRecord(CUevent e, CUstream s) {
+    (void)s; ENTER();
+    struct ev *v = (struct ev *)e;
+    int d = cur_dev();
+    if (!v || d < 0) return ERR_INVALID_HANDLE;
+    pthread_mutex_lock(&mu);
+    uint64_t now = fakegpu_now_ns();
+    v->t = devs[d].busy_until > now ? devs[d].busy_until : now;
+    v->recorded = 1;
+    pthread_mutex_unlock(&mu);
+    return 0;
+}
+EXPORT CUresult cuEventQuery(CUevent e) { ENTER(); struct ev *v = (struct ev *)e; return v->recorded && fakegpu_now_ns() >= v->t ? 0 : CUDA_ERROR_NOT_READY; }
+EXPORT CUresult cuEventSynchronize(CUevent e) { ENTER(); sleep_until(((struct ev *)e)->t); return 0; }
+EXPORT CUresult cuEventElapsedTime(float *ms, CUevent a, CUevent b) {
+    ENTER();
+    struct ev *x = (struct ev *)a, *y = (struct ev *)b;
+    if (!x->recorded || !y->recorded) return CUDA_ERROR_NOT_READY;
+    *ms = (float)((double)((int64_t)(y->t - x->t)) / 1e6);
+    return 0;
+}
+EXPORT CUresult cuEventDestroy_v2(CUevent e) { ENTER(); free(e); return 0; }
+
+/* ---- cuGetProcAddress: versioned names from a static table, never through dlsym ---- */
+
+#define TABLE(X) X(cuInit) X(cuDriverGetVersion) X(cuDeviceGetCount) X(cuDeviceGet) X(cuDeviceGetName) \
+    X(cuDeviceGetAttribute) X(cuDeviceTotalMem_v2) X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxRelease_v2) \
+    X(cuCtxCreate_v2) X(cuCtxDestroy_v2) X(cuCtxSetCurrent) X(cuCtxGetCurrent) X(cuCtxGetDevice) X(cuCtxSynchronize) \
+    X(cuMemAlloc_v2) X(cuMemAllocPitch_v2) X(cuMemAllocManaged) X(cuMemFree_v2) X(cuMemGetInfo_v2) \
+    X(cuMemsetD8_v2) X(cuMemsetD8Async) X(cuMemsetD8Async_ptsz) X(cuMemcpyHtoD_v2) X(cuMemcpyDtoH_v2) X(cuMemGetAddressRange_v2) \
+    X(cuMemAllocHost_v2) X(cuMemFreeHost) X(cuMemAllocAsync) X(cuMemAllocAsync_ptsz) X(cuMemAllocFromPoolAsync) \
+    X(cuMemAllocFromPoolAsync_ptsz) X(cuMemFreeAsync) X(cuMemFreeAsync_ptsz) X(cuDeviceGetMemPool) \
+    X(cuDeviceGetDefaultMemPool) X(cuMemPoolCreate) X(cuMemPoolTrimTo) X(cuMemPoolDestroy) X(cuMemPoolGetAttribute) \
+    X(cuArrayCreate_v2) X(cuArray3DCreate_v2) X(cuArrayDestroy) X(cuMipmappedArrayCreate) X(cuMipmappedArrayDestroy) \
+    X(cuMemCreate) X(cuMemRelease) X(cuMemAddressReserve) X(cuMemAddressFree) X(cuMemMap) X(cuMemUnmap) X(cuMemSetAccess) \
+    X(cuIpcGetMemHandle) X(cuIpcOpenMemHandle_v2) X(cuIpcCloseMemHandle) X(cuLaunchKernel) X(cuLaunchKernel_ptsz) \
+    X(cuLaunchKernelEx) X(cuLaunchKernelEx_ptsz) X(cuLaunchCooperativeKernel) X(cuLaunchCooperativeKernel_ptsz) \
+    X(cuGraphLaunch) X(cuGraphLaunch_ptsz) X(cuStreamCreate) X(cuStreamSynchronize) X(cuStreamDestroy_v2) \
+    X(cuEventCreate) X(cuEventRecord) X(cuEventQuery) X(cuEventSynchronize) X(cuEventElapsedTime) X(cuEventDestroy_v2) \
+    X(cuGetProcAddress) X(cuGetProcAddress_v2)
+
+EXPORT CUresult cuGetProcAddress(const char *sym, void **pfn, int ver, cuuint64_t flags);
+EXPORT CUresult cuGetProcAddress_v2(const char *sym, void **pfn, int ver, cuuint64_t flags, CUdriverProcAddressQueryResult *st);
+#define ROW(n) {#n, (void *)n},
+static const struct { const char *name; void *fn; } table[] = {TABLE(ROW)};
+
+static void *lookup(const char *n) {
+    for (size_t i = 0; i < sizeof(table) / sizeof(table[0]); i++) if (strcmp(table[i].name, n) == 0) return table[i].fn;
+    return NULL;
+}
+
+EXPORT CUresult cuGetProcAddress_v2(const char *sym, void **pfn, int ver, cuuint64_t flags, CUdriverProcAddressQueryResult *st) {
+    ENTER();
+    char name[160];
+    void *f = NULL;
+    int v2_since = strcmp(sym, "cuGetProcAddress") == 0 ? 12000 : strcmp(sym, "cuIpcOpenMemHandle") == 0 ? 11000 : 3020;
+    if (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) {
+        snprintf(name, sizeof(name), "%s_ptsz", sym);
+        f = lookup(name);
+    }
+    if (!f && ver >= v2_since) { snprintf(name, sizeof(name), "%s_v2", sym); f = lookup(name); }
+    if (!f) f = lookup(sym);
+    *pfn = f;
+    if (st) *st = f ? CU_GET_PROC_ADDRESS_SUCCESS : CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+    return f ? 0 : CUDA_ERROR_NOT_FOUND;
+}
+EXPORT CUresult cuGetProcAddress(const char *sym, void **pfn, int ver, cuuint64_t flags) {
+    return cuGetProcAddress_v2(sym, pfn, ver, flags, NULL);
+}
