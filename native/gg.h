@@ -8,6 +8,8 @@
 #include "region_layout.h"
 
 #define GG_EXPORT __attribute__((visibility("default")))
+/* dlsym runs inside sanitizer runtimes' own start-up, before shadow memory exists. */
+#define GG_NO_SANITIZE __attribute__((no_sanitize("address", "undefined")))
 
 /* Driver entry points gpugov calls: name, return type, parameter list. */
 #define GG_REAL_CUDA(X) \

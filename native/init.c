@@ -115,7 +115,7 @@ int gg_nvml_ready(void) {
 
 static void *(*next_dlsym)(void *, const char *);
 
-void *gg_real_dlsym(void *handle, const char *name) {
+GG_NO_SANITIZE void *gg_real_dlsym(void *handle, const char *name) {
     void *(*f)(void *, const char *) = __atomic_load_n(&next_dlsym, __ATOMIC_ACQUIRE);
     if (!f) {
         static const char *versions[] = {"GLIBC_2.34", "GLIBC_2.17", "GLIBC_2.2.5", "GLIBC_2.0"};
@@ -127,23 +127,28 @@ void *gg_real_dlsym(void *handle, const char *name) {
     return f(handle, name);
 }
 
-/* RTLD_NEXT must mean "after the caller", not "after gpugov": walk the link map. */
-static void *next_after(const void *caller, const char *name) {
+/* RTLD_NEXT must mean "after the caller", not "after gpugov". For a caller loaded
+ * before gpugov (e.g. a sanitizer runtime) the two agree except for gpugov's own
+ * exports, so the real RTLD_NEXT is used. For a caller loaded after gpugov, the
+ * link map after the caller is searched (in glibc a link_map is a dlopen handle). */
+GG_NO_SANITIZE static void *next_after(const void *caller, const char *name) {
     Dl_info info;
-    struct link_map *lm = NULL;
-    if (!dladdr1(caller, &info, (void **)&lm, RTLD_DL_LINKMAP) || !lm)
+    struct link_map *lm = NULL, *self = NULL, *p;
+    if (!dladdr1(caller, &info, (void **)&lm, RTLD_DL_LINKMAP) || !lm
+        || !dladdr1((void *)next_after, &info, (void **)&self, RTLD_DL_LINKMAP) || !self)
         return gg_real_dlsym(RTLD_NEXT, name);
-    for (lm = lm->l_next; lm; lm = lm->l_next) {
-        void *h = dlopen(lm->l_name && lm->l_name[0] ? lm->l_name : NULL, RTLD_LAZY | RTLD_NOLOAD);
-        if (!h) continue;
-        void *sym = gg_real_dlsym(h, name);
-        dlclose(h);
+    for (p = lm; p && p != self; p = p->l_next) {
+    }
+    if (p == self) return gg_real_dlsym(RTLD_NEXT, name); /* caller precedes gpugov */
+    for (p = lm->l_next; p; p = p->l_next) {
+        if (!p->l_name || !p->l_name[0]) continue;
+        void *sym = gg_real_dlsym(p, name);
         if (sym) return sym;
     }
     return NULL;
 }
 
-GG_EXPORT void *dlsym(void *handle, const char *name) {
+GG_EXPORT GG_NO_SANITIZE void *dlsym(void *handle, const char *name) {
     const char *n = name; /* glibc declares name nonnull; callers still pass NULL */
     __asm__("" : "+r"(n));
     if (n && ((n[0] == 'c' && n[1] == 'u') || strncmp(n, "nvml", 4) == 0)) {

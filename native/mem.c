@@ -20,18 +20,22 @@ static int current_device(void) {
     return d;
 }
 
-static void refresh_pools(int dev);
+static void refresh_pools(int dev, int locked);
 
 /* Charges bytes or logs one line naming limit, in-use and requested bytes. */
-static int charge_or_oom(int dev, uint64_t bytes, const char *api) {
+static int charge_or_oom_locked(int dev, uint64_t bytes, const char *api, int pools_locked) {
     uint64_t limit = 0, in_use = 0;
     if (gg_charge(dev, bytes, 0, &limit, &in_use) == 0) return 0;
-    refresh_pools(dev); /* pools may have returned memory to the driver since we looked */
+    refresh_pools(dev, pools_locked); /* pools may have returned memory since we looked */
     if (gg_charge(dev, bytes, 0, &limit, &in_use) == 0) return 0;
     gg_log(GG_LOG_ERROR, "%s: out of memory on device %d: limit %llu bytes, in use %llu bytes, "
            "requested %llu bytes", api, dev, (unsigned long long)limit,
            (unsigned long long)in_use, (unsigned long long)bytes);
     return -1;
+}
+
+static int charge_or_oom(int dev, uint64_t bytes, const char *api) {
+    return charge_or_oom_locked(dev, bytes, api, 0);
 }
 
 static void scrub(CUdeviceptr p, uint64_t bytes) {
@@ -146,12 +150,12 @@ static void pool_settle(struct pool *p) {
     p->charged = want;
 }
 
-static void refresh_pools(int dev) {
+static void refresh_pools(int dev, int locked) {
     if (!gg_real.cuMemPoolGetAttribute) return;
-    pthread_mutex_lock(&pool_mu);
+    if (!locked) pthread_mutex_lock(&pool_mu);
     for (int i = 0; i < GG_MAX_POOLS; i++)
         if (pools[i].handle && pools[i].dev == dev) pool_settle(&pools[i]);
-    pthread_mutex_unlock(&pool_mu);
+    if (!locked) pthread_mutex_unlock(&pool_mu);
 }
 
 static CUresult alloc_async(CUdeviceptr *dptr, size_t bytes, CUmemoryPool pool, CUstream s,
@@ -175,7 +179,7 @@ static CUresult alloc_async(CUdeviceptr *dptr, size_t bytes, CUmemoryPool pool, 
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     uint64_t grow = p->live + bytes > p->charged ? p->live + bytes - p->charged : 0;
-    if (grow && charge_or_oom(p->dev, grow, api)) {
+    if (grow && charge_or_oom_locked(p->dev, grow, api, 1)) {
         pthread_mutex_unlock(&pool_mu);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }

@@ -81,6 +81,11 @@ int gg_throttle_before(int dev, int kind, CUstream stream, int ptsz) {
     struct dev_state *d = &st[dev];
     gg_count_launch(dev);
     int sample = -1;
+    /* the start event goes in after any wait, so a sample times the kernel, not our sleep */
+    int64_t cost = __atomic_load_n(&d->cost_ns[kind], __ATOMIC_RELAXED);
+    refill(h, dev, pct);
+    int64_t t = __atomic_sub_fetch(&h->tokens_ns[dev], cost, __ATOMIC_ACQ_REL);
+    if (t < 0) sleep_ns(-t * 100 / (int64_t)pct); /* until refills repay the debt */
     uint64_t n = __atomic_fetch_add(&d->launches, 1, __ATOMIC_RELAXED);
     int unknown = __atomic_load_n(&d->cost_ns[kind], __ATOMIC_RELAXED) == 0;
     if ((unknown || n % SAMPLE_EVERY == 0) && pthread_mutex_trylock(&d->mu) == 0) {
@@ -97,10 +102,6 @@ int gg_throttle_before(int dev, int kind, CUstream stream, int ptsz) {
         }
         if (sample < 0) pthread_mutex_unlock(&d->mu);
     }
-    int64_t cost = __atomic_load_n(&d->cost_ns[kind], __ATOMIC_RELAXED);
-    refill(h, dev, pct);
-    int64_t t = __atomic_sub_fetch(&h->tokens_ns[dev], cost, __ATOMIC_ACQ_REL);
-    if (t < 0) sleep_ns(-t * 100 / (int64_t)pct); /* until refills repay the debt */
     return sample;
 }
 

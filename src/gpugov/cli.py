@@ -299,5 +299,75 @@ def modes(
     Console(width=140).print(table)
 
 
+# --- control plane: replay and explain (issue 3) ---------------------------------------------
+@app.command("replay")
+def replay_cmd(
+    cluster: Path | None = typer.Option(None, "--cluster", help="openb node CSV"),
+    jobs: Path | None = typer.Option(None, "--jobs", help="job file, or an openb pod CSV"),
+    queues: Path | None = typer.Option(None, "--queues", help="queues/tenants YAML"),
+    policy: str = typer.Option("fgd", "--policy"),
+    out: Path | None = typer.Option(None, "--out", help="output folder (default: none)"),
+    seed: int = typer.Option(0, "--seed"),
+    period: float = typer.Option(0.0, "--period", help="extra cycle every N s while pending"),
+    until: float | None = typer.Option(None, "--until", help="stop the clock at N s"),
+    plots: bool = typer.Option(True, "--plots/--no-plots"),
+) -> None:
+    """Replay jobs through queues over time; no arguments runs the built-in scenario."""
+    from gpugov.sim.replay import ReplayOptions
+    from gpugov.sim.replay_report import InputError, print_summary, run_from_files, write_outputs
+
+    try:
+        res = run_from_files(cluster, jobs, queues,
+                             ReplayOptions(policy=policy, seed=seed, period=period, until=until))
+    except InputError as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(2) from None
+    summ = write_outputs(res, out, plots) if out is not None else None
+    print_summary(res, summ)
+    if out is not None:
+        typer.echo(f"wrote {out}/jobs.csv, queues.csv, summary.json, snapshot.json"
+                   + (", usage_vs_fair_share.png, allocation_and_waits.png" if plots else ""))
+
+
+@app.command("explain")
+def explain_cmd(
+    job: str = typer.Argument(..., help="job name"),
+    run: Path = typer.Option(..., "--run", help="a replay output folder (has snapshot.json)"),
+) -> None:
+    """Why is JOB pending: reason, position in its queue, its queue's share."""
+    import json
+
+    from gpugov.control.explain import explain
+
+    try:
+        snap = json.loads((run / "snapshot.json").read_text(encoding="utf-8"))
+        lines = explain(snap, job)
+    except (OSError, ValueError) as e:
+        typer.echo(f"error: cannot read {run / 'snapshot.json'}: {e}", err=True)
+        raise typer.Exit(2) from None
+    except KeyError as e:
+        typer.echo(f"error: {e.args[0]}", err=True)
+        raise typer.Exit(2) from None
+    typer.echo("\n".join(lines))
+
+
+# --- enforcement library (issue 5) -----------------------------------------------------------
+native_app = typer.Typer(help="The in-container enforcement library (libgpugov.so).",
+                         no_args_is_help=True)
+app.add_typer(native_app, name="native")
+
+
+@native_app.command("path")
+def native_path() -> None:
+    """Print the absolute path of the installed libgpugov.so (for LD_PRELOAD)."""
+    from gpugov.node.native import NativeLibraryMissing, library_path
+
+    try:
+        typer.echo(str(library_path()))
+    except NativeLibraryMissing as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(1) from None
+
+
 def main() -> None:  # pragma: no cover - console entry point
     app()

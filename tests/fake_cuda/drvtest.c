@@ -57,6 +57,7 @@ static void load_dlsym(void) {
 }
 
 /* procaddr: only cuGetProcAddress_v2 comes from dlsym, like the CUDA runtime >= 12 */
+static CUresult resolve_rc; /* first failure of cuGetProcAddress, reported as init's rc */
 static void load_procaddr(unsigned long long flags) {
     CUresult (*gpa)(const char *, void **, int, cuuint64_t, CUdriverProcAddressQueryResult *);
     *(void **)&gpa = dlsym(lib, "cuGetProcAddress_v2");
@@ -69,7 +70,8 @@ static void load_procaddr(unsigned long long flags) {
         snprintf(base, sizeof(base), "%s", #name);                             \
         char *v = strstr(base, "_v2");                                          \
         if (v) *v = '\0';                                                       \
-        gpa(base, (void **)&api.name, 12080, flags, NULL);                      \
+        CUresult r_ = gpa(base, (void **)&api.name, 12080, flags, NULL);         \
+        if (r_ && !resolve_rc) resolve_rc = r_;                                \
     } while (0);
     API(VIA_GPA)
 }
@@ -276,7 +278,7 @@ int main(int argc, char **argv) {
     *(void **)&now_ns = dlsym(lib, "fakegpu_now_ns");
     *(void **)&make_function = dlsym(lib, "fakegpu_make_function");
     *(void **)&make_graph = dlsym(lib, "fakegpu_make_graph");
-    CUresult rc = api.cuInit(0);
+    CUresult rc = api.cuInit ? api.cuInit(0) : resolve_rc;
     printf("init rc=%d\n", rc);
     fflush(stdout);
     if (rc) return 0;

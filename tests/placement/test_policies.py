@@ -132,3 +132,22 @@ def test_unknown_policy_lists_the_known_ones() -> None:
     with pytest.raises(KeyError, match="fgd"):
         get_policy("tetris")
     assert get_policy("06-FGD").name == "fgd"
+
+
+def test_a_new_policy_needs_only_a_class_and_a_registry_line(monkeypatch) -> None:
+    """The engine, experiment procedure and CLI have no per-policy special cases."""
+    from gpugov.placement import registry
+    from gpugov.placement.base import Policy
+    from gpugov.sim.experiment import run_experiment
+
+    class WorstFit(Policy):
+        name = "worstfit"
+        label = "07-WorstFit"
+
+        def score(self, state, req, nodes):
+            return (100 * state.gpu_free_total[nodes] // 8000).astype(np.int64)
+
+    monkeypatch.setitem(registry.POLICIES, WorstFit.name, WorstFit)
+    nodes = [node("a", gpus=2), node("b", gpus=8)]
+    result = run_experiment(nodes, [PodRequest("p", 1000, 1, 1, 500)], "worstfit", seed=1)
+    assert result.label == "07-WorstFit" and result.placed > 0

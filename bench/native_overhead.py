@@ -1,0 +1,86 @@
+"""Nanoseconds libgpugov adds per cuMemAlloc and per unthrottled cuLaunchKernel.
+
+Builds the library and the fake driver (tests/native/native_build.py), then times a
+tight loop of the same calls with and without LD_PRELOAD. The fake driver's own cost
+is in both runs, so the difference is the interception. Prints numbers, asserts
+nothing. Run: python bench/native_overhead.py [iterations]
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "native"))
+from native_build import build_all, compiler  # noqa: E402
+
+LOOP = r"""
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+typedef int (*alloc_t)(unsigned long long *, size_t);
+typedef int (*free_t)(unsigned long long);
+typedef int (*launch_t)(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                        unsigned, void *, void **, void **);
+static double now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t);
+                          return t.tv_sec * 1e9 + t.tv_nsec; }
+int main(int argc, char **argv) {
+    long n = atol(argv[1]);
+    void *cu = dlopen("libcuda.so.1", RTLD_NOW);
+    int (*init)(unsigned) = (int (*)(unsigned))dlsym(cu, "cuInit");
+    int (*retain)(void **, int) = (int (*)(void **, int))dlsym(cu, "cuDevicePrimaryCtxRetain");
+    int (*setcur)(void *) = (int (*)(void *))dlsym(cu, "cuCtxSetCurrent");
+    alloc_t alloc = (alloc_t)dlsym(cu, "cuMemAlloc_v2");
+    free_t fr = (free_t)dlsym(cu, "cuMemFree_v2");
+    launch_t launch = (launch_t)dlsym(cu, "cuLaunchKernel");
+    void *(*mk)(unsigned long long) =
+        (void *(*)(unsigned long long))dlsym(cu, "fakegpu_make_function");
+    void *ctx; init(0); retain(&ctx, 0); setcur(ctx);
+    void *f = mk(0);
+    unsigned long long p;
+    double best_a = 1e30, best_l = 1e30;
+    for (int rep = 0; rep < 5; rep++) {
+        double t0 = now();
+        for (long i = 0; i < n; i++) { alloc(&p, 4096); fr(p); }
+        double t1 = now();
+        for (long i = 0; i < n; i++) launch(f, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0);
+        double t2 = now();
+        if ((t1 - t0) / n < best_a) best_a = (t1 - t0) / n;
+        if ((t2 - t1) / n < best_l) best_l = (t2 - t1) / n;
+    }
+    printf("%.1f %.1f\n", best_a, best_l);
+    return 0;
+}
+"""
+
+
+def main(iterations: int = 200_000) -> None:
+    """Print a small table: direct vs intercepted, ns per call."""
+    if compiler() is None:
+        sys.exit("needs a C compiler (cc)")
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp)
+        build = build_all(out, test_hooks=False)
+        src = out / "loop.c"
+        src.write_text(LOOP)
+        subprocess.run([compiler(), "-O2", "-o", str(out / "loop"), str(src), "-ldl"], check=True)
+
+        def run(preload: bool) -> tuple[float, float]:
+            env = build.env({"GPUGOV_SCRUB": "0"}, preload=preload)
+            res = subprocess.run([str(out / "loop"), str(iterations)], env=env, check=True,
+                                 capture_output=True, text=True).stdout.split()
+            return float(res[0]), float(res[1])
+
+        direct, hooked = run(False), run(True)
+    print(f"{'call':<32}{'direct ns':>12}{'gpugov ns':>12}{'added ns':>12}")
+    names = ["cuMemAlloc+cuMemFree (pair)", "cuLaunchKernel (unthrottled)"]
+    for name, d, h in zip(names, direct, hooked, strict=True):
+        print(f"{name:<32}{d:>12.1f}{h:>12.1f}{h - d:>12.1f}")
+    print(f"best of 5 runs x {iterations} calls; scrub off; fake driver on host memory")
+
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]) if len(sys.argv) > 1 else 200_000)

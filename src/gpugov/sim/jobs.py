@@ -1,0 +1,184 @@
+"""Job files for replay, and the adapter from an openb pod trace.
+
+Job file columns: `name,queue,priority,submit_s,duration_s,pods,gpu_per_pod,gpu_milli,
+cpu_milli,memory_mib` (`queue` is a leaf queue or a tenant namespace; `priority` names a
+priority class, empty = the lowest class; `pods` > 1 is a gang; `gpu_milli` is per GPU and
+only < 1000 for a single-GPU pod). An openb pod file (it has `creation_time`) is converted
+on the fly by `openb_jobs`. Every error names the file, the line, the field and the value.
+"""
+
+from __future__ import annotations
+
+import csv
+import zlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from gpugov.control.config import ControlConfig
+from gpugov.control.tree import QueueTree
+from gpugov.control.workload import Job
+from gpugov.model.catalog import MILLI_PER_GPU
+from gpugov.model.request import PodRequest
+from gpugov.sim.trace import TraceError, load_pods
+
+JOB_COLUMNS = ("name", "queue", "priority", "submit_s", "duration_s", "pods", "gpu_per_pod",
+               "gpu_milli", "cpu_milli", "memory_mib")
+
+#: the openb adapter's tenants: QoS class -> (queue prefix, priority class)
+OPENB_QOS = {
+    "LS": ("online", "online"),
+    "Guaranteed": ("online", "online"),
+    "BE": ("batch", "batch"),
+    "Burstable": ("batch", "batch"),
+}
+OPENB_SPLIT = ("a", "b")
+
+
+@dataclass(frozen=True, slots=True)
+class JobSpec:
+    """One row of a job file, already type-checked (queue/priority resolved later)."""
+
+    name: str
+    queue: str
+    priority: str
+    submit: float
+    duration: float
+    pods: int
+    gpu_per_pod: int
+    gpu_milli: int
+    cpu_milli: int
+    memory_mib: int
+    models: tuple[str, ...] = ()
+    line: int = 0
+
+
+def _num(path: Path, line: int, row: dict[str, str], field: str, whole: bool,
+         minimum: float = 0.0) -> float:
+    raw = row.get(field, "")
+    try:
+        value = float(raw)
+    except ValueError:
+        raise TraceError(path, line, field, f"{raw!r} is not a number") from None
+    if value != value or value in (float("inf"), float("-inf")):
+        raise TraceError(path, line, field, f"{raw!r} is not a finite number")
+    if value < minimum:
+        raise TraceError(path, line, field, f"{raw} is below the minimum {minimum:g}")
+    if whole and value != int(value):
+        raise TraceError(path, line, field, f"{raw} must be a whole number")
+    return value
+
+
+def load_job_file(path: Path | str) -> list[JobSpec]:
+    """Read a job file, or convert an openb pod trace if the header says it is one."""
+    path = Path(path)
+    try:
+        with path.open(newline="", encoding="utf-8") as fh:
+            header = next(csv.reader(fh), None)
+    except OSError as exc:
+        raise TraceError(path, None, None, f"cannot read: {exc.strerror or exc}") from None
+    if header and "creation_time" in [h.strip() for h in header]:
+        return openb_jobs(path)
+    specs: list[JobSpec] = []
+    seen: set[str] = set()
+    with path.open(newline="", encoding="utf-8") as fh:
+        reader = csv.reader(fh)
+        head = [h.strip() for h in next(reader, []) or []]
+        missing = [c for c in JOB_COLUMNS if c not in head]
+        if missing:
+            raise TraceError(path, 1, missing[0], f"missing column(s) {', '.join(missing)}; "
+                             f"header must contain {','.join(JOB_COLUMNS)}")
+        for raw in reader:
+            line = reader.line_num
+            if not raw or all(not c.strip() for c in raw):
+                continue
+            if len(raw) < len(head):
+                raise TraceError(path, line, head[len(raw)],
+                                 f"row has {len(raw)} fields, header has {len(head)}")
+            row = dict(zip(head, (c.strip() for c in raw), strict=False))
+            name = row["name"]
+            if not name:
+                raise TraceError(path, line, "name", "empty job name")
+            if name in seen:
+                raise TraceError(path, line, "name", f"duplicate job name {name!r}")
+            seen.add(name)
+            if not row["queue"]:
+                raise TraceError(path, line, "queue", "empty queue")
+            gpus = int(_num(path, line, row, "gpu_per_pod", True))
+            milli = int(_num(path, line, row, "gpu_milli", True))
+            if milli > MILLI_PER_GPU:
+                raise TraceError(path, line, "gpu_milli", f"{milli} is above {MILLI_PER_GPU}")
+            if gpus > 1 and milli != MILLI_PER_GPU:
+                raise TraceError(path, line, "gpu_milli", f"{milli}: a {gpus}-GPU pod must "
+                                 f"ask for whole GPUs ({MILLI_PER_GPU})")
+            if (gpus == 0) != (milli == 0):
+                raise TraceError(path, line, "gpu_milli", f"{milli} with gpu_per_pod={gpus}: "
+                                 "both must be 0, or both positive")
+            specs.append(JobSpec(
+                name, row["queue"], row["priority"], _num(path, line, row, "submit_s", False),
+                _num(path, line, row, "duration_s", False),
+                int(_num(path, line, row, "pods", True, 1)), gpus, milli,
+                int(_num(path, line, row, "cpu_milli", True)),
+                int(_num(path, line, row, "memory_mib", True)), line=line))
+    return specs
+
+
+def openb_queue(name: str, qos: str) -> tuple[str, str]:
+    """(leaf queue, priority class) of an openb pod: by QoS, split by a stable name hash."""
+    prefix, pclass = OPENB_QOS.get(qos, ("batch", "batch"))
+    half = OPENB_SPLIT[zlib.crc32(name.encode()) % len(OPENB_SPLIT)]
+    return f"{prefix}-{half}", pclass
+
+
+def openb_jobs(path: Path | str) -> list[JobSpec]:
+    """One single-pod job per openb pod: submit = creation_time, duration = deletion -
+    creation (at least 1 s), tenant by `openb_queue`."""
+    path = Path(path)
+    pods = {p.name: p for p in load_pods(path)}
+    specs = []
+    with path.open(newline="", encoding="utf-8") as fh:
+        reader = csv.DictReader(fh)
+        for row in reader:
+            line = reader.line_num
+            name = (row.get("name") or "").strip()
+            if name not in pods:
+                continue
+            r = {k: (v or "").strip() for k, v in row.items() if k}
+            created = _num(path, line, r, "creation_time", False)
+            deleted = _num(path, line, r, "deletion_time", False) if r.get(
+                "deletion_time") else created + 1
+            queue, pclass = openb_queue(name, r.get("qos", ""))
+            p = pods[name]
+            specs.append(JobSpec(name, queue, pclass, created, max(1.0, deleted - created), 1,
+                                 p.gpu_count, p.gpu_milli, p.cpu_milli, p.memory_mib,
+                                 p.models, line))
+    return specs
+
+
+def to_jobs(specs: Sequence[JobSpec], cfg: ControlConfig, tree: QueueTree,
+            source: str = "<jobs>") -> list[Job]:
+    """Resolve queues/tenants and priority classes; errors name the line and the field."""
+    jobs = []
+    for s in specs:
+        try:
+            leaf, trust = tree.resolve(s.queue)
+        except KeyError as exc:
+            raise TraceError(source, s.line or None, "queue", exc.args[0]) from None
+        try:
+            pclass = cfg.priority_class(s.priority)
+        except KeyError as exc:
+            raise TraceError(source, s.line or None, "priority", exc.args[0]) from None
+        count = s.gpu_per_pod if s.gpu_milli else 0
+        pod = PodRequest(s.name, s.cpu_milli, s.memory_mib, count, s.gpu_milli if count else 0,
+                         s.models)
+        jobs.append(Job(s.name, leaf, pclass, s.submit, s.pods, pod, trust, s.duration))
+    return jobs
+
+
+def write_job_file(specs: Sequence[JobSpec], path: Path | str) -> None:
+    with Path(path).open("w", newline="", encoding="utf-8") as fh:
+        w = csv.writer(fh)
+        w.writerow(JOB_COLUMNS)
+        for s in specs:
+            w.writerow([s.name, s.queue, s.priority, f"{s.submit:g}", f"{s.duration:g}", s.pods,
+                        s.gpu_per_pod, s.gpu_milli, s.cpu_milli, s.memory_mib])

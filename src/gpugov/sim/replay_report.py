@@ -1,0 +1,189 @@
+"""Files a replay writes: jobs.csv, queues.csv, summary.json, snapshot.json, PNG plots.
+
+Everything is rendered in memory first and written only at the end, so a failing run leaves
+no partial output folder behind.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
+
+import numpy as np
+
+from gpugov.sim.replay import ReplayOptions, ReplayResult, job_rows, replay
+
+JOBS_HEADER = ["name", "queue", "submit_s", "start_s", "end_s", "wait_s", "preemptions",
+               "status", "reason"]
+QUEUES_HEADER = ["time_s", "queue", "usage_gpus", "fair_share_gpus", "quota_gpus",
+                 "pending_jobs", "wait_p50_s", "wait_p95_s", "wait_p99_s"]
+
+
+def _csv(rows: list[list], header: list[str]) -> str:
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(header)
+    w.writerows(rows)
+    return buf.getvalue()
+
+
+def queue_rows(res: ReplayResult) -> list[list]:
+    """Per sample and leaf queue; wait percentiles over the jobs started by that time."""
+    rows = []
+    started = sorted((t, res.waits[n], res.cp.jobs[n].leaf) for n, t in res.starts.items())
+    start_t = np.array([s[0] for s in started])
+    for i, t in enumerate(res.times):
+        upto = int(np.searchsorted(start_t, t, side="right"))
+        for k, leaf in enumerate(res.leaves):
+            w = np.array([s[1] for s in started[:upto] if s[2] == leaf])
+            pct = [f"{np.percentile(w, p):g}" if len(w) else "" for p in (50, 95, 99)]
+            rows.append([f"{t:g}", res.cp.tree.names[leaf], f"{res.usage[i, k]:g}",
+                         f"{res.fair[i, k]:.3f}",
+                         f"{res.cp.tree.quota[leaf, 0] / 1000:g}", int(res.pending[i, k]),
+                         *pct])
+    return rows
+
+
+def summary(res: ReplayResult) -> dict:
+    alloc = res.gpu_allocation()
+    total = res.cp.state.total_gpu_milli / 1000
+    return {
+        "end_s": res.end, "cycles": res.cycles, "jobs": len(res.jobs),
+        "preemptions": len(res.preemptions),
+        "reclaims": sum(e.kind == "reclaim" for e in res.preemptions),
+        "cluster_gpus": total,
+        "gpu_allocated_mean": float(alloc.mean()) if len(alloc) else 0.0,
+        "gpu_allocated_p95": float(np.percentile(alloc, 95)) if len(alloc) else 0.0,
+        "gpu_allocated_max": float(alloc.max()) if len(alloc) else 0.0,
+        "jain_usage_over_fair_share": res.jain_index(),
+        "queues": res.summary(),
+    }
+
+
+def plots(res: ReplayResult) -> dict[str, bytes]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out: dict[str, bytes] = {}
+    n = len(res.leaves)
+    cols = min(n, 3)
+    rows = (n + cols - 1) // cols
+    fig, axes = plt.subplots(rows, cols, figsize=(5 * cols, 3 * rows), squeeze=False)
+    hours = res.times / 3600
+    for k, leaf in enumerate(res.leaves):
+        ax = axes[k // cols][k % cols]
+        ax.step(hours, res.usage[:, k], where="post", label="usage")
+        ax.step(hours, res.fair[:, k], where="post", label="fair share", linestyle="--")
+        ax.axhline(res.cp.tree.quota[leaf, 0] / 1000, color="grey", lw=0.8, label="quota")
+        ax.set_title(res.cp.tree.names[leaf])
+        ax.set_xlabel("hours")
+        ax.set_ylabel("GPUs")
+    for k in range(n, rows * cols):
+        axes[k // cols][k % cols].axis("off")
+    axes[0][0].legend(fontsize=7)
+    fig.tight_layout()
+    out["usage_vs_fair_share.png"] = _png(fig, plt)
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 3.5))
+    a1.step(hours, res.gpu_allocation(), where="post")
+    a1.set_title(f"GPUs allocated (cluster: {res.cp.state.total_gpu_milli / 1000:g})")
+    a1.set_xlabel("hours")
+    for leaf in res.leaves:
+        w = np.sort(res.waits_of(leaf))
+        if len(w):
+            a2.plot(np.maximum(w, 1), np.arange(1, len(w) + 1) / len(w),
+                    label=res.cp.tree.names[leaf])
+    a2.set_xscale("log")
+    a2.set_xlabel("wait (s, log; 0 shown as 1)")
+    a2.set_title("wait-time CDF per queue")
+    a2.legend(fontsize=7)
+    fig.tight_layout()
+    out["allocation_and_waits.png"] = _png(fig, plt)
+    return out
+
+
+def _png(fig, plt) -> bytes:  # type: ignore[no-untyped-def]
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=90)
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def write_outputs(res: ReplayResult, out: Path, with_plots: bool = True) -> dict:
+    """Render everything, then write it under `out`; returns the summary."""
+    summ = summary(res)
+    files: dict[str, bytes] = {
+        "jobs.csv": _csv(job_rows(res), JOBS_HEADER).encode(),
+        "queues.csv": _csv(queue_rows(res), QUEUES_HEADER).encode(),
+        "summary.json": json.dumps(summ, indent=2).encode(),
+        "snapshot.json": json.dumps(res.snapshot, indent=1).encode(),
+    }
+    if with_plots:
+        files.update(plots(res))
+    out.mkdir(parents=True, exist_ok=True)
+    for name, data in files.items():
+        (out / name).write_bytes(data)
+    return summ
+
+
+class InputError(ValueError):
+    """Bad replay input (config, nodes, jobs): the CLI prints it and exits 2."""
+
+
+def run_from_files(cluster: Path | None, jobs: Path | None, queues: Path | None,
+                   opts: ReplayOptions) -> ReplayResult:
+    """Load and validate every input first, then replay; no files are written here.
+
+    No arguments at all runs the built-in scenario; otherwise all three are required.
+    """
+    from gpugov.control.config import ConfigError, load_config
+    from gpugov.sim.jobs import load_job_file
+    from gpugov.sim.scenario import scenario_config, scenario_jobs, scenario_nodes
+    from gpugov.sim.trace import TraceError, load_nodes
+
+    given = [p for p in (cluster, jobs, queues) if p is not None]
+    if not given:
+        return replay(scenario_config(), scenario_nodes(), scenario_jobs(), opts,
+                      "<built-in scenario>")
+    if len(given) != 3:
+        raise InputError("give --cluster, --jobs and --queues together, or none of them "
+                         "for the built-in scenario")
+    assert cluster is not None and jobs is not None and queues is not None
+    try:
+        cfg = load_config(queues)
+        nodes = load_nodes(cluster)
+        specs = load_job_file(jobs)
+        return replay(cfg, nodes, specs, opts, str(jobs))
+    except (ConfigError, TraceError) as exc:
+        raise InputError(str(exc)) from None
+    except KeyError as exc:  # unknown placement policy
+        raise InputError(str(exc.args[0])) from None
+
+
+def print_summary(res: ReplayResult, summ: dict | None = None) -> None:
+    """Per-queue waits, usage vs fair share, and the cluster's allocation and fairness."""
+    from rich.console import Console
+    from rich.table import Table
+
+    summ = summ or summary(res)
+    table = Table(title=f"replay: {summ['jobs']} jobs, {summ['cycles']} cycles, "
+                        f"{summ['preemptions']} preemptions ({summ['reclaims']} reclaims)")
+    for col in ("queue", "jobs", "started", "rejected", "wait p50 s", "wait p95 s",
+                "wait p99 s", "mean GPUs", "mean fair share", "usage/fair", "preempted"):
+        table.add_column(col, justify="left" if col == "queue" else "right")
+    for r in summ["queues"]:
+        table.add_row(r["queue"], str(r["jobs"]), str(r["started"]), str(r["rejected"]),
+                      f"{r['wait_p50_s']:.0f}", f"{r['wait_p95_s']:.0f}",
+                      f"{r['wait_p99_s']:.0f}", f"{r['mean_gpus']:.1f}",
+                      f"{r['mean_fair_gpus']:.1f}", f"{r['usage_over_fair']:.3f}",
+                      str(r["preempted"]))
+    console = Console(width=140)
+    console.print(table)
+    console.print(
+        f"GPU allocation over time: mean {summ['gpu_allocated_mean']:.1f}, p95 "
+        f"{summ['gpu_allocated_p95']:.1f}, max {summ['gpu_allocated_max']:.1f} of "
+        f"{summ['cluster_gpus']:g} GPUs; Jain's index of usage/fair share: "
+        f"{summ['jain_usage_over_fair_share']:.4f}")
