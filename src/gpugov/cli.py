@@ -16,7 +16,7 @@ experiment_app = typer.Typer(help="Reproduce published experiments.", no_args_is
 app.add_typer(experiment_app, name="experiment")
 
 
-# --- placement study (issue 2) ----------------------------------------------------------------
+# --- placement study ---
 DEFAULT_NODE_LIST = "openb_node_list_gpu_node.csv"
 
 
@@ -148,7 +148,7 @@ def simulate(
     _run_and_report(nodes, pods, workload, policy, seeds, tune, out, jobs, None)
 
 
-# --- MIG geometry and planning (issue 4) ------------------------------------------------------
+# --- MIG geometry and planning ---
 mig_app = typer.Typer(help="MIG geometry: check profile combinations, list layouts.",
                       no_args_is_help=True)
 app.add_typer(mig_app, name="mig")
@@ -299,7 +299,7 @@ def modes(
     Console(width=140).print(table)
 
 
-# --- control plane: replay and explain (issue 3) ---------------------------------------------
+# --- control plane: replay and explain ---
 @app.command("replay")
 def replay_cmd(
     cluster: Path | None = typer.Option(None, "--cluster", help="openb node CSV"),
@@ -351,7 +351,7 @@ def explain_cmd(
     typer.echo("\n".join(lines))
 
 
-# --- enforcement library (issue 5) -----------------------------------------------------------
+# --- enforcement library ---
 native_app = typer.Typer(help="The in-container enforcement library (libgpugov.so).",
                          no_args_is_help=True)
 app.add_typer(native_app, name="native")

@@ -20,7 +20,6 @@ from gpugov.control import reasons
 from gpugov.control.config import ControlConfig
 from gpugov.control.fairshare import EPS, dominant_ratio, fair_shares
 from gpugov.control.gang import (
-    ReservingPlacer,
     fits_empty_cluster,
     pick_reservation,
     place_job,
@@ -32,6 +31,7 @@ from gpugov.control.tree import QueueTree, build_tree
 from gpugov.control.workload import FINISHED, PENDING, REJECTED, RUNNING, Job
 from gpugov.model.cluster import ClusterState
 from gpugov.placement.base import Policy
+from gpugov.placement.engine import Placer
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,7 +59,7 @@ class ControlPlane:
         self.cfg = cfg
         self.tree: QueueTree = build_tree(cfg)
         self.state = state
-        self.placer = ReservingPlacer(state, policy, priority)
+        self.placer = Placer(state, policy, priority)
         gpu = float(state.gpu_cap.sum())
         capacity = np.array([gpu, float(state.cpu_cap.sum()), float(state.mem_cap.sum())])
         self.capacity = capacity

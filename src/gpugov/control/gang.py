@@ -16,28 +16,7 @@ from gpugov.control.workload import Job
 from gpugov.model.catalog import MILLI_PER_GPU
 from gpugov.model.cluster import ClusterState
 from gpugov.model.request import Allocation, PodRequest
-from gpugov.placement.engine import Decision, Placer
-
-
-class ReservingPlacer(Placer):
-    """A `Placer` that can hide some nodes (reserved for another job) from a request."""
-
-    def decide_excluding(self, req: PodRequest, exclude: np.ndarray | None) -> Decision:
-        if exclude is None:
-            return self.decide(req)
-        nodes = np.flatnonzero(self.state.feasible(req) & ~exclude)
-        if len(nodes) == 0:
-            if self.state.feasible(req).any():
-                return Decision(None, "reserved")
-            return Decision(None, self.state.failure_reason(req))
-        if len(nodes) == 1:
-            node = int(nodes[0])
-        else:
-            s = self.policy.normalize(self.scores(req, nodes))
-            key = s * len(self.state) + self._tiebreak[nodes]
-            node = int(nodes[int(key.argmax())])
-        devices = self.policy.choose_devices(self.state, req, node)
-        return Decision(Allocation(node, devices, req.gpu_milli if devices else 0))
+from gpugov.placement.engine import Placer
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,14 +26,14 @@ class GangResult:
     reason: str  # engine reason of the failing pod ("gpu", "cpu", "reserved", ...)
 
 
-def place_job(placer: ReservingPlacer, job: Job, exclude: np.ndarray | None,
+def place_job(placer: Placer, job: Job, exclude: np.ndarray | None,
               commit: bool = True) -> GangResult:
     """Place every pod of `job` or none; with commit=False the state is left unchanged."""
     state = placer.state
     done: list[Allocation] = []
     req = job.request
     for i in range(job.pods):
-        d = placer.decide_excluding(req, exclude)
+        d = placer.decide(req, exclude)
         if d.allocation is None:
             for a in reversed(done):
                 state.release(req, a)

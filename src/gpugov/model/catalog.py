@@ -25,7 +25,7 @@ class GpuModel:
     mig_capable: bool = False
     fp16_tflops: float | None = None
     note: str = ""
-    # Added for real-GPU placement (issue 4); all optional so existing entries keep working.
+    # Added for real-GPU placement; all optional so existing entries keep working.
     arch: str = ""
     pci_device_id: str | None = None  # PCI device id as mig-parted's device-filter spells it
     nvml_name: str = ""  # what nvmlDeviceGetName returns (~), for node-agent matching

@@ -75,10 +75,17 @@ class Placer:
             cache.version[stale] = self.state.version[stale]
         return cache.score[nodes]
 
-    def decide(self, req: PodRequest) -> Decision:
-        """Choose a node and devices for `req` without changing the state."""
-        nodes = np.flatnonzero(self.state.feasible(req))
+    def decide(self, req: PodRequest, exclude: np.ndarray | None = None) -> Decision:
+        """Choose a node and devices for `req` without changing the state.
+
+        `exclude` (a boolean node mask) hides nodes held for someone else; when only hidden
+        nodes would fit, the reason is "reserved".
+        """
+        feasible = self.state.feasible(req)
+        nodes = np.flatnonzero(feasible if exclude is None else feasible & ~exclude)
         if len(nodes) == 0:
+            if exclude is not None and feasible.any():
+                return Decision(None, "reserved")
             return Decision(None, self.state.failure_reason(req))
         if len(nodes) == 1:
             node = int(nodes[0])

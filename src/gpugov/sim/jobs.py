@@ -20,7 +20,7 @@ from gpugov.control.tree import QueueTree
 from gpugov.control.workload import Job
 from gpugov.model.catalog import MILLI_PER_GPU
 from gpugov.model.request import PodRequest
-from gpugov.sim.trace import TraceError, load_pods
+from gpugov.sim.trace import TraceError, load_pods, read_rows, unique_name
 
 JOB_COLUMNS = ("name", "queue", "priority", "submit_s", "duration_s", "pods", "gpu_per_pod",
                "gpu_milli", "cpu_milli", "memory_mib")
@@ -81,45 +81,26 @@ def load_job_file(path: Path | str) -> list[JobSpec]:
         return openb_jobs(path)
     specs: list[JobSpec] = []
     seen: set[str] = set()
-    with path.open(newline="", encoding="utf-8") as fh:
-        reader = csv.reader(fh)
-        head = [h.strip() for h in next(reader, []) or []]
-        missing = [c for c in JOB_COLUMNS if c not in head]
-        if missing:
-            raise TraceError(path, 1, missing[0], f"missing column(s) {', '.join(missing)}; "
-                             f"header must contain {','.join(JOB_COLUMNS)}")
-        for raw in reader:
-            line = reader.line_num
-            if not raw or all(not c.strip() for c in raw):
-                continue
-            if len(raw) < len(head):
-                raise TraceError(path, line, head[len(raw)],
-                                 f"row has {len(raw)} fields, header has {len(head)}")
-            row = dict(zip(head, (c.strip() for c in raw), strict=False))
-            name = row["name"]
-            if not name:
-                raise TraceError(path, line, "name", "empty job name")
-            if name in seen:
-                raise TraceError(path, line, "name", f"duplicate job name {name!r}")
-            seen.add(name)
-            if not row["queue"]:
-                raise TraceError(path, line, "queue", "empty queue")
-            gpus = int(_num(path, line, row, "gpu_per_pod", True))
-            milli = int(_num(path, line, row, "gpu_milli", True))
-            if milli > MILLI_PER_GPU:
-                raise TraceError(path, line, "gpu_milli", f"{milli} is above {MILLI_PER_GPU}")
-            if gpus > 1 and milli != MILLI_PER_GPU:
-                raise TraceError(path, line, "gpu_milli", f"{milli}: a {gpus}-GPU pod must "
-                                 f"ask for whole GPUs ({MILLI_PER_GPU})")
-            if (gpus == 0) != (milli == 0):
-                raise TraceError(path, line, "gpu_milli", f"{milli} with gpu_per_pod={gpus}: "
-                                 "both must be 0, or both positive")
-            specs.append(JobSpec(
-                name, row["queue"], row["priority"], _num(path, line, row, "submit_s", False),
-                _num(path, line, row, "duration_s", False),
-                int(_num(path, line, row, "pods", True, 1)), gpus, milli,
-                int(_num(path, line, row, "cpu_milli", True)),
-                int(_num(path, line, row, "memory_mib", True)), line=line))
+    for line, row in read_rows(path, JOB_COLUMNS):
+        name = unique_name(path, line, row, "name", seen, "job")
+        if not row["queue"]:
+            raise TraceError(path, line, "queue", "empty queue")
+        gpus = int(_num(path, line, row, "gpu_per_pod", True))
+        milli = int(_num(path, line, row, "gpu_milli", True))
+        if milli > MILLI_PER_GPU:
+            raise TraceError(path, line, "gpu_milli", f"{milli} is above {MILLI_PER_GPU}")
+        if gpus > 1 and milli != MILLI_PER_GPU:
+            raise TraceError(path, line, "gpu_milli", f"{milli}: a {gpus}-GPU pod must "
+                             f"ask for whole GPUs ({MILLI_PER_GPU})")
+        if (gpus == 0) != (milli == 0):
+            raise TraceError(path, line, "gpu_milli", f"{milli} with gpu_per_pod={gpus}: "
+                             "both must be 0, or both positive")
+        specs.append(JobSpec(
+            name, row["queue"], row["priority"], _num(path, line, row, "submit_s", False),
+            _num(path, line, row, "duration_s", False),
+            int(_num(path, line, row, "pods", True, 1)), gpus, milli,
+            int(_num(path, line, row, "cpu_milli", True)),
+            int(_num(path, line, row, "memory_mib", True)), line=line))
     return specs
 
 

@@ -29,7 +29,8 @@ class TraceError(ValueError):
         self.path, self.line, self.field = str(path), line, field
 
 
-def _rows(path: Path, required: tuple[str, ...]) -> Iterator[tuple[int, dict[str, str]]]:
+def read_rows(path: Path, required: tuple[str, ...]) -> Iterator[tuple[int, dict[str, str]]]:
+    """(line number, row by column name) of a CSV whose header must hold `required`."""
     try:
         handle = path.open(newline="", encoding="utf-8")
     except OSError as exc:
@@ -70,18 +71,25 @@ def _int(path: Path, line: int, row: dict[str, str], field: str) -> int:
     return int(value)
 
 
+def unique_name(path: Path, line: int, row: dict[str, str], field: str, seen: set[str],
+                what: str) -> str:
+    """The row's non-empty `field`, refused if an earlier row used it."""
+    name = row[field]
+    if not name:
+        raise TraceError(path, line, field, f"empty {what} name")
+    if name in seen:
+        raise TraceError(path, line, field, f"duplicate {what} name {name!r}")
+    seen.add(name)
+    return name
+
+
 def load_nodes(path: Path | str) -> list[NodeSpec]:
     """Read a node list; node names must be unique, nodes with GPUs need a model."""
     path = Path(path)
     nodes: list[NodeSpec] = []
     seen: set[str] = set()
-    for line, row in _rows(path, NODE_COLUMNS):
-        name = row["sn"]
-        if not name:
-            raise TraceError(path, line, "sn", "empty node name")
-        if name in seen:
-            raise TraceError(path, line, "sn", f"duplicate node name {name!r}")
-        seen.add(name)
+    for line, row in read_rows(path, NODE_COLUMNS):
+        name = unique_name(path, line, row, "sn", seen, "node")
         gpus = _int(path, line, row, "gpu")
         model = row["model"]
         if gpus > 0 and not model:
@@ -97,13 +105,8 @@ def load_pods(path: Path | str) -> list[PodRequest]:
     path = Path(path)
     pods: list[PodRequest] = []
     seen: set[str] = set()
-    for line, row in _rows(path, POD_COLUMNS):
-        name = row["name"]
-        if not name:
-            raise TraceError(path, line, "name", "empty pod name")
-        if name in seen:
-            raise TraceError(path, line, "name", f"duplicate pod name {name!r}")
-        seen.add(name)
+    for line, row in read_rows(path, POD_COLUMNS):
+        name = unique_name(path, line, row, "name", seen, "pod")
         cpu = _int(path, line, row, "cpu_milli")
         mem = _int(path, line, row, "memory_mib")
         count = _int(path, line, row, "num_gpu")
