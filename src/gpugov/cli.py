@@ -72,7 +72,7 @@ def _print_summary(result, rows, published: dict[str, tuple[float, float]]) -> N
     if published:
         table.add_column("published @100 / @130 (Δ)", justify="right")
     table.add_column(f"frag @{last}", justify="right")
-    table.add_column("failed", justify="right")
+    table.add_column("failed (why)", justify="right", no_wrap=True)
     for r in rows:
         cells = [r.label, str(r.seeds),
                  f"{r.at_100[0]:.2f}", f"{r.at_100[1]:.2f}–{r.at_100[2]:.2f}",
@@ -81,13 +81,15 @@ def _print_summary(result, rows, published: dict[str, tuple[float, float]]) -> N
             p = published.get(r.label)
             cells.append(f"{p[0]:.2f} ({r.at_100[0] - p[0]:+.2f}) / {p[1]:.2f} "
                          f"({r.at_end[0] - p[1]:+.2f})" if p else "—")
-        cells += [f"{r.frag_end:.2f}", f"{r.failed_pods:.0f}"]
+        why = " ".join(f"{k} {v:.0f}" for k, v in r.failed_by_reason.items())
+        cells += [f"{r.frag_end:.2f}", f"{r.failed_pods:.0f}" + (f" ({why})" if why else "")]
         table.add_row(*cells)
     table.caption = ("allocated GPU as % of capacity when the arrived GPU request reaches 100 % "
                      f"and {last} % of capacity; frag = fragmented GPU (FGD measure), % of "
-                     "capacity; failed = pods that fit nowhere (mean per seed)")
+                     "capacity; failed = pods that fit nowhere (mean per seed), by the first "
+                     "constraint no node met: gpu-model, gpu, cpu, memory")
     console = Console()
-    console.width = max(console.width, 112)
+    console.width = max(console.width, 140)
     console.print(table)
 
 

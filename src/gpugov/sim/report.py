@@ -101,6 +101,7 @@ class PolicyRow:
     at_end: tuple[float, float, float]
     frag_end: float
     failed_pods: float
+    failed_by_reason: dict[str, float]  # mean per seed, by the first constraint nobody met
 
 
 def _stats(values: list[float]) -> tuple[float, float, float]:
@@ -119,6 +120,8 @@ def summarise(result: StudyResult) -> list[PolicyRow]:
             label, len(runs), _stats(at100), _stats([float(r.curves["alloc"][last]) for r in runs]),
             _stats([float(r.curves["frag"][last]) for r in runs])[0],
             float(np.mean([r.pods - r.placed for r in runs])),
+            {reason: sum(r.failures.get(reason, 0) for r in runs) / len(runs)
+             for reason in sorted({k for r in runs for k in r.failures})},
         ))
     return rows
 
