@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -45,6 +46,12 @@ def test_writes_the_artifact_layout_and_a_plot(trace: Path, tmp_path: Path) -> N
                       "05-BestFit", "06-FGD"}
     assert all(r.startswith("openb_pod_list_tiny,") and ",1.3," in r for r in rows)
     assert (out / "alloc_curves.png").stat().st_size > 1000
+    summary = json.loads((out / "summary.json").read_text())
+    fgd_row = next(r for r in summary["policies"] if r["policy"] == "06-FGD")
+    assert summary["end_column"] == 130 and fgd_row["seeds"] == 2
+    at_end = fgd_row["alloc_at_end"]["mean"]  # None when no arrival rounded to 130 %
+    assert at_end is None or 0 < at_end <= 100
+    assert fgd_row["failed_pods"] == sum(fgd_row["failed_by_reason"].values())
     assert "06-FGD" in res.output
 
 

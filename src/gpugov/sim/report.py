@@ -5,6 +5,7 @@ them are complete, so a failure never leaves half-written results behind."""
 from __future__ import annotations
 
 import csv
+import json
 import math
 import os
 import shutil
@@ -21,6 +22,7 @@ from gpugov.sim.study import StudyResult
 CURVE_FILES = {"alloc": "alloc_discrete.csv", "frag": "frag_discrete.csv",
                "frag_ratio": "frag_ratio_discrete.csv"}
 PLOT_FILE = "alloc_curves.png"
+SUMMARY_FILE = "summary.json"
 
 
 def _cell(v: float) -> str:
@@ -84,6 +86,8 @@ def write_study(result: StudyResult, outdir: Path | str) -> list[Path]:
             names.append(name)
         _plot(result, tmp / PLOT_FILE)
         names.append(PLOT_FILE)
+        _write_summary(result, tmp / SUMMARY_FILE)
+        names.append(SUMMARY_FILE)
         for name in names:
             os.replace(tmp / name, outdir / name)
     finally:
@@ -124,6 +128,24 @@ def summarise(result: StudyResult) -> list[PolicyRow]:
              for reason in sorted({k for r in runs for k in r.failures})},
         ))
     return rows
+
+
+def _write_summary(result: StudyResult, path: Path) -> None:
+    """The printed table, machine-readable (NaN, for columns no run reached, becomes null)."""
+    def clean(v: float) -> float | None:
+        return None if math.isnan(v) else v
+
+    rows = [{"policy": r.label, "seeds": r.seeds,
+             "alloc_at_100": dict(zip(("mean", "min", "max"), map(clean, r.at_100),
+                                      strict=True)),
+             "alloc_at_end": dict(zip(("mean", "min", "max"), map(clean, r.at_end),
+                                      strict=True)),
+             "frag_at_end": clean(r.frag_end), "failed_pods": r.failed_pods,
+             "failed_by_reason": r.failed_by_reason}
+            for r in summarise(result)]
+    doc = {"workload": result.workload, "tune": result.tune,
+           "end_column": columns(result.tune)[-1], "policies": rows}
+    path.write_text(json.dumps(doc, indent=2) + "\n")
 
 
 def load_targets(path: Path | str, workload: str) -> dict[str, tuple[float, float]]:
