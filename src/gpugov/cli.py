@@ -280,12 +280,22 @@ def modes(
     nodes: int = typer.Option(16, "--nodes"),
     model: str = typer.Option("H100-SXM5-80GB", "--model"),
     replicas: int = typer.Option(4, "--replicas", help="time-slice replicas / MPS clients"),
+    mixed: bool = typer.Option(False, "--mixed", help="mixed-mode nodes, tenants of 3 trust "
+                               "tiers (--pods per tier; --nodes unused): isolation per tier"),
 ) -> None:
     """Same workload as whole GPUs, MIG, soft slices, time-slices and MPS: what each delivers."""
     from rich.console import Console
     from rich.table import Table
 
     from gpugov.sim.modes import compare
+
+    if mixed:
+        from gpugov.sim.modes import MIXED_POOL, mixed_scenario, print_mixed
+
+        print_mixed(mixed_scenario(pods, seed, model, replicas),
+                    f"{pods} pods per trust tier (seed {seed}) on {len(MIXED_POOL)} mixed-mode "
+                    f"nodes × 8 {model}")
+        return
 
     rows = compare(pods, seed, nodes, 8, model, replicas)
     table = Table(title=f"{pods} pods (seed {seed}) on {nodes}×8 {model}")

@@ -25,16 +25,19 @@ import numpy as np
 
 from gpugov.model.catalog import MILLI_PER_GPU, get_model
 from gpugov.model.devices import (
+    Device,
     DeviceMode,
+    ExclusiveState,
     MigState,
     MpsState,
     SoftState,
     TimesliceState,
     hgx_topology,
 )
-from gpugov.model.isolation import IsolationLevel
+from gpugov.model.isolation import MIN_ISOLATION, IsolationLevel, TrustTier
 from gpugov.model.mig import get_geometry
 from gpugov.placement.mig import place_on_gpus
+from gpugov.placement.mixed import Refused, choose_node
 from gpugov.placement.soft import PodType, place_mps, place_soft, place_timeslice
 from gpugov.placement.topology import best_device_set
 
@@ -196,3 +199,134 @@ def compare(n_pods: int = 100, seed: int = 0, nodes: int = 16, gpus_per_node: in
                       DeviceMode.TIMESLICE, DeviceMode.MPS)]
 
 
+
+
+# --- isolation on mixed nodes: `gpugov modes --mixed` -------------------------------------
+#
+# A node pool whose GPUs are in different modes, and tenants of the three trust tiers sending
+# the same pod mix. Each pod goes through `placement.mixed.choose_node`; per tier we count what
+# was placed, the isolation delivered, and the pods refused because only devices with weaker
+# isolation than the tier requires had room (the policy at work) vs. because nothing had room.
+
+# node name -> modes of its 8 GPUs (H100-SXM5-80GB, two 4-GPU NVLink domains)
+MIXED_POOL: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("mix-a", ("mig", "mig", "soft", "soft", "timeslice", "timeslice", "exclusive",
+               "exclusive")),
+    ("mix-b", ("exclusive",) * 4 + ("soft", "soft", "mps", "mps")),
+    ("mix-c", ("mig",) * 4 + ("soft",) * 4),
+    ("mix-d", ("timeslice",) * 4 + ("soft", "soft", "exclusive", "exclusive")),
+)
+
+# (kind, milli or 1000 for whole GPUs, memory GiB, devices, share of pods) — an assumed mix
+MIXED_MIX = (
+    ("notebook", 100, 6, 1, 0.30),
+    ("inference-small", 250, 12, 1, 0.30),
+    ("inference-medium", 400, 30, 1, 0.20),
+    ("fine-tune", 1000, 0, 1, 0.15),
+    ("train-4gpu", 1000, 0, 4, 0.05),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class MixedPod:
+    """A generated pod; has the fields `placement.mixed.SliceRequest` reads."""
+
+    name: str
+    tier: TrustTier
+    count: int
+    mode: DeviceMode
+    milli: int | None = MILLI_PER_GPU
+    memory_mib: int | None = None
+    memory_percent: float | None = None
+    mig_profile: str | None = None
+    models: tuple[str, ...] = ()
+    isolation: IsolationLevel | None = None
+    topology: str = "preferred"
+
+
+@dataclass(frozen=True, slots=True)
+class TierResult:
+    tier: TrustTier
+    floor: IsolationLevel
+    pods: int
+    placed: int
+    delivered: dict[IsolationLevel, int]
+    refused_isolation: int  # only devices with weaker isolation than required had room
+    refused_no_room: int
+
+
+def mixed_pool(model: str = "H100-SXM5-80GB",
+               pool: tuple[tuple[str, tuple[str, ...]], ...] = MIXED_POOL,
+               replicas: int = 4) -> list[tuple[str, list[Device]]]:
+    """Fresh devices for each node of the pool (empty MIG layouts: created on demand)."""
+    card = get_model(model).memory_mib or 0
+    make = {
+        "mig": lambda: MigState(model), "soft": lambda: SoftState(card),
+        "timeslice": lambda: TimesliceState(card, replicas),
+        "mps": lambda: MpsState(card, replicas), "exclusive": ExclusiveState,
+    }
+    out = []
+    for name, modes in pool:
+        topo = hgx_topology(len(modes), domains=2)
+        out.append((name, [Device(i, model, make[m](), topo[i])  # type: ignore[operator]
+                           for i, m in enumerate(modes)]))
+    return out
+
+
+def mixed_workload(pods_per_tier: int, seed: int = 0) -> list[MixedPod]:
+    """The same seeded MIXED_MIX for each tier, all tiers interleaved in one seeded order."""
+    rng = np.random.default_rng(seed)
+    shares = np.array([m[4] for m in MIXED_MIX])
+    pods: list[MixedPod] = []
+    for tier in TrustTier:
+        kinds = rng.choice(len(MIXED_MIX), size=pods_per_tier, p=shares / shares.sum())
+        for i, k in enumerate(kinds):
+            kind, milli, gib, count, _ = MIXED_MIX[k]
+            name = f"{tier}-{kind}-{i}"
+            if milli >= MILLI_PER_GPU:
+                pods.append(MixedPod(name, tier, count, DeviceMode.EXCLUSIVE))
+            else:
+                pods.append(MixedPod(name, tier, 1, DeviceMode.SOFT, milli, gib * GIB))
+    order = rng.permutation(len(pods))
+    return [pods[i] for i in order]
+
+
+def mixed_scenario(pods_per_tier: int = 40, seed: int = 0, model: str = "H100-SXM5-80GB",
+                   replicas: int = 4) -> list[TierResult]:
+    """Place the interleaved tiers' pods on the mixed pool, in order; results per tier."""
+    nodes = mixed_pool(model, replicas=replicas)
+    pods = mixed_workload(pods_per_tier, seed)
+    stats = {t: {"pods": 0, "placed": 0, "iso": 0, "full": 0,
+                 "delivered": dict.fromkeys(IsolationLevel, 0)} for t in TrustTier}
+    at = {name: k for k, (name, _) in enumerate(nodes)}
+    for pod in pods:
+        s = stats[pod.tier]
+        s["pods"] += 1  # type: ignore[operator]
+        got = choose_node(nodes, pod, pod.tier, pod.name)
+        if isinstance(got, Refused):
+            s["iso" if got.weaker_had_room else "full"] += 1  # type: ignore[operator]
+            continue
+        nodes[at[got.node]] = (got.node, list(got.placed.devices))
+        s["placed"] += 1  # type: ignore[operator]
+        s["delivered"][got.placed.isolation] += 1  # type: ignore[index]
+    return [TierResult(t, MIN_ISOLATION[t], s["pods"], s["placed"],  # type: ignore[arg-type]
+                       s["delivered"], s["iso"], s["full"])  # type: ignore[arg-type]
+            for t, s in stats.items()]
+
+
+def print_mixed(results: list[TierResult], title: str) -> None:
+    """The per-tier table of `gpugov modes --mixed`."""
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=title)
+    for col in ("tier", "required", "pods", "placed", "hard", "soft", "none",
+                "refused: only weaker isolation had room", "refused: no room"):
+        table.add_column(col, justify="left" if col in ("tier", "required") else "right")
+    for r in results:
+        table.add_row(str(r.tier), str(r.floor), str(r.pods), str(r.placed),
+                      *(str(r.delivered[lvl]) for lvl in (IsolationLevel.HARD,
+                                                          IsolationLevel.SOFT,
+                                                          IsolationLevel.NONE)),
+                      str(r.refused_isolation), str(r.refused_no_room))
+    Console(width=140).print(table)
