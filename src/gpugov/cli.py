@@ -106,8 +106,11 @@ def experiment_fgd(
     node_list: str = typer.Option(DEFAULT_NODE_LIST, "--node-list", help="node CSV in DIR"),
     targets: Path | None = typer.Option(None, "--targets", help="published numbers to compare"),
 ) -> None:
-    """Reproduce the FGD (ATC'23) placement study on one trace: arrivals only, pods that fit
-    nowhere are dropped; writes the study's *_discrete.csv files and a PNG."""
+    """Reproduce the FGD (USENIX ATC'23) placement study on one trace.
+
+    Arrivals only; pods that fit nowhere are dropped. Writes the study's *_discrete.csv files,
+    a PNG of the curves and summary.json, and prints a table.
+    """
     from gpugov.sim.trace import TraceError, load_nodes, load_pods
 
     pod_file = trace_dir / f"{workload}.csv"
@@ -132,8 +135,11 @@ def simulate(
     out: Path = typer.Option(Path("gpugov-report"), "--out"),
     jobs: int = typer.Option(1, "--jobs"),
 ) -> None:
-    """Compare every placement policy on a cluster and workload: the built-in one by default,
-    or your own trace with --nodes and --pods."""
+    """Compare placement policies on the built-in cluster and workload, or on your trace.
+
+    With no arguments: a generated mixed fleet and workload, all policies, 3 seeds. With
+    --nodes and --pods: your own files in the openb CSV format.
+    """
     from gpugov.sim.trace import TraceError, load_nodes, load_pods
     from gpugov.sim.workload import default_nodes, default_pods
 
