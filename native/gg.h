@@ -45,6 +45,20 @@
     X(cuMemCreate, CUresult, (CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *, unsigned long long)) \
     X(cuMemRelease, CUresult, (CUmemGenericAllocationHandle)) \
     X(cuMemUnmap, CUresult, (CUdeviceptr, size_t)) \
+    X(cuMemMap, CUresult, (CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long)) \
+    X(cuMemAddressReserve, CUresult, (CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long)) \
+    X(cuMemAddressFree, CUresult, (CUdeviceptr, size_t)) \
+    X(cuMemSetAccess, CUresult, (CUdeviceptr, size_t, const CUmemAccessDesc *, size_t)) \
+    X(cuMemImportFromShareableHandle, CUresult, (CUmemGenericAllocationHandle *, void *, int)) \
+    X(cuMemRetainAllocationHandle, CUresult, (CUmemGenericAllocationHandle *, void *)) \
+    X(cuMemGetAllocationPropertiesFromHandle, CUresult, (CUmemAllocationProp *, CUmemGenericAllocationHandle)) \
+    X(cuStreamSynchronize, CUresult, (CUstream)) \
+    X(cuIpcGetMemHandle, CUresult, (CUipcMemHandle *, CUdeviceptr)) \
+    X(cuMemPoolExportPointer, CUresult, (CUmemPoolPtrExportData *, CUdeviceptr)) \
+    X(cuMemPoolImportPointer, CUresult, (CUdeviceptr *, CUmemoryPool, CUmemPoolPtrExportData *)) \
+    X(cuArray3DGetDescriptor_v2, CUresult, (CUDA_ARRAY3D_DESCRIPTOR *, CUarray)) \
+    X(cuMipmappedArrayGetLevel, CUresult, (CUarray *, CUmipmappedArray, unsigned int)) \
+    X(cuMemcpy3D_v2, CUresult, (const CUDA_MEMCPY3D *)) \
     X(cuIpcOpenMemHandle_v2, CUresult, (CUdeviceptr *, CUipcMemHandle, unsigned int)) \
     X(cuIpcCloseMemHandle, CUresult, (CUdeviceptr)) \
     X(cuLaunchKernel, CUresult, (CUfunction, unsigned int, unsigned int, unsigned int, unsigned int, unsigned int, unsigned int, unsigned int, CUstream, void **, void **)) \
@@ -114,9 +128,25 @@ uint32_t gg_device_core_limit(int dev);
 struct gg_region *gg_region_ptr(void);
 void gg_count_launch(int dev);
 void gg_region_after_fork(void);
+/* Exports (region.c): memory shared between processes of one region is charged once. */
+int gg_export_record(int kind, const void *handle, uint64_t ptr, uint64_t bytes, int dev);
+/* 1 if a live export by a process of this region covers the handle; ref identifies it. */
+int gg_export_cover(int kind, const void *handle, uint64_t *ref);
+void gg_export_uncover(uint64_t ref);
+/* The exporter frees ptr: returns the bytes now held by an orphan (not to be uncharged). */
+uint64_t gg_export_drop(uint64_t ptr);
+
+/* ---- memory (mem.c, vmm.c) ---- */
+int gg_charge_or_oom(int dev, uint64_t bytes, const char *api);
+int gg_current_device(void);
+void gg_vmm_after_fork(void);
 
 /* ---- allocation tracking (track.c) ---- */
-enum { GG_KIND_LINEAR = 1, GG_KIND_ASYNC, GG_KIND_ARRAY, GG_KIND_MIPMAP, GG_KIND_VMM, GG_KIND_IPC, GG_KIND_POOL };
+enum { GG_KIND_LINEAR = 1, GG_KIND_ASYNC, GG_KIND_ARRAY, GG_KIND_MIPMAP, GG_KIND_VMM, GG_KIND_IPC, GG_KIND_POOL,
+       GG_KIND_VMM_IMPORT, /* imported VMM handle: bytes = charged so far (largest mapped extent) */
+       GG_KIND_VMAP,       /* a VMM mapping: key = address, bytes = size, aux = handle */
+       GG_KIND_IPC_SHARED, /* an import covered by a same-region export: aux = export ref */
+       GG_KIND_IPC_REF };  /* key = export ref: bytes = imports of it open in this process */
 struct gg_entry {
     uint64_t key;
     uint64_t bytes;

@@ -10,6 +10,8 @@
     X(cuMemPoolTrimTo) X(cuMemPoolDestroy) X(cuArrayCreate_v2) X(cuArray3DCreate_v2) \
     X(cuArrayDestroy) X(cuMipmappedArrayCreate) X(cuMipmappedArrayDestroy) X(cuMemCreate) \
     X(cuMemRelease) X(cuMemUnmap) X(cuIpcOpenMemHandle_v2) X(cuIpcCloseMemHandle) \
+    X(cuMemMap) X(cuMemImportFromShareableHandle) X(cuMemRetainAllocationHandle) X(cuIpcGetMemHandle) \
+    X(cuMemPoolExportPointer) X(cuMemPoolImportPointer) \
     X(cuMemGetInfo_v2) X(cuDeviceTotalMem_v2) \
     X(cuLaunchKernel) X(cuLaunchKernel_ptsz) X(cuLaunchKernelEx) X(cuLaunchKernelEx_ptsz) \
     X(cuLaunchCooperativeKernel) X(cuLaunchCooperativeKernel_ptsz) X(cuGraphLaunch) \

@@ -38,6 +38,7 @@ static void after_fork_child(void) {
     pthread_mutex_init(&slot_mu, NULL);
     gg_region_after_fork();
     gg_track_reset();
+    gg_vmm_after_fork();
 }
 
 static void core_init(void) {
@@ -177,7 +178,9 @@ static const struct gg_versioned versioned[] = {
     {"cuMipmappedArrayDestroy", 0, 0}, {"cuMemCreate", 0, 0}, {"cuMemRelease", 0, 0},
     {"cuMemUnmap", 0, 0}, {"cuIpcCloseMemHandle", 0, 0}, {"cuLaunchKernel", 0, 1},
     {"cuLaunchKernelEx", 0, 1}, {"cuLaunchCooperativeKernel", 0, 1}, {"cuGraphLaunch", 0, 1},
-    {"cuInit", 0, 0},
+    {"cuInit", 0, 0}, {"cuMemMap", 0, 0}, {"cuMemImportFromShareableHandle", 0, 0},
+    {"cuMemRetainAllocationHandle", 0, 0}, {"cuIpcGetMemHandle", 0, 0},
+    {"cuMemPoolExportPointer", 0, 0}, {"cuMemPoolImportPointer", 0, 0},
 };
 
 /* Replaces the driver's answer with our wrapper. A hooked function whose variant we

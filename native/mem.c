@@ -1,6 +1,7 @@
 /* Memory quota: every driver path that takes device memory is charged to the
  * shared region before the driver is asked, and credited back on its free. */
 #include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 #include "gg.h"
 
@@ -10,7 +11,7 @@
         if (rc_) return rc_;            \
     } while (0)
 
-static int current_device(void) {
+int gg_current_device(void) {
     CUdevice d = -1;
     if (gg_real.cuCtxGetDevice(&d) != CUDA_SUCCESS || d < 0) return -1;
     if (d >= GG_MAX_DEVICES) {
@@ -34,9 +35,10 @@ static int charge_or_oom_locked(int dev, uint64_t bytes, const char *api, int po
     return -1;
 }
 
-static int charge_or_oom(int dev, uint64_t bytes, const char *api) {
+int gg_charge_or_oom(int dev, uint64_t bytes, const char *api) {
     return charge_or_oom_locked(dev, bytes, api, 0);
 }
+#define charge_or_oom gg_charge_or_oom
 
 static void scrub(CUdeviceptr p, uint64_t bytes) {
     if (gg_cfg.scrub && bytes && gg_real.cuMemsetD8_v2) gg_real.cuMemsetD8_v2(p, 0, (size_t)bytes);
@@ -46,7 +48,7 @@ static void scrub(CUdeviceptr p, uint64_t bytes) {
 
 static CUresult alloc_linear(CUdeviceptr *dptr, size_t bytes, const char *api,
                              CUresult (*call)(CUdeviceptr *, size_t, unsigned int), unsigned int flags) {
-    int dev = current_device();
+    int dev = gg_current_device();
     if (dev == -2) return CUDA_ERROR_NOT_SUPPORTED;
     if (dev < 0 || !dptr || bytes == 0) return call(dptr, bytes, flags); /* driver reports the error */
     if (charge_or_oom(dev, bytes, api)) return CUDA_ERROR_OUT_OF_MEMORY;
@@ -75,7 +77,7 @@ GG_EXPORT CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytes, unsigned i
 GG_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t width, size_t height,
                                       unsigned int elem) {
     READY();
-    int dev = current_device();
+    int dev = gg_current_device();
     if (dev == -2) return CUDA_ERROR_NOT_SUPPORTED;
     if (dev < 0 || !dptr || !pitch || !width || !height)
         return gg_real.cuMemAllocPitch_v2(dptr, pitch, width, height, elem);
@@ -97,14 +99,24 @@ GG_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t w
     return rc;
 }
 
+static int forget_import(CUdeviceptr p);
+
 GG_EXPORT CUresult cuMemFree_v2(CUdeviceptr p) {
     READY();
     struct gg_entry e;
-    if (!gg_track_take(GG_KIND_LINEAR, p, &e)) return gg_real.cuMemFree_v2(p);
-    scrub(p, e.bytes);
+    if (!gg_track_take(GG_KIND_LINEAR, p, &e)) {
+        CUresult rc = gg_real.cuMemFree_v2(p); /* pool pointers imported from another process */
+        if (rc == CUDA_SUCCESS) forget_import(p);
+        return rc;
+    }
+    scrub(p, e.bytes); /* the owner scrubs, even while same-container imports are open */
     CUresult rc = gg_real.cuMemFree_v2(p);
-    if (rc == CUDA_SUCCESS) gg_uncharge(e.dev, e.bytes);
-    else gg_track_put(GG_KIND_LINEAR, p, e.bytes, e.dev, 0);
+    if (rc == CUDA_SUCCESS) {
+        uint64_t kept = e.aux ? gg_export_drop(p) : 0; /* aux: exported with cuIpcGetMemHandle */
+        if (e.bytes > kept) gg_uncharge(e.dev, e.bytes - kept);
+    } else {
+        gg_track_put(GG_KIND_LINEAR, p, e.bytes, e.dev, e.aux);
+    }
     return rc;
 }
 
@@ -119,6 +131,7 @@ struct pool {
 };
 static struct pool pools[GG_MAX_POOLS];
 static pthread_mutex_t pool_mu = PTHREAD_MUTEX_INITIALIZER;
+static int pool_exports; /* pointers this process exported with cuMemPoolExportPointer */
 
 static uint64_t pool_reserved(CUmemoryPool h) {
     cuuint64_t v = 0;
@@ -160,7 +173,7 @@ static void refresh_pools(int dev, int locked) {
 
 static CUresult alloc_async(CUdeviceptr *dptr, size_t bytes, CUmemoryPool pool, CUstream s,
                             int ptsz, const char *api) {
-    int dev = current_device();
+    int dev = gg_current_device();
     if (dev == -2) return CUDA_ERROR_NOT_SUPPORTED;
     CUresult (*from_pool)(CUdeviceptr *, size_t, CUmemoryPool, CUstream) =
         ptsz ? gg_real.cuMemAllocFromPoolAsync_ptsz : gg_real.cuMemAllocFromPoolAsync;
@@ -216,7 +229,12 @@ GG_EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *d, size_t b, CUmemo
 static CUresult free_async(CUdeviceptr dp, CUstream s, int ptsz) {
     CUresult (*f)(CUdeviceptr, CUstream) = ptsz ? gg_real.cuMemFreeAsync_ptsz : gg_real.cuMemFreeAsync;
     struct gg_entry e;
-    if (!gg_track_take(GG_KIND_ASYNC, dp, &e)) return f(dp, s);
+    if (!gg_track_take(GG_KIND_ASYNC, dp, &e)) {
+        CUresult rc = f(dp, s);
+        if (rc == CUDA_SUCCESS) forget_import(dp);
+        return rc;
+    }
+    if (__atomic_load_n(&pool_exports, __ATOMIC_RELAXED)) gg_export_drop(dp);
     if (gg_cfg.scrub) {
         CUresult (*ms)(CUdeviceptr, unsigned char, size_t, CUstream) =
             ptsz ? gg_real.cuMemsetD8Async_ptsz : gg_real.cuMemsetD8Async;
@@ -282,11 +300,12 @@ static uint64_t array_bytes(size_t w, size_t h, size_t d, int format, unsigned i
 }
 
 static CUresult charged_create(int kind, uint64_t bytes, const char *api, int dev,
-                               CUresult rc_call_ok(void *), void *ctx, uint64_t (*key)(void *)) {
+                               CUresult rc_call_ok(void *), void *ctx, uint64_t (*key)(void *),
+                               uint64_t aux) {
     if (charge_or_oom(dev, bytes, api)) return CUDA_ERROR_OUT_OF_MEMORY;
     CUresult rc = rc_call_ok(ctx);
     if (rc != CUDA_SUCCESS) gg_uncharge(dev, bytes);
-    else gg_track_put(kind, key(ctx), bytes, dev, 0);
+    else gg_track_put(kind, key(ctx), bytes, dev, aux);
     return rc;
 }
 
@@ -299,28 +318,28 @@ static uint64_t key_mip(void *c) { return (uint64_t)(uintptr_t)*((struct arr_ctx
 
 GG_EXPORT CUresult cuArrayCreate_v2(CUarray *out, const CUDA_ARRAY_DESCRIPTOR *d) {
     READY();
-    int dev = current_device();
+    int dev = gg_current_device();
     if (dev == -2) return CUDA_ERROR_NOT_SUPPORTED;
     if (dev < 0 || !out || !d) return gg_real.cuArrayCreate_v2(out, d);
     struct arr_ctx c = {out, d, NULL, 0};
     return charged_create(GG_KIND_ARRAY, array_bytes(d->Width, d->Height, 1, d->Format, d->NumChannels),
-                          "cuArrayCreate", dev, do_arr2d, &c, key_arr);
+                          "cuArrayCreate", dev, do_arr2d, &c, key_arr, 0);
 }
 
 GG_EXPORT CUresult cuArray3DCreate_v2(CUarray *out, const CUDA_ARRAY3D_DESCRIPTOR *d) {
     READY();
-    int dev = current_device();
+    int dev = gg_current_device();
     if (dev == -2) return CUDA_ERROR_NOT_SUPPORTED;
     if (dev < 0 || !out || !d) return gg_real.cuArray3DCreate_v2(out, d);
     struct arr_ctx c = {out, d, NULL, 0};
     return charged_create(GG_KIND_ARRAY, array_bytes(d->Width, d->Height, d->Depth, d->Format, d->NumChannels),
-                          "cuArray3DCreate", dev, do_arr3d, &c, key_arr);
+                          "cuArray3DCreate", dev, do_arr3d, &c, key_arr, 0);
 }
 
 GG_EXPORT CUresult cuMipmappedArrayCreate(CUmipmappedArray *out, const CUDA_ARRAY3D_DESCRIPTOR *d,
                                           unsigned int levels) {
     READY();
-    int dev = current_device();
+    int dev = gg_current_device();
     if (dev == -2) return CUDA_ERROR_NOT_SUPPORTED;
     if (dev < 0 || !out || !d || !levels) return gg_real.cuMipmappedArrayCreate(out, d, levels);
     uint64_t total = 0;
@@ -328,7 +347,7 @@ GG_EXPORT CUresult cuMipmappedArrayCreate(CUmipmappedArray *out, const CUDA_ARRA
         total += array_bytes(d->Width >> l ? d->Width >> l : 1, d->Height >> l ? d->Height >> l : (d->Height ? 1 : 0),
                              d->Depth >> l ? d->Depth >> l : (d->Depth ? 1 : 0), d->Format, d->NumChannels);
     struct arr_ctx c = {NULL, d, out, levels};
-    return charged_create(GG_KIND_MIPMAP, total, "cuMipmappedArrayCreate", dev, do_mip, &c, key_mip);
+    return charged_create(GG_KIND_MIPMAP, total, "cuMipmappedArrayCreate", dev, do_mip, &c, key_mip, levels);
 }
 
 static CUresult release_tracked(int kind, uint64_t key, CUresult rc) {
@@ -337,66 +356,182 @@ static CUresult release_tracked(int kind, uint64_t key, CUresult rc) {
     return rc;
 }
 
+/* Arrays are opaque (tiled) memory cuMemsetD8 cannot address; they are zeroed by copying
+ * from a zeroed linear buffer with cuMemcpy3D, a band of rows at a time. The buffer is a
+ * transient device allocation of at most 4 MiB (not charged), or host memory if that fails. */
+#define GG_ZERO_CHUNK (4u << 20)
+static void zero_array(CUarray a, const char *api) {
+    CUDA_ARRAY3D_DESCRIPTOR d;
+    if (!gg_real.cuArray3DGetDescriptor_v2 || !gg_real.cuMemcpy3D_v2
+        || gg_real.cuArray3DGetDescriptor_v2(&d, a) != CUDA_SUCCESS) {
+        gg_log(GG_LOG_ERROR, "%s: cannot scrub array %p: its descriptor is unavailable", api, (void *)a);
+        return;
+    }
+    uint64_t row = dim(d.Width) * format_bytes(d.Format) * (d.NumChannels ? d.NumChannels : 1);
+    uint64_t height = dim(d.Height), depth = dim(d.Depth);
+    uint64_t rows = row >= GG_ZERO_CHUNK ? 1 : GG_ZERO_CHUNK / row;
+    if (rows > height) rows = height;
+    size_t zb = (size_t)(row * rows);
+    CUdeviceptr zdev = 0;
+    void *zhost = NULL;
+    if (gg_real.cuMemAlloc_v2(&zdev, zb) != CUDA_SUCCESS || gg_real.cuMemsetD8_v2(zdev, 0, zb) != CUDA_SUCCESS) {
+        if (zdev) gg_real.cuMemFree_v2(zdev);
+        zdev = 0;
+        zhost = calloc(1, zb);
+        if (!zhost) {
+            gg_log(GG_LOG_ERROR, "%s: cannot scrub array %p: out of memory for a zero buffer", api, (void *)a);
+            return;
+        }
+    }
+    CUresult rc = CUDA_SUCCESS;
+    for (uint64_t z = 0; z < depth && rc == CUDA_SUCCESS; z++)
+        for (uint64_t y = 0; y < height && rc == CUDA_SUCCESS; y += rows) {
+            CUDA_MEMCPY3D c;
+            memset(&c, 0, sizeof(c));
+            c.srcMemoryType = zdev ? CU_MEMORYTYPE_DEVICE : CU_MEMORYTYPE_HOST;
+            c.srcDevice = zdev;
+            c.srcHost = zhost;
+            c.srcPitch = (size_t)row;
+            c.srcHeight = (size_t)rows;
+            c.dstMemoryType = CU_MEMORYTYPE_ARRAY;
+            c.dstArray = a;
+            c.dstY = (size_t)y;
+            c.dstZ = (size_t)z;
+            c.WidthInBytes = (size_t)row;
+            c.Height = (size_t)(height - y < rows ? height - y : rows);
+            c.Depth = 1;
+            rc = gg_real.cuMemcpy3D_v2(&c);
+        }
+    if (rc != CUDA_SUCCESS)
+        gg_log(GG_LOG_ERROR, "%s: scrubbing array %p failed (error %d); it is freed unscrubbed", api,
+               (void *)a, rc);
+    if (zdev) gg_real.cuMemFree_v2(zdev);
+    free(zhost);
+}
+
 GG_EXPORT CUresult cuArrayDestroy(CUarray a) {
     READY();
+    struct gg_entry e;
+    if (gg_cfg.scrub && gg_track_get(GG_KIND_ARRAY, (uint64_t)(uintptr_t)a, &e)) zero_array(a, "cuArrayDestroy");
     return release_tracked(GG_KIND_ARRAY, (uint64_t)(uintptr_t)a, gg_real.cuArrayDestroy(a));
 }
 
 GG_EXPORT CUresult cuMipmappedArrayDestroy(CUmipmappedArray a) {
     READY();
+    struct gg_entry e;
+    if (gg_cfg.scrub && gg_real.cuMipmappedArrayGetLevel
+        && gg_track_get(GG_KIND_MIPMAP, (uint64_t)(uintptr_t)a, &e)) {
+        for (unsigned int l = 0; l < (unsigned int)e.aux; l++) {
+            CUarray level = NULL;
+            if (gg_real.cuMipmappedArrayGetLevel(&level, a, l) != CUDA_SUCCESS || !level) break;
+            zero_array(level, "cuMipmappedArrayDestroy");
+        }
+    }
     return release_tracked(GG_KIND_MIPMAP, (uint64_t)(uintptr_t)a, gg_real.cuMipmappedArrayDestroy(a));
 }
 
-/* ---- virtual memory management: physical memory is charged at cuMemCreate ---- */
+/* ---- imports of memory another process allocated (cuIpc*, pool pointers) ----
+ * Charged once per container: an import whose exporter is a live process of the same
+ * region is not charged (the exporter's charge covers it); any other import is charged
+ * to the importer, since it keeps the memory alive whatever the exporter does. */
 
-GG_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *h, size_t bytes,
-                               const CUmemAllocationProp *prop, unsigned long long flags) {
-    READY();
-    if (!h || !prop || !bytes || prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE)
-        return gg_real.cuMemCreate(h, bytes, prop, flags); /* host-located memory is not device memory */
-    int dev = prop->location.id;
-    if (dev < 0 || dev >= GG_MAX_DEVICES) return CUDA_ERROR_NOT_SUPPORTED;
-    if (charge_or_oom(dev, bytes, "cuMemCreate")) return CUDA_ERROR_OUT_OF_MEMORY;
-    CUresult rc = gg_real.cuMemCreate(h, bytes, prop, flags);
-    if (rc != CUDA_SUCCESS) gg_uncharge(dev, bytes);
-    else gg_track_put(GG_KIND_VMM, *h, bytes, dev, 0);
-    return rc;
+static void track_import(CUdeviceptr p, int dev, uint64_t bytes, int covered, uint64_t ref) {
+    if (!covered) {
+        gg_track_put(GG_KIND_IPC, p, bytes, dev, 0);
+        return;
+    }
+    struct gg_entry r;
+    uint64_t n = gg_track_get(GG_KIND_IPC_REF, ref, &r) ? r.bytes : 0;
+    gg_track_put(GG_KIND_IPC_REF, ref, n + 1, dev, 0);
+    gg_track_put(GG_KIND_IPC_SHARED, p, 0, dev, ref);
 }
 
-GG_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle h) {
-    READY();
-    return release_tracked(GG_KIND_VMM, h, gg_real.cuMemRelease(h));
+/* After the driver closed or freed an imported pointer; returns 1 if it was one. */
+static int forget_import(CUdeviceptr p) {
+    struct gg_entry e, r;
+    if (gg_track_take(GG_KIND_IPC, p, &e)) {
+        if (e.bytes) gg_uncharge(e.dev, e.bytes);
+        return 1;
+    }
+    if (!gg_track_take(GG_KIND_IPC_SHARED, p, &e)) return 0;
+    if (gg_track_take(GG_KIND_IPC_REF, e.aux, &r) && r.bytes > 1)
+        gg_track_put(GG_KIND_IPC_REF, e.aux, r.bytes - 1, r.dev, 0);
+    else
+        gg_export_uncover(e.aux); /* the last import of it in this process */
+    return 1;
 }
 
-GG_EXPORT CUresult cuMemUnmap(CUdeviceptr p, size_t bytes) {
-    READY();
-    scrub(p, bytes); /* the last view of the physical pages before they can be released */
-    return gg_real.cuMemUnmap(p, bytes);
-}
-
-/* ---- IPC imports: memory mapped from another process is charged to the importer ---- */
-
-GG_EXPORT CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *p, CUipcMemHandle h, unsigned int flags) {
-    READY();
-    int dev = current_device();
-    if (dev == -2) return CUDA_ERROR_NOT_SUPPORTED;
-    CUresult rc = gg_real.cuIpcOpenMemHandle_v2(p, h, flags);
-    if (rc != CUDA_SUCCESS || dev < 0 || !p) return rc;
+/* Charges an import not covered by a same-region export; on refusal closes it again. */
+static CUresult account_import(CUdeviceptr *p, int dev, int kind, const void *handle, const char *api,
+                               CUresult (*undo)(CUdeviceptr)) {
+    uint64_t ref = 0;
+    if (gg_export_cover(kind, handle, &ref)) {
+        track_import(*p, dev, 0, 1, ref);
+        return CUDA_SUCCESS;
+    }
     CUdeviceptr base = 0;
     size_t bytes = 0;
     if (gg_real.cuMemGetAddressRange_v2(&base, &bytes, *p) != CUDA_SUCCESS) bytes = 0;
-    if (bytes && charge_or_oom(dev, bytes, "cuIpcOpenMemHandle")) {
-        gg_real.cuIpcCloseMemHandle(*p);
+    if (bytes && charge_or_oom(dev, bytes, api)) {
+        undo(*p);
         *p = 0;
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
-    gg_track_put(GG_KIND_IPC, *p, bytes, dev, 0);
+    track_import(*p, dev, bytes, 0, 0);
+    return CUDA_SUCCESS;
+}
+
+GG_EXPORT CUresult cuIpcGetMemHandle(CUipcMemHandle *h, CUdeviceptr p) {
+    READY();
+    CUresult rc = gg_real.cuIpcGetMemHandle(h, p);
+    if (rc != CUDA_SUCCESS || !h) return rc;
+    CUdeviceptr base = p;
+    size_t size = 0;
+    if (gg_real.cuMemGetAddressRange_v2(&base, &size, p) != CUDA_SUCCESS) base = p;
+    struct gg_entry e;
+    if (gg_track_get(GG_KIND_LINEAR, base, &e)
+        && gg_export_record(GG_EXPORT_KIND_IPC, h->reserved, base, e.bytes, e.dev) == 0 && !e.aux)
+        gg_track_put(GG_KIND_LINEAR, base, e.bytes, e.dev, 1); /* its free must settle the export */
     return rc;
+}
+
+GG_EXPORT CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *p, CUipcMemHandle h, unsigned int flags) {
+    READY();
+    int dev = gg_current_device();
+    if (dev == -2) return CUDA_ERROR_NOT_SUPPORTED;
+    CUresult rc = gg_real.cuIpcOpenMemHandle_v2(p, h, flags);
+    if (rc != CUDA_SUCCESS || dev < 0 || !p) return rc;
+    return account_import(p, dev, GG_EXPORT_KIND_IPC, h.reserved, "cuIpcOpenMemHandle",
+                          gg_real.cuIpcCloseMemHandle);
 }
 
 GG_EXPORT CUresult cuIpcCloseMemHandle(CUdeviceptr p) {
     READY();
-    return release_tracked(GG_KIND_IPC, p, gg_real.cuIpcCloseMemHandle(p));
+    CUresult rc = gg_real.cuIpcCloseMemHandle(p);
+    if (rc == CUDA_SUCCESS) forget_import(p);
+    return rc;
+}
+
+GG_EXPORT CUresult cuMemPoolExportPointer(CUmemPoolPtrExportData *out, CUdeviceptr p) {
+    READY();
+    CUresult rc = gg_real.cuMemPoolExportPointer(out, p);
+    struct gg_entry e;
+    if (rc == CUDA_SUCCESS && out && gg_track_get(GG_KIND_ASYNC, p, &e)
+        && gg_export_record(GG_EXPORT_KIND_POOL_PTR, out->reserved, p, e.bytes, e.dev) == 0)
+        __atomic_store_n(&pool_exports, 1, __ATOMIC_RELAXED);
+    return rc;
+}
+
+static CUresult free_imported_pool_ptr(CUdeviceptr p) { return gg_real.cuMemFree_v2(p); }
+
+GG_EXPORT CUresult cuMemPoolImportPointer(CUdeviceptr *p, CUmemoryPool pool, CUmemPoolPtrExportData *data) {
+    READY();
+    int dev = gg_current_device();
+    if (dev == -2) return CUDA_ERROR_NOT_SUPPORTED;
+    CUresult rc = gg_real.cuMemPoolImportPointer(p, pool, data);
+    if (rc != CUDA_SUCCESS || dev < 0 || !p || !data) return rc;
+    return account_import(p, dev, GG_EXPORT_KIND_POOL_PTR, data->reserved, "cuMemPoolImportPointer",
+                          free_imported_pool_ptr);
 }
 
 /* ---- virtualised capacity views ---- */
@@ -406,7 +541,7 @@ GG_EXPORT CUresult cuMemGetInfo_v2(size_t *free_b, size_t *total_b) {
     size_t rf = 0, rt = 0;
     CUresult rc = gg_real.cuMemGetInfo_v2(&rf, &rt);
     if (rc != CUDA_SUCCESS) return rc;
-    int dev = current_device();
+    int dev = gg_current_device();
     if (dev >= 0 && gg_device_limit(dev)) {
         uint64_t lim = gg_device_limit(dev), used = gg_device_used(dev);
         uint64_t t = lim < rt ? lim : rt;

@@ -66,6 +66,44 @@ static void clear_slot(struct gg_slot *s) {
     slot_end(s);
 }
 
+static void bit_set(uint64_t *bits, int i) { bits[i >> 6] |= 1ULL << (i & 63); }
+static void bit_clear(uint64_t *bits, int i) { bits[i >> 6] &= ~(1ULL << (i & 63)); }
+static int bits_any(const uint64_t *bits) { return (bits[0] | bits[1] | bits[2] | bits[3]) != 0; }
+
+static void clear_export(struct gg_export *x) {
+    uint64_t gen = x->gen + 1;
+    memset(x, 0, sizeof(*x));
+    x->gen = gen;
+}
+
+/* An orphan holds its bytes in header.used without a slot; the last import closing frees them. */
+static void release_orphan_if_unused(struct gg_export *x) {
+    if (x->state != GG_EXPORT_ORPHAN || bits_any(x->importers)) return;
+    uint32_t d = x->dev;
+    R->header.used[d] = R->header.used[d] > x->bytes ? R->header.used[d] - x->bytes : 0;
+    clear_export(x);
+}
+
+/* Slot i is going away (exit or death) after its usage was subtracted from header.used:
+ * its exports that others still import become orphans (their bytes stay charged), and
+ * its uncharged imports stop holding others' exports. Caller holds the lock. */
+static void slot_gone_locked(int i) {
+    for (int k = 0; k < GG_MAX_EXPORTS; k++) {
+        struct gg_export *x = &R->exports[k];
+        if (x->state == GG_EXPORT_FREE) continue;
+        bit_clear(x->importers, i);
+        if (x->state == GG_EXPORT_LIVE && x->slot == (uint32_t)i) {
+            if (x->kind == GG_EXPORT_KIND_IPC && bits_any(x->importers)) {
+                x->state = GG_EXPORT_ORPHAN;
+                R->header.used[x->dev] += x->bytes;
+            } else {
+                clear_export(x);
+            }
+        }
+        release_orphan_if_unused(x);
+    }
+}
+
 /* Releases slots of dead processes. Caller holds the lock. */
 static void reap_dead_locked(void) {
     for (int i = 0; i < GG_MAX_SLOTS; i++) {
@@ -76,6 +114,7 @@ static void reap_dead_locked(void) {
             R->header.used[d] = R->header.used[d] > s->used[d] ? R->header.used[d] - s->used[d] : 0;
         gg_log(GG_LOG_INFO, "released slot %d of dead process %u", i, s->pid);
         clear_slot(s);
+        slot_gone_locked(i);
         R->header.reaped++;
     }
 }
@@ -87,6 +126,9 @@ static void rebuild_locked(void) {
         uint64_t sum = 0;
         for (int i = 0; i < GG_MAX_SLOTS; i++)
             if (R->slots[i].state == GG_SLOT_ACTIVE) sum += R->slots[i].used[d];
+        for (int k = 0; k < GG_MAX_EXPORTS; k++)
+            if (R->exports[k].state == GG_EXPORT_ORPHAN && R->exports[k].dev == (uint32_t)d)
+                sum += R->exports[k].bytes;
         R->header.used[d] = sum;
     }
     for (int i = 0; i < GG_MAX_SLOTS; i++) /* an odd seqlock left by the dead writer */
@@ -185,19 +227,57 @@ static int map_file(const struct gg_config *cfg, char *err, size_t errlen) {
     }
     flock(fd, LOCK_UN);
     close(fd);
-    for (int d = 0; d < GG_MAX_DEVICES; d++)
-        if (R->header.mem_limit[d] != cfg->mem_limit[d] || R->header.core_limit[d] != cfg->core_limit[d])
-            gg_log(GG_LOG_WARN, "device %d: limits in %s differ from this process's environment; "
-                   "the region's limits apply", d, path);
     return 0;
 }
 
-static int claim_slot(char *err, size_t errlen) {
+static void fmt_limit(char *buf, size_t n, uint64_t v, int core) {
+    if (!v) snprintf(buf, n, "unlimited");
+    else snprintf(buf, n, core ? "%llu%%" : "%llu bytes", (unsigned long long)v);
+}
+
+/* The region's limits against this process's environment. A region no live process uses
+ * (a restarted or resized container) takes the environment's limits; one in use keeps its
+ * own, and a process whose environment disagrees is refused: the processes of one
+ * container must agree on its quota. Caller holds the lock. Returns -1 on a mismatch. */
+static int reconcile_limits_locked(const struct gg_config *cfg, char *err, size_t errlen) {
+    int live = 0;
+    for (int i = 0; i < GG_MAX_SLOTS; i++) live += R->slots[i].state == GG_SLOT_ACTIVE;
+    for (int d = 0; d < GG_MAX_DEVICES; d++) {
+        int mem = R->header.mem_limit[d] != cfg->mem_limit[d];
+        int core = R->header.core_limit[d] != cfg->core_limit[d];
+        if (!mem && !core) continue;
+        char have[48], want[48];
+        fmt_limit(have, sizeof(have), mem ? R->header.mem_limit[d] : R->header.core_limit[d], !mem);
+        fmt_limit(want, sizeof(want), mem ? cfg->mem_limit[d] : cfg->core_limit[d], !mem);
+        const char *what = mem ? "memory limit" : "core limit";
+        if (live) {
+            snprintf(err, errlen, "device %d: %s in the environment (%s) differs from the shared "
+                     "region %s (%s), which %d running process%s of this container use%s; the "
+                     "region's limit stays and this process is refused", d, what, want,
+                     cfg->region_path, have, live, live == 1 ? "" : "es", live == 1 ? "s" : "");
+            return -1;
+        }
+        gg_log(GG_LOG_WARN, "device %d: %s in the shared region %s was %s, the environment says "
+               "%s; no process uses the region, so the environment's limit applies", d, what,
+               cfg->region_path, have, want);
+        R->header.mem_limit[d] = cfg->mem_limit[d];
+        R->header.core_limit[d] = cfg->core_limit[d];
+        R->header.tokens_ns[d] = 0;
+        R->header.refill_ns[d] = 0;
+    }
+    return 0;
+}
+
+static int claim_slot(const struct gg_config *cfg, char *err, size_t errlen) {
     uint32_t pid = (uint32_t)getpid();
     uint64_t ticks = start_ticks_of((pid_t)pid);
     lock_region();
     reap_dead_locked();
     my_slot = -1;
+    if (cfg->region_path[0] && reconcile_limits_locked(cfg, err, errlen) != 0) {
+        unlock_region();
+        return -1;
+    }
     for (int i = 0; i < GG_MAX_SLOTS; i++) {
         struct gg_slot *s = &R->slots[i];
         if (s->state != GG_SLOT_FREE) continue;
@@ -233,10 +313,14 @@ int gg_region_open(const struct gg_config *cfg, char *err, size_t errlen) {
             }
             R = p;
             init_header(cfg);
-            gg_log(GG_LOG_INFO, "GPUGOV_SHARED_REGION unset: limits apply to this process only");
+            static int warned;
+            if (!__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
+                gg_log(GG_LOG_WARN, "GPUGOV_SHARED_REGION is unset: using a private region, so "
+                       "the limits apply to each process separately (a container running N "
+                       "processes can use N times its quota)");
         }
     }
-    return claim_slot(err, errlen);
+    return claim_slot(cfg, err, errlen);
 }
 
 int gg_charge(int dev, uint64_t bytes, int force, uint64_t *limit, uint64_t *in_use) {
@@ -290,8 +374,98 @@ __attribute__((destructor)) static void release_slot(void) {
     for (int d = 0; d < GG_MAX_DEVICES; d++)
         R->header.used[d] = R->header.used[d] > s->used[d] ? R->header.used[d] - s->used[d] : 0;
     clear_slot(s);
+    slot_gone_locked(my_slot);
     unlock_region();
     my_slot = -1;
+}
+
+/* ---- exports: one charge per container for memory shared between its processes ---- */
+
+static struct gg_export *find_export(int kind, const void *handle) {
+    for (int k = 0; k < GG_MAX_EXPORTS; k++) {
+        struct gg_export *x = &R->exports[k];
+        if (x->state != GG_EXPORT_FREE && x->kind == (uint32_t)kind
+            && memcmp(x->handle, handle, sizeof(x->handle)) == 0)
+            return x;
+    }
+    return NULL;
+}
+
+int gg_export_record(int kind, const void *handle, uint64_t ptr, uint64_t bytes, int dev) {
+    if (my_slot < 0) return -1;
+    lock_region();
+    struct gg_export *x = find_export(kind, handle), *slot = NULL;
+    if (x && x->state == GG_EXPORT_LIVE && x->slot == (uint32_t)my_slot) {
+        unlock_region();
+        return 0; /* exported again: same handle, same allocation */
+    }
+    for (int k = 0; k < GG_MAX_EXPORTS && !slot; k++)
+        if (R->exports[k].state == GG_EXPORT_FREE) slot = &R->exports[k];
+    if (slot) {
+        memcpy(slot->handle, handle, sizeof(slot->handle));
+        slot->ptr = ptr;
+        slot->bytes = bytes;
+        memset(slot->importers, 0, sizeof(slot->importers));
+        slot->slot = (uint32_t)my_slot;
+        slot->dev = (uint32_t)dev;
+        slot->kind = (uint32_t)kind;
+        __atomic_store_n(&slot->state, GG_EXPORT_LIVE, __ATOMIC_RELEASE);
+    }
+    unlock_region();
+    if (!slot)
+        gg_log(GG_LOG_WARN, "more than %d exported allocations: imports of this one by processes "
+               "of the same container are charged again", GG_MAX_EXPORTS);
+    return slot ? 0 : -1;
+}
+
+int gg_export_cover(int kind, const void *handle, uint64_t *ref) {
+    if (my_slot < 0) return 0;
+    lock_region();
+    struct gg_export *x = find_export(kind, handle);
+    int covered = x && x->state == GG_EXPORT_LIVE && R->slots[x->slot].state == GG_SLOT_ACTIVE;
+    if (covered) {
+        bit_set(x->importers, my_slot);
+        *ref = ((uint64_t)(x - R->exports) << 48) | (x->gen & 0xFFFFFFFFFFFFULL);
+    }
+    unlock_region();
+    return covered;
+}
+
+void gg_export_uncover(uint64_t ref) {
+    uint32_t k = (uint32_t)(ref >> 48);
+    if (my_slot < 0 || k >= GG_MAX_EXPORTS) return;
+    lock_region();
+    struct gg_export *x = &R->exports[k];
+    if (x->state != GG_EXPORT_FREE && (x->gen & 0xFFFFFFFFFFFFULL) == (ref & 0xFFFFFFFFFFFFULL)) {
+        bit_clear(x->importers, my_slot);
+        release_orphan_if_unused(x);
+    }
+    unlock_region();
+}
+
+uint64_t gg_export_drop(uint64_t ptr) {
+    uint64_t kept = 0;
+    if (my_slot < 0) return 0;
+    lock_region();
+    for (int k = 0; k < GG_MAX_EXPORTS; k++) {
+        struct gg_export *x = &R->exports[k];
+        if (x->state != GG_EXPORT_LIVE || x->slot != (uint32_t)my_slot || x->ptr != ptr) continue;
+        if (x->kind == GG_EXPORT_KIND_IPC && bits_any(x->importers) && !kept) {
+            /* imports still map it: its bytes stay charged, now held by the orphan */
+            struct gg_slot *s = &R->slots[my_slot];
+            uint64_t b = s->used[x->dev] < x->bytes ? s->used[x->dev] : x->bytes;
+            slot_begin(s);
+            s->used[x->dev] -= b;
+            slot_end(s);
+            x->bytes = b;
+            x->state = GG_EXPORT_ORPHAN;
+            kept = b;
+        } else {
+            clear_export(x);
+        }
+    }
+    unlock_region();
+    return kept;
 }
 
 #ifdef GPUGOV_TEST_HOOKS

@@ -10,13 +10,20 @@
 #include <stdint.h>
 
 #define GG_REGION_MAGIC 0x3152564f47555047 /* "GPUGOVR1" little-endian */
-#define GG_REGION_VERSION 1
+#define GG_REGION_VERSION 2
 #define GG_MAX_DEVICES 16
 #define GG_MAX_SLOTS 256
 #define GG_LOCK_BYTES 64
 
 #define GG_SLOT_FREE 0
 #define GG_SLOT_ACTIVE 1
+#define GG_MAX_EXPORTS 256
+
+#define GG_EXPORT_FREE 0
+#define GG_EXPORT_LIVE 1                /* the exporter (a slot of this region) holds the charge */
+#define GG_EXPORT_ORPHAN 2              /* the exporter freed or died while imports were open */
+#define GG_EXPORT_KIND_IPC 1            /* cuIpcGetMemHandle */
+#define GG_EXPORT_KIND_POOL_PTR 2       /* cuMemPoolExportPointer */
 
 struct gg_slot {
     uint64_t seq;                      /* seqlock: odd while the slot is being written */
@@ -27,6 +34,20 @@ struct gg_slot {
     uint64_t start_ticks;              /* /proc/<pid>/stat starttime, detects pid reuse */
     uint64_t used[GG_MAX_DEVICES];     /* device bytes charged to this process */
     uint64_t launches[GG_MAX_DEVICES]; /* kernel and graph launches seen */
+};
+
+/* An allocation exported by a process of this region: imports of the same handle by
+ * processes of this region are not charged again (one charge per container). */
+struct gg_export {
+    uint8_t handle[64];                /* the exported handle's bytes, as the importer sees them */
+    uint64_t gen;                      /* bumped each time the entry is reused */
+    uint64_t ptr;                      /* exporter's device address of the allocation */
+    uint64_t bytes;                    /* bytes charged for it (to the exporter, or the orphan) */
+    uint64_t importers[4];             /* bitmap of slot indexes holding an uncharged import */
+    uint32_t state;                    /* GG_EXPORT_FREE, _LIVE or _ORPHAN */
+    uint32_t slot;                     /* exporter's slot index */
+    uint32_t dev;
+    uint32_t kind;                     /* GG_EXPORT_KIND_* */
 };
 
 struct gg_header {
@@ -50,6 +71,7 @@ struct gg_header {
 struct gg_region {
     struct gg_header header;
     struct gg_slot slots[GG_MAX_SLOTS];
+    struct gg_export exports[GG_MAX_EXPORTS];
 };
 
 #endif

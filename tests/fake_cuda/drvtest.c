@@ -5,6 +5,10 @@
  *   array:W:H array3d:W:H:D mipmap:W:H:L vmm:B ipc:B free:I fill:I:V check:I
  *   meminfo totalmem nvml launch:N:US launchex:N:US coop:N:US graph:N:K:US
  *   util:KIND:US:SECONDS fillup:B barrier:PATH sleep:MS
+ *   vmap:I (map VMM handle I) vretain:I (retain the handle of mapping I) vexport:I:PATH
+ *   vimport:PATH ipcput:I:PATH ipcopen:PATH pexport:I:PATH pimport:PATH afill:I:V acheck:I
+ * free:I releases whatever I is (cuMemFree, cuMemFreeAsync, cuArrayDestroy, cuMemRelease,
+ * cuMemUnmap for a mapping, cuIpcCloseMemHandle); exported handles go through files.
  * Sizes accept Ki/Mi/Gi suffixes. */
 #include <dlfcn.h>
 #include <stdint.h>
@@ -37,7 +41,18 @@
     X(cuLaunchKernel, (CUfunction, unsigned int, unsigned int, unsigned int, unsigned int, unsigned int, unsigned int, unsigned int, CUstream, void **, void **)) \
     X(cuLaunchKernelEx, (const CUlaunchConfig *, CUfunction, void **, void **)) \
     X(cuLaunchCooperativeKernel, (CUfunction, unsigned int, unsigned int, unsigned int, unsigned int, unsigned int, unsigned int, unsigned int, CUstream, void **)) \
-    X(cuGraphLaunch, (CUgraphExec, CUstream)) X(cuCtxSynchronize, (void))
+    X(cuGraphLaunch, (CUgraphExec, CUstream)) X(cuCtxSynchronize, (void)) \
+    X(cuMemAddressReserve, (CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long)) \
+    X(cuMemMap, (CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long)) \
+    X(cuMemUnmap, (CUdeviceptr, size_t)) X(cuMemSetAccess, (CUdeviceptr, size_t, const CUmemAccessDesc *, size_t)) \
+    X(cuMemExportToShareableHandle, (void *, CUmemGenericAllocationHandle, int, unsigned long long)) \
+    X(cuMemImportFromShareableHandle, (CUmemGenericAllocationHandle *, void *, int)) \
+    X(cuMemRetainAllocationHandle, (CUmemGenericAllocationHandle *, void *)) \
+    X(cuMemPoolExportPointer, (CUmemPoolPtrExportData *, CUdeviceptr)) \
+    X(cuMemPoolImportPointer, (CUdeviceptr *, CUmemoryPool, CUmemPoolPtrExportData *)) \
+    X(cuArray3DGetDescriptor_v2, (CUDA_ARRAY3D_DESCRIPTOR *, CUarray)) \
+    X(cuMipmappedArrayGetLevel, (CUarray *, CUmipmappedArray, unsigned int)) \
+    X(cuMemcpy3D_v2, (const CUDA_MEMCPY3D *))
 
 #define FIELD(name, args) CUresult(*name) args;
 static struct { API(FIELD) } api;
@@ -90,7 +105,7 @@ static uint64_t parse_size(const char *s) {
     return v;
 }
 
-enum { H_LINEAR, H_ASYNC, H_ARRAY, H_MIPMAP, H_VMM, H_IPC };
+enum { H_LINEAR, H_ASYNC, H_ARRAY, H_MIPMAP, H_VMM, H_IPC, H_VMAP, H_PIMPORT };
 struct handle { int kind; uint64_t v; uint64_t size; };
 static struct handle handles[4096];
 static int nhandles;
@@ -110,6 +125,8 @@ static CUresult release(int i) {
     case H_ARRAY: return api.cuArrayDestroy((CUarray)(uintptr_t)h->v);
     case H_MIPMAP: return api.cuMipmappedArrayDestroy((CUmipmappedArray)(uintptr_t)h->v);
     case H_VMM: return api.cuMemRelease(h->v);
+    case H_VMAP: return api.cuMemUnmap(h->v, h->size);
+    case H_PIMPORT: return api.cuMemFree_v2(h->v);
     default: return api.cuIpcCloseMemHandle(h->v);
     }
 }
@@ -126,6 +143,7 @@ static int run(char *cmd) {
     char *a[5] = {0};
     int n = 0;
     for (char *t = strtok(cmd, ":"); t && n < 5; t = strtok(NULL, ":")) a[n++] = t;
+    if (!a[0]) return 2;
     CUresult rc = 0;
     if (strcmp(a[0], "ctx") == 0) {
         rc = api.cuDevicePrimaryCtxRetain(&ctx, atoi(a[1]));
@@ -185,7 +203,7 @@ static int run(char *cmd) {
         prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
         CUmemGenericAllocationHandle h = 0;
         rc = api.cuMemCreate(&h, parse_size(a[1]), &prop, 0);
-        printf("vmm rc=%d handle=%d\n", rc, rc ? -1 : add(H_VMM, h, 0));
+        printf("vmm rc=%d handle=%d\n", rc, rc ? -1 : add(H_VMM, h, parse_size(a[1])));
     } else if (strcmp(a[0], "ipc") == 0) {
         /* export a buffer allocated before the limit matters, then import it */
         int i = atoi(a[1]);
@@ -193,7 +211,86 @@ static int run(char *cmd) {
         CUdeviceptr p = 0;
         api.cuIpcGetMemHandle(&h, handles[i].v);
         rc = api.cuIpcOpenMemHandle_v2(&p, h, 1);
-        printf("ipc rc=%d handle=%d\n", rc, rc ? -1 : add(H_IPC, p, 0));
+        printf("ipc rc=%d handle=%d\n", rc, rc ? -1 : add(H_IPC, p, handles[i].size));
+    } else if (strcmp(a[0], "vmap") == 0) {
+        struct handle *h = &handles[atoi(a[1])];
+        CUdeviceptr va = 0;
+        CUmemAccessDesc acc = {{CU_MEM_LOCATION_TYPE_DEVICE, 0}, CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+        rc = api.cuMemAddressReserve(&va, h->size, 0, 0, 0);
+        if (!rc) rc = api.cuMemMap(va, h->size, 0, h->v, 0);
+        if (!rc) rc = api.cuMemSetAccess(va, h->size, &acc, 1);
+        printf("vmap rc=%d handle=%d\n", rc, rc ? -1 : add(H_VMAP, va, h->size));
+    } else if (strcmp(a[0], "vretain") == 0) {
+        struct handle *h = &handles[atoi(a[1])];
+        CUmemGenericAllocationHandle r = 0;
+        rc = api.cuMemRetainAllocationHandle(&r, (void *)(uintptr_t)h->v);
+        printf("vretain rc=%d handle=%d\n", rc, rc ? -1 : add(H_VMM, r, h->size));
+    } else if (strcmp(a[0], "vexport") == 0 || strcmp(a[0], "ipcput") == 0 || strcmp(a[0], "pexport") == 0) {
+        unsigned char buf[64] = {0};
+        struct handle *h = &handles[atoi(a[1])];
+        if (a[0][0] == 'v') rc = api.cuMemExportToShareableHandle(buf, h->v, 1, 0);
+        else if (a[0][0] == 'i') rc = api.cuIpcGetMemHandle((CUipcMemHandle *)buf, h->v);
+        else rc = api.cuMemPoolExportPointer((CUmemPoolPtrExportData *)buf, h->v);
+        char tmp[4200];
+        snprintf(tmp, sizeof(tmp), "%s.tmp", a[2]);
+        FILE *f = fopen(tmp, "wb");
+        if (f) { fwrite(buf, 1, sizeof(buf), f); fclose(f); rename(tmp, a[2]); }
+        printf("%s rc=%d\n", a[0], rc);
+    } else if (strcmp(a[0], "vimport") == 0 || strcmp(a[0], "ipcopen") == 0 || strcmp(a[0], "pimport") == 0) {
+        unsigned char buf[64] = {0};
+        uint64_t size = 0;
+        FILE *f = fopen(a[1], "rb");
+        if (f) { if (fread(buf, 1, sizeof(buf), f) != sizeof(buf)) memset(buf, 0, sizeof(buf)); fclose(f); }
+        memcpy(&size, buf + 16, sizeof(size)); /* the fake's token: {pid, ptr, size, dev} */
+        int idx = -1;
+        if (a[0][0] == 'v') {
+            CUmemGenericAllocationHandle h = 0;
+            rc = api.cuMemImportFromShareableHandle(&h, buf, 1);
+            if (!rc) idx = add(H_VMM, h, size);
+        } else {
+            CUdeviceptr p = 0;
+            CUipcMemHandle ih;
+            memcpy(ih.reserved, buf, sizeof(buf));
+            rc = a[0][0] == 'i' ? api.cuIpcOpenMemHandle_v2(&p, ih, 1)
+                                : api.cuMemPoolImportPointer(&p, NULL, (CUmemPoolPtrExportData *)buf);
+            if (!rc) idx = add(a[0][0] == 'i' ? H_IPC : H_PIMPORT, p, size);
+        }
+        printf("%s rc=%d handle=%d\n", a[0], rc, idx);
+    } else if (strcmp(a[0], "afill") == 0 || strcmp(a[0], "acheck") == 0) {
+        /* every level of an array or mipmapped array, through cuMemcpy3D */
+        struct handle *h = &handles[atoi(a[1])];
+        size_t dirty = 0;
+        for (unsigned int l = 0; !rc; l++) {
+            CUarray arr = (CUarray)(uintptr_t)h->v;
+            if (h->kind == H_MIPMAP) {
+                if (api.cuMipmappedArrayGetLevel(&arr, (CUmipmappedArray)(uintptr_t)h->v, l)) break;
+            } else if (l) {
+                break;
+            }
+            CUDA_ARRAY3D_DESCRIPTOR d;
+            rc = api.cuArray3DGetDescriptor_v2(&d, arr);
+            if (rc) break;
+            size_t row = d.Width * 4 * d.NumChannels, hgt = d.Height ? d.Height : 1, dep = d.Depth ? d.Depth : 1;
+            unsigned char *buf = malloc(row * hgt * dep);
+            memset(buf, a[0][1] == 'f' ? atoi(a[2]) : 0, row * hgt * dep);
+            CUDA_MEMCPY3D c;
+            memset(&c, 0, sizeof(c));
+            c.WidthInBytes = row;
+            c.Height = hgt;
+            c.Depth = dep;
+            if (a[0][1] == 'f') {
+                c.srcMemoryType = CU_MEMORYTYPE_HOST; c.srcHost = buf; c.srcPitch = row; c.srcHeight = hgt;
+                c.dstMemoryType = CU_MEMORYTYPE_ARRAY; c.dstArray = arr;
+            } else {
+                c.srcMemoryType = CU_MEMORYTYPE_ARRAY; c.srcArray = arr;
+                c.dstMemoryType = CU_MEMORYTYPE_HOST; c.dstHost = buf; c.dstPitch = row; c.dstHeight = hgt;
+            }
+            rc = api.cuMemcpy3D_v2(&c);
+            for (size_t i = 0; a[0][1] == 'c' && i < row * hgt * dep; i++) dirty += buf[i] != 0;
+            free(buf);
+        }
+        if (a[0][1] == 'f') printf("afill rc=%d\n", rc);
+        else printf("acheck rc=%d nonzero=%zu\n", rc, dirty);
     } else if (strcmp(a[0], "fill") == 0) {
         struct handle *h = &handles[atoi(a[1])];
         printf("fill rc=%d\n", api.cuMemsetD8_v2(h->v, (unsigned char)atoi(a[2]), h->size));

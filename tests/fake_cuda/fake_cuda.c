@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 #include "../../native/cuda_types.h"
 
 #define EXPORT __attribute__((visibility("default")))
@@ -29,7 +30,6 @@ struct ctx { int dev; };
 struct ev { int dev, recorded; uint64_t t; };
 struct func { uint64_t ns; };
 struct graph { uint64_t ns; };
-struct vmm { uint64_t size; unsigned char *mem; int dev; };
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static struct dev devs[MAX_DEV];
@@ -110,7 +110,7 @@ static CUresult drop_alloc(CUdeviceptr p, int charge) {
     struct alloc *a = find_alloc(p);
     if (!a || a->base != p) { pthread_mutex_unlock(&mu); return CUDA_ERROR_INVALID_VALUE; }
     a->live = 0; /* keep a->mem for reuse */
-    if (charge) devs[a->dev].used -= a->size;
+    if (charge && a->kind != 2) devs[a->dev].used -= a->size;
     pthread_mutex_unlock(&mu);
     return CUDA_SUCCESS;
 }
@@ -200,6 +200,7 @@ static CUresult pool_free(CUdeviceptr p) {
     struct alloc *a = find_alloc(p);
     uint64_t n = a ? a->size : 0;
     pthread_mutex_unlock(&mu);
+    if (a && !pl && a->kind == 2) return drop_alloc(p, 0); /* an imported pool pointer */
     if (!a || !pl) return CUDA_ERROR_INVALID_VALUE;
     drop_alloc(p, 0);
     pthread_mutex_lock(&mu);
@@ -285,54 +286,151 @@ EXPORT CUresult cuMemPoolGetAttribute(CUmemoryPool h, int attr, void *v) {
     return 0;
 }
 
-/* ---- arrays: opaque handles charged by their texel bytes ---- */
+/* ---- arrays: texel memory the client can only reach with cuMemcpy3D ----
+ * Freed array memory is reused for the next array of the same size without clearing. */
 
 static uint64_t fmt_bytes(int f) { return f == 0x01 || f == 0x08 ? 1 : f == 0x02 || f == 0x09 || f == 0x10 ? 2 : 4; }
-static CUresult charge_handle(int dev, uint64_t n, void **out) {
+static uint64_t d1(size_t v) { return v ? v : 1; }
+struct farr { uint64_t size, row; CUDA_ARRAY3D_DESCRIPTOR d; unsigned char *mem; int dev; };
+struct fmip { unsigned int levels; struct farr *lv[32]; };
+#define MAX_SPARE 64
+static struct { uint64_t size; unsigned char *mem; } spare[MAX_SPARE];
+
+static unsigned char *spare_take(uint64_t size) { /* caller holds mu */
+    for (int i = 0; i < MAX_SPARE; i++)
+        if (spare[i].mem && spare[i].size == size) { unsigned char *m = spare[i].mem; spare[i].mem = NULL; return m; }
+    return calloc(1, size ? size : 1);
+}
+static void spare_put(uint64_t size, unsigned char *m) { /* caller holds mu */
+    for (int i = 0; i < MAX_SPARE; i++)
+        if (!spare[i].mem) { spare[i].size = size; spare[i].mem = m; return; }
+    free(m);
+}
+
+static CUresult new_array(int dev, const CUDA_ARRAY3D_DESCRIPTOR *d, struct farr **out) {
     if (dev < 0) return ERR_INVALID_CONTEXT;
+    if (!d || !out) return CUDA_ERROR_INVALID_VALUE;
+    uint64_t row = d1(d->Width) * fmt_bytes(d->Format) * (d->NumChannels ? d->NumChannels : 1);
+    uint64_t n = row * d1(d->Height) * d1(d->Depth);
     pthread_mutex_lock(&mu);
     if (devs[dev].used + n > devs[dev].total) { pthread_mutex_unlock(&mu); return CUDA_ERROR_OUT_OF_MEMORY; }
     devs[dev].used += n;
+    struct farr *a = malloc(sizeof(*a));
+    *a = (struct farr){n, row, *d, spare_take(n), dev};
     pthread_mutex_unlock(&mu);
-    uint64_t *h = malloc(2 * sizeof(uint64_t));
-    h[0] = n;
-    h[1] = (uint64_t)dev;
-    *out = h;
+    *out = a;
     return 0;
 }
-static CUresult release_handle(void *h) {
-    if (!h) return ERR_INVALID_HANDLE;
-    uint64_t *v = h;
+static void free_array(struct farr *a) {
     pthread_mutex_lock(&mu);
-    devs[v[1]].used -= v[0];
+    devs[a->dev].used -= a->size;
+    spare_put(a->size, a->mem);
     pthread_mutex_unlock(&mu);
-    free(v);
-    return 0;
+    free(a);
 }
-static uint64_t d1(size_t v) { return v ? v : 1; }
 EXPORT CUresult cuArrayCreate_v2(CUarray *a, const CUDA_ARRAY_DESCRIPTOR *d) {
     ENTER();
-    return charge_handle(cur_dev(), d1(d->Width) * d1(d->Height) * fmt_bytes(d->Format) * d->NumChannels, (void **)a);
+    if (!d) return CUDA_ERROR_INVALID_VALUE;
+    CUDA_ARRAY3D_DESCRIPTOR d3 = {d->Width, d->Height, 0, d->Format, d->NumChannels, 0};
+    return new_array(cur_dev(), &d3, (struct farr **)a);
 }
-EXPORT CUresult cuArray3DCreate_v2(CUarray *a, const CUDA_ARRAY3D_DESCRIPTOR *d) {
+EXPORT CUresult cuArray3DCreate_v2(CUarray *a, const CUDA_ARRAY3D_DESCRIPTOR *d) { ENTER(); return new_array(cur_dev(), d, (struct farr **)a); }
+EXPORT CUresult cuArrayDestroy(CUarray a) { ENTER(); if (!a) return ERR_INVALID_HANDLE; free_array((struct farr *)a); return 0; }
+EXPORT CUresult cuArray3DGetDescriptor_v2(CUDA_ARRAY3D_DESCRIPTOR *d, CUarray a) {
     ENTER();
-    return charge_handle(cur_dev(), d1(d->Width) * d1(d->Height) * d1(d->Depth) * fmt_bytes(d->Format) * d->NumChannels, (void **)a);
+    if (!a || !d) return ERR_INVALID_HANDLE;
+    *d = ((struct farr *)a)->d;
+    return 0;
 }
-EXPORT CUresult cuArrayDestroy(CUarray a) { ENTER(); return release_handle(a); }
-EXPORT CUresult cuMipmappedArrayCreate(CUmipmappedArray *a, const CUDA_ARRAY3D_DESCRIPTOR *d, unsigned int levels) {
+EXPORT CUresult cuMipmappedArrayCreate(CUmipmappedArray *m, const CUDA_ARRAY3D_DESCRIPTOR *d, unsigned int levels) {
     ENTER();
-    uint64_t n = 0;
-    for (unsigned int l = 0; l < levels; l++)
-        n += d1(d->Width >> l) * d1(d->Height >> l) * d1(d->Depth >> l) * fmt_bytes(d->Format) * d->NumChannels;
-    return charge_handle(cur_dev(), n, (void **)a);
+    if (!m || !d || !levels || levels > 32) return CUDA_ERROR_INVALID_VALUE;
+    struct fmip *mp = calloc(1, sizeof(*mp));
+    for (unsigned int l = 0; l < levels; l++) {
+        CUDA_ARRAY3D_DESCRIPTOR dl = *d;
+        dl.Width = d1(d->Width >> l);
+        dl.Height = d->Height ? d1(d->Height >> l) : 0;
+        dl.Depth = d->Depth ? d1(d->Depth >> l) : 0;
+        CUresult rc = new_array(cur_dev(), &dl, &mp->lv[l]);
+        if (rc) { while (l--) free_array(mp->lv[l]); free(mp); return rc; }
+        mp->levels = l + 1;
+    }
+    *m = (CUmipmappedArray)mp;
+    return 0;
 }
-EXPORT CUresult cuMipmappedArrayDestroy(CUmipmappedArray a) { ENTER(); return release_handle(a); }
+EXPORT CUresult cuMipmappedArrayGetLevel(CUarray *a, CUmipmappedArray m, unsigned int l) {
+    ENTER();
+    struct fmip *mp = (struct fmip *)m;
+    if (!mp || !a || l >= mp->levels) return CUDA_ERROR_INVALID_VALUE;
+    *a = (CUarray)mp->lv[l];
+    return 0;
+}
+EXPORT CUresult cuMipmappedArrayDestroy(CUmipmappedArray m) {
+    ENTER();
+    struct fmip *mp = (struct fmip *)m;
+    if (!mp) return ERR_INVALID_HANDLE;
+    for (unsigned int l = 0; l < mp->levels; l++) free_array(mp->lv[l]);
+    free(mp);
+    return 0;
+}
 
-/* ---- virtual memory management ---- */
+static unsigned char *resolve(CUdeviceptr p, size_t n);
+/* Copies between host/linear device memory and arrays (no array-to-array, no LOD). */
+EXPORT CUresult cuMemcpy3D_v2(const CUDA_MEMCPY3D *c) {
+    ENTER();
+    if (!c) return CUDA_ERROR_INVALID_VALUE;
+    int to_array = c->dstMemoryType == CU_MEMORYTYPE_ARRAY;
+    struct farr *a = (struct farr *)(to_array ? c->dstArray : c->srcArray);
+    if (!a || (!to_array && c->srcMemoryType != CU_MEMORYTYPE_ARRAY)) return CUDA_ERROR_INVALID_VALUE;
+    size_t ax = to_array ? c->dstXInBytes : c->srcXInBytes, ay = to_array ? c->dstY : c->srcY,
+           az = to_array ? c->dstZ : c->srcZ;
+    int lt = to_array ? c->srcMemoryType : c->dstMemoryType;
+    size_t pitch = to_array ? c->srcPitch : c->dstPitch, lh = to_array ? c->srcHeight : c->dstHeight;
+    size_t depth = d1(c->Depth), height = d1(c->Height);
+    if (ax + c->WidthInBytes > a->row || ay + height > d1(a->d.Height) || az + depth > d1(a->d.Depth)
+        || pitch < c->WidthInBytes)
+        return CUDA_ERROR_INVALID_VALUE;
+    unsigned char *lin;
+    size_t span = pitch * (lh ? lh : height) * (depth - 1) + pitch * (height - 1) + c->WidthInBytes;
+    if (lt == CU_MEMORYTYPE_HOST) lin = (unsigned char *)(to_array ? (void *)(uintptr_t)c->srcHost : c->dstHost);
+    else if (lt == CU_MEMORYTYPE_DEVICE) lin = resolve(to_array ? c->srcDevice : c->dstDevice, span);
+    else return CUDA_ERROR_INVALID_VALUE;
+    if (!lin) return CUDA_ERROR_INVALID_VALUE;
+    for (size_t z = 0; z < depth; z++)
+        for (size_t y = 0; y < height; y++) {
+            unsigned char *l = lin + (z * (lh ? lh : height) + y) * pitch;
+            unsigned char *m = a->mem + ((az + z) * d1(a->d.Height) + ay + y) * a->row + ax;
+            if (to_array) memcpy(m, l, c->WidthInBytes);
+            else memcpy(l, m, c->WidthInBytes);
+        }
+    return 0;
+}
 
+/* ---- virtual memory management ----
+ * A physical allocation (struct phys) lives while a handle or a mapping refers to it;
+ * freed physical memory is reused without clearing, like arrays. Shareable handles are a
+ * fake-only 24-byte token {pid, phys, size}: importing it in another process gives a
+ * new physical allocation of that size (not charged: it is the exporter's memory). */
+
+struct phys { uint64_t size; unsigned char *mem; int dev, refs, charged; };
+struct vmm { struct phys *p; int refs, maps; }; /* the handle outlives its release while mapped */
+struct token { uint64_t pid, ptr, size, dev; };
 #define MAX_MAPS 256
 static struct { uint64_t va, size; struct vmm *h; } maps[MAX_MAPS];
 static uint64_t next_va = 0x7e0000000000ULL;
+
+static void phys_unref(struct phys *p) { /* caller holds mu */
+    if (--p->refs > 0) return;
+    if (p->charged && p->dev >= 0) devs[p->dev].used -= p->size;
+    spare_put(p->size, p->mem);
+    free(p);
+}
+static struct vmm *new_handle(struct phys *p) { struct vmm *v = malloc(sizeof(*v)); v->p = p; v->refs = 1; v->maps = 0; p->refs++; return v; }
+static void handle_unref(struct vmm *v) { /* caller holds mu */
+    if (v->refs > 0 || v->maps > 0) return;
+    phys_unref(v->p);
+    free(v);
+}
 
 EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *h, size_t n, const CUmemAllocationProp *prop, unsigned long long f) {
     (void)f; ENTER();
@@ -342,10 +440,10 @@ EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *h, size_t n, const CUm
     pthread_mutex_lock(&mu);
     if (dev >= 0 && devs[dev].used + n > devs[dev].total) { pthread_mutex_unlock(&mu); return CUDA_ERROR_OUT_OF_MEMORY; }
     if (dev >= 0) devs[dev].used += n;
+    struct phys *p = calloc(1, sizeof(*p));
+    *p = (struct phys){n, spare_take(n), dev, 0, 1};
+    *h = (CUmemGenericAllocationHandle)(uintptr_t)new_handle(p);
     pthread_mutex_unlock(&mu);
-    struct vmm *v = malloc(sizeof(*v));
-    *v = (struct vmm){n, calloc(1, n), dev};
-    *h = (CUmemGenericAllocationHandle)(uintptr_t)v;
     return 0;
 }
 EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle h) {
@@ -353,10 +451,54 @@ EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle h) {
     struct vmm *v = (struct vmm *)(uintptr_t)h;
     if (!v) return ERR_INVALID_HANDLE;
     pthread_mutex_lock(&mu);
-    if (v->dev >= 0) devs[v->dev].used -= v->size;
+    if (v->refs > 0) v->refs--;
+    handle_unref(v);
     pthread_mutex_unlock(&mu);
-    free(v->mem);
-    free(v);
+    return 0;
+}
+EXPORT CUresult cuMemExportToShareableHandle(void *out, CUmemGenericAllocationHandle h, int type, unsigned long long f) {
+    (void)type; (void)f; ENTER();
+    struct vmm *v = (struct vmm *)(uintptr_t)h;
+    if (!v || !out) return CUDA_ERROR_INVALID_VALUE;
+    struct token t = {(uint64_t)getpid(), (uint64_t)(uintptr_t)v->p, v->p->size, (uint64_t)v->p->dev};
+    memcpy(out, &t, sizeof(t));
+    return 0;
+}
+EXPORT CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *h, void *os, int type) {
+    (void)type; ENTER();
+    if (!h || !os) return CUDA_ERROR_INVALID_VALUE;
+    struct token t;
+    memcpy(&t, os, sizeof(t));
+    pthread_mutex_lock(&mu);
+    struct phys *p;
+    if (t.pid == (uint64_t)getpid()) p = (struct phys *)(uintptr_t)t.ptr;
+    else { p = calloc(1, sizeof(*p)); *p = (struct phys){t.size, spare_take(t.size), (int)t.dev, 0, 0}; }
+    *h = (CUmemGenericAllocationHandle)(uintptr_t)new_handle(p);
+    pthread_mutex_unlock(&mu);
+    return 0;
+}
+EXPORT CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *h, void *addr) {
+    ENTER();
+    CUresult rc = CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&mu);
+    for (int i = 0; i < MAX_MAPS; i++)
+        if (maps[i].h && maps[i].va == (uint64_t)(uintptr_t)addr) {
+            maps[i].h->refs++;
+            *h = (CUmemGenericAllocationHandle)(uintptr_t)maps[i].h;
+            rc = 0;
+            break;
+        }
+    pthread_mutex_unlock(&mu);
+    return rc;
+}
+EXPORT CUresult cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp *prop, CUmemGenericAllocationHandle h) {
+    ENTER();
+    struct vmm *v = (struct vmm *)(uintptr_t)h;
+    if (!v || !prop) return CUDA_ERROR_INVALID_VALUE;
+    memset(prop, 0, sizeof(*prop));
+    prop->type = 1;
+    prop->location.type = v->p->dev >= 0 ? CU_MEM_LOCATION_TYPE_DEVICE : 2;
+    prop->location.id = v->p->dev >= 0 ? v->p->dev : 0;
     return 0;
 }
 EXPORT CUresult cuMemAddressReserve(CUdeviceptr *p, size_t n, size_t align, CUdeviceptr addr, unsigned long long f) {
@@ -369,17 +511,21 @@ EXPORT CUresult cuMemAddressReserve(CUdeviceptr *p, size_t n, size_t align, CUde
 }
 EXPORT CUresult cuMemAddressFree(CUdeviceptr p, size_t n) { (void)p; (void)n; ENTER(); return 0; }
 EXPORT CUresult cuMemMap(CUdeviceptr p, size_t n, size_t off, CUmemGenericAllocationHandle h, unsigned long long f) {
-    (void)off; (void)f; ENTER();
+    (void)f; ENTER();
+    struct vmm *v = (struct vmm *)(uintptr_t)h;
+    if (!v || off + n > v->p->size) return CUDA_ERROR_INVALID_VALUE;
+    CUresult rc = CUDA_ERROR_OUT_OF_MEMORY;
     pthread_mutex_lock(&mu);
     for (int i = 0; i < MAX_MAPS; i++)
-        if (!maps[i].h) { maps[i].va = p; maps[i].size = n; maps[i].h = (struct vmm *)(uintptr_t)h; break; }
+        if (!maps[i].h) { maps[i].va = p; maps[i].size = n; maps[i].h = v; v->maps++; rc = 0; break; }
     pthread_mutex_unlock(&mu);
-    return 0;
+    return rc;
 }
 EXPORT CUresult cuMemUnmap(CUdeviceptr p, size_t n) {
-    (void)n; ENTER();
+    ENTER();
     pthread_mutex_lock(&mu);
-    for (int i = 0; i < MAX_MAPS; i++) if (maps[i].h && maps[i].va == p) maps[i].h = NULL;
+    for (int i = 0; i < MAX_MAPS; i++)
+        if (maps[i].h && maps[i].va >= p && maps[i].va < p + n) { struct vmm *v = maps[i].h; maps[i].h = NULL; v->maps--; handle_unref(v); }
     pthread_mutex_unlock(&mu);
     return 0;
 }
@@ -391,32 +537,41 @@ static unsigned char *resolve(CUdeviceptr p, size_t n) {
     struct alloc *a = find_alloc(p);
     if (a && p + n <= a->base + a->size) r = a->mem + (p - a->base);
     for (int i = 0; !r && i < MAX_MAPS; i++)
-        if (maps[i].h && p >= maps[i].va && p + n <= maps[i].va + maps[i].size) r = maps[i].h->mem + (p - maps[i].va);
+        if (maps[i].h && p >= maps[i].va && p + n <= maps[i].va + maps[i].size) r = maps[i].h->p->mem + (p - maps[i].va);
     pthread_mutex_unlock(&mu);
     return r;
 }
 
-/* ---- IPC: the fake lets a process import its own export, as a new mapping ---- */
+/* ---- IPC and pool pointer export: a token {pid, ptr, size, dev}; importing it in the
+ * exporting process maps the same memory, in another process a new uncharged buffer ---- */
 
-EXPORT CUresult cuIpcGetMemHandle(CUipcMemHandle *h, CUdeviceptr p) {
-    ENTER();
-    memset(h, 0, sizeof(*h));
-    memcpy(h->reserved, &p, sizeof(p));
+static CUresult export_token(void *out, CUdeviceptr p) {
+    pthread_mutex_lock(&mu);
+    struct alloc *a = find_alloc(p);
+    struct token t = {(uint64_t)getpid(), a ? a->base : 0, a ? a->size : 0, a ? (uint64_t)a->dev : 0};
+    pthread_mutex_unlock(&mu);
+    if (!a) return CUDA_ERROR_INVALID_VALUE;
+    memset(out, 0, 64);
+    memcpy(out, &t, sizeof(t));
     return 0;
 }
-EXPORT CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *p, CUipcMemHandle h, unsigned int f) {
-    (void)f; ENTER();
-    CUdeviceptr src;
-    memcpy(&src, h.reserved, sizeof(src));
-    pthread_mutex_lock(&mu);
-    struct alloc *a = find_alloc(src);
-    uint64_t n = a ? a->size : 0;
-    int dev = a ? a->dev : 0;
-    pthread_mutex_unlock(&mu);
-    if (!n) return CUDA_ERROR_INVALID_VALUE;
-    return new_alloc(p, n, dev, 2, 0);
+static CUresult import_token(CUdeviceptr *p, const void *in) {
+    struct token t;
+    memcpy(&t, in, sizeof(t));
+    if (t.pid == (uint64_t)getpid()) {
+        pthread_mutex_lock(&mu);
+        struct alloc *a = find_alloc(t.ptr);
+        t.size = a ? a->size : 0;
+        pthread_mutex_unlock(&mu);
+    }
+    if (!t.size) return CUDA_ERROR_INVALID_VALUE;
+    return new_alloc(p, t.size, (int)t.dev, 2, 0);
 }
+EXPORT CUresult cuIpcGetMemHandle(CUipcMemHandle *h, CUdeviceptr p) { ENTER(); return h ? export_token(h->reserved, p) : 1; }
+EXPORT CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *p, CUipcMemHandle h, unsigned int f) { (void)f; ENTER(); return import_token(p, h.reserved); }
 EXPORT CUresult cuIpcCloseMemHandle(CUdeviceptr p) { ENTER(); return drop_alloc(p, 0); }
+EXPORT CUresult cuMemPoolExportPointer(CUmemPoolPtrExportData *d, CUdeviceptr p) { ENTER(); return d ? export_token(d->reserved, p) : 1; }
+EXPORT CUresult cuMemPoolImportPointer(CUdeviceptr *p, CUmemoryPool pool, CUmemPoolPtrExportData *d) { (void)pool; ENTER(); return d ? import_token(p, d->reserved) : 1; }
 
 /* ---- contexts, devices ---- */
 
@@ -546,7 +701,10 @@ EXPORT CUresult cuEventDestroy_v2(CUevent e) { ENTER(); free(e); return 0; }
     X(cuDeviceGetDefaultMemPool) X(cuMemPoolCreate) X(cuMemPoolTrimTo) X(cuMemPoolDestroy) X(cuMemPoolGetAttribute) \
     X(cuArrayCreate_v2) X(cuArray3DCreate_v2) X(cuArrayDestroy) X(cuMipmappedArrayCreate) X(cuMipmappedArrayDestroy) \
     X(cuMemCreate) X(cuMemRelease) X(cuMemAddressReserve) X(cuMemAddressFree) X(cuMemMap) X(cuMemUnmap) X(cuMemSetAccess) \
-    X(cuIpcGetMemHandle) X(cuIpcOpenMemHandle_v2) X(cuIpcCloseMemHandle) X(cuLaunchKernel) X(cuLaunchKernel_ptsz) \
+    X(cuIpcGetMemHandle) X(cuIpcOpenMemHandle_v2) X(cuIpcCloseMemHandle) \
+    X(cuMemExportToShareableHandle) X(cuMemImportFromShareableHandle) X(cuMemRetainAllocationHandle) \
+    X(cuMemGetAllocationPropertiesFromHandle) X(cuArray3DGetDescriptor_v2) X(cuMipmappedArrayGetLevel) X(cuMemcpy3D_v2) \
+    X(cuMemPoolExportPointer) X(cuMemPoolImportPointer) X(cuLaunchKernel) X(cuLaunchKernel_ptsz) \
     X(cuLaunchKernelEx) X(cuLaunchKernelEx_ptsz) X(cuLaunchCooperativeKernel) X(cuLaunchCooperativeKernel_ptsz) \
     X(cuGraphLaunch) X(cuGraphLaunch_ptsz) X(cuStreamCreate) X(cuStreamSynchronize) X(cuStreamDestroy_v2) \
     X(cuEventCreate) X(cuEventRecord) X(cuEventQuery) X(cuEventSynchronize) X(cuEventElapsedTime) X(cuEventDestroy_v2) \

@@ -15,6 +15,11 @@ SCENARIOS = {
                      "free:0", "free:1", "free:2", "freeasync:3", "freeasync:4", "free:5",
                      "free:6", "free:7", "free:8", "free:9", "trim:0"],
     "scrub": ["ctx:0", "alloc:1Mi", "fill:0:171", "free:0", "alloc:1Mi", "check:1"],
+    "sharing": ["ctx:0", "alloc:1Mi", "ipcput:0:{tmp}/h", "ipcopen:{tmp}/h", "vmm:1Mi", "vmap:2",
+                "vretain:3", "vexport:2:{tmp}/v", "vimport:{tmp}/v", "vmap:5", "fill:3:7",
+                "free:6", "free:5", "free:4", "free:3", "free:2", "free:1", "free:0",
+                "array:64:64", "afill:7:9", "free:7", "mipmap:64:64:3", "afill:8:9", "free:8",
+                "async:1Mi", "pexport:9:{tmp}/p", "pimport:{tmp}/p", "free:10", "freeasync:9"],
     "throttle": ["ctx:0", "launch:200:100", "launchex:50:100", "coop:50:100", "graph:20:4:50"],
 }
 
@@ -24,10 +29,13 @@ SCENARIOS = {
 def test_under_asan_and_ubsan(san_build, tmp_path: Path, scenario, mode):
     env = {"GPUGOV_MEMORY_LIMIT": "32Mi", "GPUGOV_CORE_LIMIT": "50",
            "GPUGOV_SHARED_REGION": str(tmp_path / "region")}
-    r = drv(san_build, mode, *SCENARIOS[scenario], env=env, timeout=60)
+    cmds = [c.format(tmp=tmp_path) for c in SCENARIOS[scenario]]
+    r = drv(san_build, mode, *cmds, env=env, timeout=60)
     assert r.returncode == 0, r.stderr
     assert "runtime error" not in r.stderr and "AddressSanitizer" not in r.stderr, r.stderr
     assert len(r.lines) == len(SCENARIOS[scenario]) + 1, r.stderr
+    if scenario == "sharing":
+        assert all(x["rc"] == "0" for x in r.lines), r.lines
 
 
 def test_malformed_config_under_sanitizers(san_build):
