@@ -49,6 +49,7 @@ class CycleResult:
     preempted: list[PreemptionEvent] = field(default_factory=list)
     considered: int = 0
     fair: np.ndarray | None = None
+    skipped: bool = False  # provably the same as the previous, quiet, cycle (see cycle())
 
 
 class ControlPlane:
@@ -73,6 +74,12 @@ class ControlPlane:
         self.fair = np.zeros_like(self.ledger.usage)
         self._seq = 0
         self._dirty = [False] * len(self.tree)
+        # Speed switch (decisions are identical either way; tests compare both): caches
+        # inside a cycle and skipping cycles that provably decide nothing new.
+        self.fast = True
+        self.skipped = 0  # cycles skipped by the fast path
+        self._mutations = 0  # bumped by every change of jobs, usage or backlog
+        self._quiet: tuple[int, np.ndarray, float] | None = None
 
     # -- lifecycle of jobs -----------------------------------------------------------------
     def submit(self, job: Job) -> Job:
@@ -108,11 +115,13 @@ class ControlPlane:
         return ""
 
     def _enqueue(self, job: Job) -> None:
+        self._mutations += 1
         self.backlog[job.leaf].append(job)
         self._dirty[job.leaf] = True
         self.pending_demand[job.leaf] += job.demand
 
     def _start(self, job: Job, allocations: list, now: float) -> None:
+        self._mutations += 1
         job.status, job.start, job.allocations = RUNNING, now, allocations
         job.attempt += 1
         job.reason = job.detail = ""
@@ -123,6 +132,7 @@ class ControlPlane:
 
     def finish(self, job: Job) -> None:
         """The job left (completed or deleted): give its resources back."""
+        self._mutations += 1
         if job.status == RUNNING:
             release_job(self.state, job)
             self.ledger.remove(job.leaf, job.demand, job.pinned)
@@ -135,6 +145,7 @@ class ControlPlane:
 
     def evict(self, job: Job, released: bool = False) -> None:
         """Preempted: resources back, job back in its queue at its original position."""
+        self._mutations += 1
         if not released:
             release_job(self.state, job)
             self.ledger.remove(job.leaf, job.demand, job.pinned)
@@ -182,8 +193,13 @@ class ControlPlane:
         self.fair = fair_shares(self.tree, self.demand(), self.capacity, hist,
                                 self.cfg.fair_share.k)
         result.fair = self.fair
+        if self._same_as_quiet(now):
+            result.skipped = True
+            self.skipped += 1
+            return result
         self.reservations = {k: v for k, v in self.reservations.items()
                              if self.jobs[k].status == PENDING}
+        before = dict(self.reservations)
         alloc = _Allocator(self, now, result)
         alloc.run()
         if self.cfg.preemption.enabled and self.cfg.preemption.max_attempts > 0:
@@ -191,7 +207,43 @@ class ControlPlane:
         for leaf, jobs in enumerate(self.backlog):
             if any(j.status != PENDING for j in jobs):
                 self.backlog[leaf] = [j for j in jobs if j.status == PENDING]
+        self._remember_quiet(now, result, before)
         return result
+
+    # -- skipping cycles that cannot decide anything new -------------------------------------
+    # A cycle is a deterministic function of: jobs, usage, cluster state, backlog order,
+    # reservations, fair shares, and `now` only through two thresholds (a running job
+    # passing its minRuntime, a pending job passing headGrace). If the previous cycle started,
+    # preempted and reserved nothing, nothing was mutated since, the fair shares are
+    # bitwise equal and no threshold was crossed, this cycle would redo exactly the same
+    # work with the same outcome (reasons included), so it is skipped. Policies that draw
+    # random numbers while deciding are never skipped (the draws would shift).
+
+    def _same_as_quiet(self, now: float) -> bool:
+        q = self._quiet
+        return (self.fast and q is not None and q[0] == self._mutations and now < q[2]
+                and np.array_equal(q[1], self.fair))
+
+    def _remember_quiet(self, now: float, result: CycleResult,
+                        before: dict[str, np.ndarray]) -> None:
+        self._quiet = None
+        if (not self.fast or result.started or result.preempted
+                or not self.placer.policy.cacheable or before.keys() != self.reservations.keys()
+                or any(not np.array_equal(v, before[k]) for k, v in self.reservations.items())):
+            return
+        nxt = float("inf")
+        for running in self.running:
+            for j in running.values():
+                t = j.start + j.pclass.min_runtime
+                if j.pclass.preemptible and t > now:
+                    nxt = min(nxt, t)
+        grace = self.cfg.backfill.head_grace
+        if grace > 0:
+            for jobs in self.backlog:
+                for j in jobs:
+                    if j.submit + grace > now:
+                        nxt = min(nxt, j.submit + grace)
+        self._quiet = (self._mutations, self.fair.copy(), nxt)
 
 
 _PLACEMENT_REASONS = (reasons.NO_NODE, reasons.GANG)
@@ -206,6 +258,11 @@ class _Allocator:
         self.fail_cache: dict[tuple, tuple[str, str]] = {}
         self.quota_cache: dict[tuple, QuotaVerdict] = {}
         self.reserved_leaves: set[int] = set()
+        self.fast = cp.fast
+        # fast path only, all valid until the next start (the ledger and state change then):
+        self.quota_ok: set[tuple] = set()  # (leaf, shape, pinned) that passed the quota check
+        self.quota_words: dict[tuple, tuple[str, str]] = {}  # its failure's reason, detail
+        self.no_reservation: set[tuple] = set()  # shapes pick_reservation found no nodes for
 
     def exclusion_for(self, job: Job) -> np.ndarray | None:
         if self.exclude is None:
@@ -219,11 +276,18 @@ class _Allocator:
         cp = self.cp
         qkey = (job.leaf, job.shape_key(), job.pinned)
         verdict = self.quota_cache.get(qkey)
-        if verdict is None:
+        if verdict is None and not (self.fast and qkey in self.quota_ok):
             verdict = cp.ledger.check(job.leaf, job.demand, job.pinned)
+            if verdict is None and self.fast:
+                self.quota_ok.add(qkey)
         if verdict is not None:
             self.quota_cache[qkey] = verdict
-            set_quota_reason(cp, job, verdict)
+            words = self.quota_words.get(qkey) if self.fast else None
+            if words is None:
+                set_quota_reason(cp, job, verdict)
+                self.quota_words[qkey] = (job.reason, job.detail)
+            else:
+                job.reason, job.detail = words
             return False
         owner = job.name in cp.reservations
         key = job.shape_key()
@@ -235,6 +299,9 @@ class _Allocator:
         if res.allocations is not None:
             cp._start(job, res.allocations, self.now)
             self.result.started.append(job)
+            self.quota_ok.clear()
+            self.quota_words.clear()
+            self.no_reservation.clear()
             return True
         set_placement_reason(cp, job, res.placed, res.reason)
         if not owner:
@@ -252,15 +319,22 @@ class _Allocator:
             return
         if cp.ratio(job.leaf) > 1.0 + EPS:
             return  # a queue above its fair share waits; it does not hold nodes back
+        # for a non-owner, `taken` is the exclusion itself: same shape, same answer
+        rkey = job.shape_key() if job.name not in cp.reservations else None
+        if self.fast and rkey is not None and rkey in self.no_reservation:
+            return
         taken = self.exclude if self.exclude is not None else np.zeros(len(cp.state), bool)
         taken = taken & (self.owner != job.seq)
         nodes = pick_reservation(cp.placer, job, taken)
         if len(nodes) == 0:
+            if rkey is not None:
+                self.no_reservation.add(rkey)
             return
         cp.reservations[job.name] = nodes
         self.exclude, self.owner = cp.reserved_mask()
         self.reserved_leaves.add(job.leaf)
         self.fail_cache.clear()  # the exclusion changed shape for everyone
+        self.no_reservation.clear()
 
     def run(self) -> None:
         cp = self.cp
@@ -276,6 +350,21 @@ class _Allocator:
             *_, leaf = heapq.heappop(heap)
             jobs = cp.backlog[leaf]
             i = cursor[leaf]
+            if self.fast:
+                # A failure changes neither usage nor fair share, so the leaf keeps its key
+                # and would be popped again at once: serve it until a start re-keys it.
+                while i < len(jobs):
+                    job = jobs[i]
+                    i += 1
+                    self.result.considered += 1
+                    if job.status == PENDING:
+                        if self.try_place(job):
+                            break
+                        self.maybe_reserve(job)
+                cursor[leaf] = i
+                if i < len(jobs):
+                    heapq.heappush(heap, self._key(leaf))
+                continue
             cursor[leaf] = i + 1
             job = jobs[i]
             self.result.considered += 1

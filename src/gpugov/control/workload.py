@@ -55,6 +55,8 @@ class Job:
         r = self.request
         self.demand = np.array([r.total_gpu_milli, r.cpu_milli, r.memory_mib],
                                dtype=np.float64) * self.pods
+        # immutable, and looked up for every pending job in every cycle: build it once
+        self._shape = (r.cpu_milli, r.memory_mib, r.gpu_count, r.gpu_milli, r.models, self.pods)
 
     @property
     def priority(self) -> int:
@@ -71,5 +73,5 @@ class Job:
         return (-self.pclass.value, self.submit, self.seq)
 
     def shape_key(self) -> tuple:
-        r = self.request
-        return (r.cpu_milli, r.memory_mib, r.gpu_count, r.gpu_milli, r.models, self.pods)
+        """What placement and quota outcomes depend on (jobs with equal keys fare alike)."""
+        return self._shape

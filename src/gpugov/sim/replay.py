@@ -10,6 +10,7 @@ preemption may become allowed). Same inputs and seed, same outputs.
 from __future__ import annotations
 
 import heapq
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -34,6 +35,8 @@ class ReplayOptions:
     period: float = 0.0  # extra cycles every `period` s while work is pending (0 = off)
     until: float | None = None  # stop the clock here (a mid-trace snapshot)
     samples: int = 200  # rows per queue in queues.csv
+    fast: bool = True  # the cycle's fast path; False runs the plain one (same decisions)
+    progress: bool | None = None  # bar on stderr; None = only when stderr is a terminal
 
 
 @dataclass
@@ -51,6 +54,7 @@ class ReplayResult:
     leaves: list[int]
     preemptions: list[PreemptionEvent] = field(default_factory=list)
     cycles: int = 0
+    skipped_cycles: int = 0  # cycles the fast path proved would decide nothing new
     snapshot: dict = field(default_factory=dict)
 
     def queue_names(self) -> list[str]:
@@ -102,6 +106,7 @@ def replay(cfg: ControlConfig, nodes: Sequence[NodeSpec], specs: Sequence[JobSpe
 
     jobs = to_jobs(specs, cfg, build_tree(cfg), source)  # raises before any work is done
     cp = new_control_plane(cfg, nodes, opts.policy, opts.seed, [j.request for j in jobs])
+    cp.fast = opts.fast
     events: list[tuple[float, int, int, Job | None, int]] = []
     for i, j in enumerate(sorted(jobs, key=lambda j: (j.submit, j.name))):
         events.append((j.submit, ARRIVE, i, j, 0))
@@ -133,10 +138,14 @@ def replay(cfg: ControlConfig, nodes: Sequence[NodeSpec], specs: Sequence[JobSpe
             pend.append([len(cp.backlog[q]) for q in leaves])
             next_sample += sample_every
 
+    show = sys.stderr.isatty() if opts.progress is None else opts.progress
+    bar = _Progress(len(jobs), min(last, horizon)) if show else None
     while events:
         now = events[0][0]
         if now > horizon:
             break
+        if bar is not None:
+            bar.update(now, len(ends))
         sample_until(now)
         while events and events[0][0] == now:
             _, kind, _, job, attempt = heapq.heappop(events)
@@ -176,6 +185,8 @@ def replay(cfg: ControlConfig, nodes: Sequence[NodeSpec], specs: Sequence[JobSpe
             tick_at = min(wake)
             heapq.heappush(events, (tick_at, TICK, seq, None, 0))
             seq += 1
+    if bar is not None:
+        bar.close()
     end = min(horizon, max(now, last)) if opts.until is not None else now
     sample_until(end)
     for name, since in pending_since.items():
@@ -186,8 +197,36 @@ def replay(cfg: ControlConfig, nodes: Sequence[NodeSpec], specs: Sequence[JobSpe
         times=np.array(times), usage=np.array(usage).reshape(len(times), len(leaves)),
         fair=np.array(fair).reshape(len(times), len(leaves)),
         pending=np.array(pend).reshape(len(times), len(leaves)), leaves=leaves,
-        preemptions=preemptions, cycles=cycles, snapshot=snap,
+        preemptions=preemptions, cycles=cycles, skipped_cycles=cp.skipped, snapshot=snap,
     )
+
+
+class _Progress:
+    """A rich progress bar over virtual time, on stderr, so stdout stays the report."""
+
+    def __init__(self, jobs: int, span: float) -> None:
+        from rich.console import Console
+        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self.span = max(span, 1.0)
+        self.jobs = jobs
+        self.progress = Progress(TextColumn("replay"), BarColumn(),
+                                 TextColumn("{task.percentage:>3.0f}% of trace time"),
+                                 TextColumn("{task.fields[done]}"), TimeElapsedColumn(),
+                                 console=Console(stderr=True), transient=True)
+        self.task = self.progress.add_task("replay", total=self.span, done="")
+        self.progress.start()
+        self._last = -1.0
+
+    def update(self, now: float, finished: int) -> None:
+        if now - self._last < self.span / 1000:  # at most ~1000 redraw requests
+            return
+        self._last = now
+        self.progress.update(self.task, completed=min(now, self.span),
+                             done=f"{finished}/{self.jobs} jobs done")
+
+    def close(self) -> None:
+        self.progress.stop()
 
 
 def job_rows(res: ReplayResult) -> list[list]:
