@@ -30,8 +30,8 @@ Preference order (the first mode that fits wins), per kind of request:
   the reason says what to ask for instead.
 
 Pure functions: device states are frozen, a decision returns the node's new devices and
-changes nothing else. `placement` imports only `model`, so the request is described by a
-Protocol that the k8s driver's `GpuRequest` (and the simulator's own requests) satisfy.
+changes nothing else. The request is `model.gpu_request.GpuRequest`, the one request model
+the k8s driver translates every spelling into.
 """
 
 from __future__ import annotations
@@ -39,7 +39,6 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Protocol
 
 from gpugov.model.catalog import MILLI_PER_GPU, get_model
 from gpugov.model.devices import (
@@ -51,6 +50,7 @@ from gpugov.model.devices import (
     MpsState,
     TimesliceState,
 )
+from gpugov.model.gpu_request import GpuRequest
 from gpugov.model.isolation import MIN_ISOLATION, IsolationLevel, TrustTier, required_isolation
 from gpugov.model.mig import MigGeometry, MigInstance, MigProfile, get_geometry
 from gpugov.placement.mig import place_on_gpus
@@ -71,29 +71,6 @@ DEFAULT_WORKLOAD = (PodType(100, 6 * GIB, 0.4), PodType(250, 12 * GIB, 0.4),
                     PodType(400, 30 * GIB, 0.2))
 
 NONE_MODES = (DeviceMode.MPS, DeviceMode.TIMESLICE)
-
-
-class SliceRequest(Protocol):
-    """What mixed placement reads from a request (satisfied by `k8s.resources.GpuRequest`)."""
-
-    @property
-    def count(self) -> int: ...
-    @property
-    def mode(self) -> DeviceMode: ...
-    @property
-    def milli(self) -> int | None: ...
-    @property
-    def memory_mib(self) -> int | None: ...
-    @property
-    def memory_percent(self) -> float | None: ...
-    @property
-    def mig_profile(self) -> str | None: ...
-    @property
-    def models(self) -> tuple[str, ...]: ...
-    @property
-    def isolation(self) -> IsolationLevel | None: ...
-    @property
-    def topology(self) -> str: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,7 +122,7 @@ class Refused:
 Decision = Placed | Refused
 
 
-def request_kind(request: SliceRequest) -> str:
+def request_kind(request: GpuRequest) -> str:
     """`whole`, `mig`, `replica` or `fraction` (see the module docstring)."""
     if request.mode is DeviceMode.MIG:
         return "mig"
@@ -167,7 +144,7 @@ def preference_order(kind: str) -> tuple[DeviceMode, ...]:
     return (*NONE_MODES, DeviceMode.SOFT, DeviceMode.MIG, DeviceMode.EXCLUSIVE)
 
 
-def memory_on(request: SliceRequest, card_mib: int) -> int | None:
+def memory_on(request: GpuRequest, card_mib: int) -> int | None:
     """Memory the request needs on a card of that size (None = not stated)."""
     if request.memory_mib is not None:
         return request.memory_mib
@@ -176,7 +153,7 @@ def memory_on(request: SliceRequest, card_mib: int) -> int | None:
     return None
 
 
-def need_on(request: SliceRequest, card_mib: int) -> tuple[int, int]:
+def need_on(request: GpuRequest, card_mib: int) -> tuple[int, int]:
     """(milli, MiB) a fractional request needs on a card of that size.
 
     Memory not stated = the whole card (HAMi's default: without `gpumem` a pod may use all of
@@ -199,7 +176,7 @@ Tried = tuple[list[Slice], dict[int, DeviceState]] | str
 class _Ctx:
     devices: Sequence[Device]
     eligible: tuple[int, ...]  # positions of healthy devices of allowed models
-    request: SliceRequest
+    request: GpuRequest
     kind: str
     pod: str
     workload: Sequence[PodType]
@@ -364,7 +341,7 @@ _TRY: dict[DeviceMode, Callable[[_Ctx], Tried]] = {
 }
 
 
-def describe(request: SliceRequest) -> str:
+def describe(request: GpuRequest) -> str:
     """Short human shape of a request, for reasons: `4 whole GPUs`, `1 × 250m/12288 MiB`."""
     kind = request_kind(request)
     if kind == "whole":
@@ -380,14 +357,14 @@ def describe(request: SliceRequest) -> str:
     return f"1 × {milli}/{mem}"
 
 
-def _why_required(request: SliceRequest, tier: TrustTier, required: IsolationLevel) -> str:
+def _why_required(request: GpuRequest, tier: TrustTier, required: IsolationLevel) -> str:
     floor = MIN_ISOLATION[tier]
     if request.isolation is not None and request.isolation > floor:
         return f"asked by the pod; tenant tier {tier} needs {floor}"
     return f"tenant tier {tier}"
 
 
-def place_mixed(devices: Sequence[Device], request: SliceRequest, tier: TrustTier, pod: str,
+def place_mixed(devices: Sequence[Device], request: GpuRequest, tier: TrustTier, pod: str,
                 workload: Sequence[PodType] = DEFAULT_WORKLOAD) -> Decision:
     """Give `pod` the slice(s) of `request` on this node, never below the required isolation.
 
@@ -447,7 +424,7 @@ class NodeChoice:
     score: float  # topology.node_score of the chosen devices, 0..100
 
 
-def choose_node(nodes: Sequence[tuple[str, Sequence[Device]]], request: SliceRequest,
+def choose_node(nodes: Sequence[tuple[str, Sequence[Device]]], request: GpuRequest,
                 tier: TrustTier, pod: str, weights: ScoreWeights = ScoreWeights(),
                 cpu_numa: int | None = None,
                 workload: Sequence[PodType] = DEFAULT_WORKLOAD) -> NodeChoice | Refused:

@@ -34,6 +34,7 @@ from gpugov.model.devices import (
     TimesliceState,
     hgx_topology,
 )
+from gpugov.model.gpu_request import GpuRequest
 from gpugov.model.isolation import MIN_ISOLATION, IsolationLevel, TrustTier
 from gpugov.model.mig import get_geometry
 from gpugov.placement.mig import place_on_gpus
@@ -229,19 +230,11 @@ MIXED_MIX = (
 
 @dataclass(frozen=True, slots=True)
 class MixedPod:
-    """A generated pod; has the fields `placement.mixed.SliceRequest` reads."""
+    """A generated pod: its tenant's trust tier and what it asks for."""
 
     name: str
     tier: TrustTier
-    count: int
-    mode: DeviceMode
-    milli: int | None = MILLI_PER_GPU
-    memory_mib: int | None = None
-    memory_percent: float | None = None
-    mig_profile: str | None = None
-    models: tuple[str, ...] = ()
-    isolation: IsolationLevel | None = None
-    topology: str = "preferred"
+    request: GpuRequest
 
 
 @dataclass(frozen=True, slots=True)
@@ -284,9 +277,10 @@ def mixed_workload(pods_per_tier: int, seed: int = 0) -> list[MixedPod]:
             kind, milli, gib, count, _ = MIXED_MIX[k]
             name = f"{tier}-{kind}-{i}"
             if milli >= MILLI_PER_GPU:
-                pods.append(MixedPod(name, tier, count, DeviceMode.EXCLUSIVE))
+                pods.append(MixedPod(name, tier, GpuRequest(count, DeviceMode.EXCLUSIVE)))
             else:
-                pods.append(MixedPod(name, tier, 1, DeviceMode.SOFT, milli, gib * GIB))
+                pods.append(MixedPod(name, tier,
+                                    GpuRequest(1, DeviceMode.SOFT, milli, gib * GIB)))
     order = rng.permutation(len(pods))
     return [pods[i] for i in order]
 
@@ -302,7 +296,7 @@ def mixed_scenario(pods_per_tier: int = 40, seed: int = 0, model: str = "H100-SX
     for pod in pods:
         s = stats[pod.tier]
         s["pods"] += 1  # type: ignore[operator]
-        got = choose_node(nodes, pod, pod.tier, pod.name)
+        got = choose_node(nodes, pod.request, pod.tier, pod.name)
         if isinstance(got, Refused):
             s["iso" if got.weaker_had_room else "full"] += 1  # type: ignore[operator]
             continue

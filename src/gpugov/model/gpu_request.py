@@ -1,0 +1,73 @@
+"""One validated GPU request, whatever spelling it came in (see `k8s.resources`).
+
+Pure data shared by the drivers that translate requests and the placement that serves them.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from gpugov.model.catalog import CATALOG, MILLI_PER_GPU
+from gpugov.model.devices import DeviceMode
+from gpugov.model.isolation import IsolationLevel
+from gpugov.model.mig import get_geometry, models_with_profile
+from gpugov.model.request import PodRequest
+
+
+@dataclass(frozen=True, slots=True)
+class GpuRequest:
+    """What one container asks for, whatever the spelling. Per-device values.
+
+    `milli` None = compute not stated (a memory-only soft slice): `to_pod_request` derives it
+    from the memory share of the card. `isolation` is the minimum the pod asked for; None =
+    let the tenant's trust tier decide (`model.isolation.required_isolation`).
+    """
+
+    count: int
+    mode: DeviceMode
+    milli: int | None = MILLI_PER_GPU
+    memory_mib: int | None = None
+    memory_percent: float | None = None
+    mig_profile: str | None = None
+    models: tuple[str, ...] = ()
+    isolation: IsolationLevel | None = None
+    topology: str = "preferred"
+    spellings: tuple[str, ...] = ()
+
+    @property
+    def delivered_isolation(self) -> IsolationLevel:
+        return self.mode.isolation
+
+    def memory_on(self, card_memory_mib: int) -> int | None:
+        """Memory this request needs on a card of that size (None = not stated)."""
+        if self.memory_mib is not None:
+            return self.memory_mib
+        if self.memory_percent is not None:
+            return math.ceil(card_memory_mib * self.memory_percent / 100)
+        return None
+
+    def to_pod_request(self, name: str, cpu_milli: int = 0, memory_mib: int = 0,
+                       card_memory_mib: int | None = None) -> PodRequest:
+        """The engine's request (compute share only). A memory-only slice gets the memory share
+        of the card as its compute share, so bin-packing counts it against something."""
+        milli = self.milli
+        if milli is None:
+            card = card_memory_mib or largest_card_mib()
+            need = self.memory_on(card) or card
+            milli = min(MILLI_PER_GPU, max(1, math.ceil(MILLI_PER_GPU * need / card)))
+        if self.mode is DeviceMode.MIG and self.mig_profile:
+            milli = mig_milli(self.mig_profile, self.models)
+        return PodRequest(name, cpu_milli, memory_mib, self.count, milli, self.models)
+
+
+def largest_card_mib() -> int:
+    """Memory of the largest card in the catalog (the default card for memory shares)."""
+    return max(m.memory_mib or 0 for m in CATALOG.values())
+
+
+def mig_milli(profile: str, models: tuple[str, ...]) -> int:
+    """Compute share of a MIG profile: its compute slices over the GPU's."""
+    candidates = [m for m in models_with_profile(profile) if not models or m in models]
+    g = get_geometry(candidates[0])
+    return MILLI_PER_GPU * g.profile(profile).compute_slices // g.compute_slices
