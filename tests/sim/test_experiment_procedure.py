@@ -50,6 +50,10 @@ def test_metrics_after_every_arrival_and_failures_by_reason() -> None:
     assert r.arrived_milli[-1] >= 26_000 - 1000
     assert r.used_milli[-1] <= 20_000
     assert r.failed == sum(r.failures.values()) > 0  # 130 % cannot all fit
+    assert len(r.outcomes) == r.pods and sum(1 for o in r.outcomes if o) == r.failed
+    # a failed arrival adds to "arrived" but not to "allocated"
+    i = r.outcomes.index(next(o for o in r.outcomes if o))
+    assert r.used_milli[i] == (r.used_milli[i - 1] if i else 0)
     assert (r.frag_milli >= 0).all() and (r.frag_milli <= r.idle_milli + 1e-9).all()
 
 

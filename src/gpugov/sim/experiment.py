@@ -67,6 +67,8 @@ class RunResult:
     pods: int
     placed: int
     failures: Counter = field(default_factory=Counter)
+    #: per arrival: "" when placed, else why it fit nowhere (see ClusterState.failure_reason)
+    outcomes: list[str] = field(default_factory=list)
 
     @property
     def failed(self) -> int:
@@ -92,6 +94,7 @@ def run_experiment(nodes: Sequence[NodeSpec], pods: Sequence[PodRequest], policy
     used = np.zeros(n, dtype=np.int64)
     frag = np.zeros(n, dtype=np.int64)
     failures: Counter = Counter()
+    outcomes: list[str] = []
     arrived_total = 0
     used_total = 0
     placed = 0
@@ -100,11 +103,12 @@ def run_experiment(nodes: Sequence[NodeSpec], pods: Sequence[PodRequest], policy
         decision = placer.place(pod)
         if decision.allocation is None:
             failures[decision.reason] += 1
+            outcomes.append(decision.reason)
         else:
             placed += 1
+            outcomes.append("")
             used_total += pod.total_gpu_milli
-            if pod.is_gpu or meter.model.total_weight:
-                meter.update(decision.allocation.node)
+            meter.update(decision.allocation.node)  # CPU-only pods move frag too (Q3->Q4)
         arrived[i] = arrived_total
         used[i] = used_total
         frag[i] = meter.total
@@ -113,5 +117,5 @@ def run_experiment(nodes: Sequence[NodeSpec], pods: Sequence[PodRequest], policy
         policy=policy_cls.name, label=policy_cls.label, seed=seed,
         total_gpus=int(state.gpu_count.sum()), arrived_milli=arrived, used_milli=used,
         frag_milli=frag / weight, idle_milli=state.total_gpu_milli - used,
-        pods=n, placed=placed, failures=failures,
+        pods=n, placed=placed, failures=failures, outcomes=outcomes,
     )
