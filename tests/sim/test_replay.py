@@ -113,3 +113,22 @@ def test_openb_adapter_assigns_tenants_by_qos_and_stable_hash(trace_dir):
     assert (first.queue, first.priority) == openb_queue(first.name, "LS")
     assert first.queue.startswith("online-") and first.duration == 12537496
     assert {s.queue for s in specs} == {"online-a", "online-b", "batch-a", "batch-b"}
+
+
+def test_fair_share_follows_demand_down_when_nothing_is_pending(tmp_path: Path) -> None:
+    """After departures with an empty backlog the reported fair share must not stay stale
+    (a stale share would drag usage/fair share and Jain's index down)."""
+    from gpugov.control.config import parse_config
+    from gpugov.sim.jobs import JobSpec
+    from gpugov.sim.trace import load_nodes
+
+    (tmp_path / "n.csv").write_text(NODES)
+    cfg = parse_config({"queues": [{"name": "a", "quota": {"gpu": 4}},
+                                   {"name": "b", "quota": {"gpu": 4}}]}, "<test>")
+    specs = [JobSpec("long", "a", "", 0, 1000, 1, 1, 1000, 1000, 1024),
+             JobSpec("short", "a", "", 0, 100, 1, 2, 1000, 1000, 1024)]
+    res = replay(cfg, load_nodes(tmp_path / "n.csv"), specs)
+    a = res.queue_names().index("a")
+    late = res.times > 200  # "short" has left, "long" still runs, nothing pending
+    assert late.any()
+    assert (res.usage[late, a] == 1).all() and (res.fair[late, a] == 1).all()

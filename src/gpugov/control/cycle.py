@@ -182,17 +182,22 @@ class ControlPlane:
         return (owner >= 0) if (owner >= 0).any() else None, owner
 
     # -- the cycle -------------------------------------------------------------------------
-    def cycle(self, now: float) -> CycleResult:
-        """One scheduling cycle at time `now`."""
-        from gpugov.control.preemption import preempt_for_blocked
-
-        result = CycleResult()
+    def refresh_fair_share(self, now: float) -> np.ndarray:
+        """Fair shares from the current demand; drivers also call it between cycles (after a
+        departure with nothing pending) so reported fair shares never go stale."""
         if self.history.enabled:
             self.history.observe(now, self.ledger.usage)
         hist = self.history.value(now) if self.history.enabled else None
         self.fair = fair_shares(self.tree, self.demand(), self.capacity, hist,
                                 self.cfg.fair_share.k)
-        result.fair = self.fair
+        return self.fair
+
+    def cycle(self, now: float) -> CycleResult:
+        """One scheduling cycle at time `now`."""
+        from gpugov.control.preemption import preempt_for_blocked
+
+        result = CycleResult()
+        result.fair = self.refresh_fair_share(now)
         if self._same_as_quiet(now):
             result.skipped = True
             self.skipped += 1

@@ -161,6 +161,7 @@ def replay(cfg: ControlConfig, nodes: Sequence[NodeSpec], specs: Sequence[JobSpe
             elif kind == TICK:
                 tick_at = float("inf") if tick_at <= now else tick_at
         if not any(cp.backlog):
+            cp.refresh_fair_share(now)  # demand fell: keep the reported fair share current
             continue
         result = cp.cycle(now)
         cycles += 1
