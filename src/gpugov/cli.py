@@ -44,6 +44,8 @@ def _run_and_report(nodes, pods, workload: str, policies: list[str], seeds: str,
         raise _fail(f"--tune must be > 0, got {tune}")
     if jobs < 1:
         raise _fail(f"--jobs must be >= 1, got {jobs}")
+    if out.exists() and not out.is_dir():
+        raise _fail(f"--out {out} exists and is not a folder")
     console = Console(stderr=True)
     with Progress("[progress.description]{task.description}", BarColumn(),
                   MofNCompleteColumn(), TimeElapsedColumn(), console=console) as bar:
@@ -51,7 +53,10 @@ def _run_and_report(nodes, pods, workload: str, policies: list[str], seeds: str,
                             total=len(names) * len(seed_list))
         result = run_study(nodes, pods, workload, names, seed_list, tune, jobs,
                            on_done=lambda r: bar.advance(task))
-    files = write_study(result, out)
+    try:
+        files = write_study(result, out)
+    except OSError as e:
+        raise _fail(f"cannot write results to {out}: {e.strerror or e}") from None
     _print_summary(result, summarise(result), published)
     for f in files:
         typer.echo(f"wrote {f}")
