@@ -92,6 +92,9 @@ class FragmentationModel:
         self._count = typical.count
         self._cpu = typical.cpu
         self._weight = typical.weight
+        # fragmentation of each node's current state, valid while its version is unchanged
+        self._cached_version = np.full(len(state), -1, dtype=np.int64)
+        self._cached = np.zeros(len(state), dtype=np.int64)
 
     def node_frag(self, gpu_free: np.ndarray, cpu_free: np.ndarray, model_idx: np.ndarray
                   ) -> np.ndarray:
@@ -114,8 +117,13 @@ class FragmentationModel:
         return self.total_weight * free_total - usable
 
     def of_nodes(self, state: ClusterState, nodes: np.ndarray) -> np.ndarray:
-        return self.node_frag(state.gpu_free[nodes], state.cpu_free[nodes],
-                              state.model_idx[nodes])
+        """Fragmentation of the nodes' current states (cached per node version)."""
+        stale = nodes[self._cached_version[nodes] != state.version[nodes]]
+        if len(stale):
+            self._cached[stale] = self.node_frag(state.gpu_free[stale], state.cpu_free[stale],
+                                                 state.model_idx[stale])
+            self._cached_version[stale] = state.version[stale]
+        return self._cached[nodes]
 
 
 class FragmentationMeter:
