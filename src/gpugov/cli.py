@@ -352,6 +352,26 @@ def replay_cmd(
                    + (", usage_vs_fair_share.png, allocation_and_waits.png" if plots else ""))
 
 
+@app.command("openb-jobs")
+def openb_jobs_cmd(
+    pods: Path = typer.Argument(..., help="openb pod CSV (has creation_time/deletion_time)"),
+    out: Path = typer.Option(..., "--out", help="job file to write"),
+) -> None:
+    """Turn an openb pod trace into a replay job file (tenants by QoS and a stable name hash)."""
+    from gpugov.sim.jobs import openb_jobs, write_job_file
+    from gpugov.sim.trace import TraceError
+
+    try:
+        specs = openb_jobs(pods)
+    except TraceError as e:
+        raise _fail(str(e)) from None
+    try:
+        write_job_file(specs, out)
+    except OSError as e:
+        raise _fail(f"cannot write {out}: {e.strerror or e}") from None
+    typer.echo(f"wrote {len(specs)} jobs to {out}")
+
+
 @app.command("explain")
 def explain_cmd(
     job: str = typer.Argument(..., help="job name"),

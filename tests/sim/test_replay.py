@@ -132,3 +132,20 @@ def test_fair_share_follows_demand_down_when_nothing_is_pending(tmp_path: Path) 
     late = res.times > 200  # "short" has left, "long" still runs, nothing pending
     assert late.any()
     assert (res.usage[late, a] == 1).all() and (res.fair[late, a] == 1).all()
+
+
+def test_openb_trace_converts_to_a_job_file_with_exact_times(tmp_path: Path) -> None:
+    pods = tmp_path / "openb.csv"
+    pods.write_text("name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,"
+                    "creation_time,deletion_time,scheduled_time\n"
+                    "p0,1000,1024,1,500,,LS,Running,12537496,12902961,0\n"
+                    "p1,2000,2048,2,1000,,BE,Running,7,107,0\n")
+    out = tmp_path / "jobs.csv"
+    res = runner.invoke(app, ["openb-jobs", str(pods), "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    jobs = {j.name: j for j in load_job_file(out)}
+    assert jobs["p0"].submit == 12537496 and jobs["p0"].duration == 12902961 - 12537496
+    assert jobs["p0"].queue.startswith("online-") and jobs["p1"].queue.startswith("batch-")
+    assert (jobs["p1"].gpu_per_pod, jobs["p1"].gpu_milli) == (2, 1000)
+    bad = runner.invoke(app, ["openb-jobs", str(tmp_path / "missing.csv"), "--out", str(out)])
+    assert bad.exit_code == 2 and "cannot read" in bad.output

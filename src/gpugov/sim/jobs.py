@@ -20,6 +20,7 @@ from gpugov.control.tree import QueueTree
 from gpugov.control.workload import Job
 from gpugov.model.catalog import MILLI_PER_GPU
 from gpugov.model.request import PodRequest
+from gpugov.sim.numbers import csv_number
 from gpugov.sim.trace import TraceError, load_pods, read_rows, unique_name
 
 JOB_COLUMNS = ("name", "queue", "priority", "submit_s", "duration_s", "pods", "gpu_per_pod",
@@ -161,5 +162,6 @@ def write_job_file(specs: Sequence[JobSpec], path: Path | str) -> None:
         w = csv.writer(fh)
         w.writerow(JOB_COLUMNS)
         for s in specs:
-            w.writerow([s.name, s.queue, s.priority, f"{s.submit:g}", f"{s.duration:g}", s.pods,
-                        s.gpu_per_pod, s.gpu_milli, s.cpu_milli, s.memory_mib])
+            w.writerow([s.name, s.queue, s.priority, csv_number(s.submit),
+                        csv_number(s.duration), s.pods, s.gpu_per_pod, s.gpu_milli, s.cpu_milli,
+                        s.memory_mib])

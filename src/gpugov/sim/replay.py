@@ -24,6 +24,7 @@ from gpugov.control.fairshare import jain
 from gpugov.control.workload import PENDING, REJECTED, RUNNING, Job
 from gpugov.model.cluster import NodeSpec
 from gpugov.sim.jobs import JobSpec, to_jobs
+from gpugov.sim.numbers import csv_number
 
 FINISH, ARRIVE, TICK = 0, 1, 2
 
@@ -241,9 +242,10 @@ def job_rows(res: ReplayResult) -> list[list]:
         reason = ""
         if status in ("pending", "rejected"):
             reason = f"{j.reason}: {j.detail}" if j.detail else j.reason
-        rows.append([j.name, res.cp.tree.names[j.leaf], f"{j.submit:g}",
-                     "" if start is None else f"{start:g}", "" if end is None else f"{end:g}",
-                     f"{res.waits.get(j.name, 0.0):g}", j.preemptions, status, reason])
+        rows.append([j.name, res.cp.tree.names[j.leaf], csv_number(j.submit),
+                     "" if start is None else csv_number(start),
+                     "" if end is None else csv_number(end),
+                     csv_number(res.waits.get(j.name, 0.0)), j.preemptions, status, reason])
     return rows
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
+from gpugov.sim.numbers import csv_number
 from gpugov.sim.replay import ReplayOptions, ReplayResult, job_rows, replay
 
 JOBS_HEADER = ["name", "queue", "submit_s", "start_s", "end_s", "wait_s", "preemptions",
@@ -38,10 +39,10 @@ def queue_rows(res: ReplayResult) -> list[list]:
         upto = int(np.searchsorted(start_t, t, side="right"))
         for k, leaf in enumerate(res.leaves):
             w = np.array([s[1] for s in started[:upto] if s[2] == leaf])
-            pct = [f"{np.percentile(w, p):g}" if len(w) else "" for p in (50, 95, 99)]
-            rows.append([f"{t:g}", res.cp.tree.names[leaf], f"{res.usage[i, k]:g}",
+            pct = [csv_number(float(np.percentile(w, p))) if len(w) else "" for p in (50, 95, 99)]
+            rows.append([csv_number(t), res.cp.tree.names[leaf], csv_number(res.usage[i, k]),
                          f"{res.fair[i, k]:.3f}",
-                         f"{res.cp.tree.quota[leaf, 0] / 1000:g}", int(res.pending[i, k]),
+                         csv_number(res.cp.tree.quota[leaf, 0] / 1000), int(res.pending[i, k]),
                          *pct])
     return rows
 
