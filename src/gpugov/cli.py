@@ -182,8 +182,7 @@ def mig_check(
         for p in profiles:
             geometry.profile(p)
     except KeyError as e:
-        typer.echo(f"error: {e.args[0]}", err=True)
-        raise typer.Exit(2) from None
+        raise _fail(str(e.args[0])) from None
     placement = find_placement(geometry, profiles)
     if placement is None:
         typer.echo(f"does not fit: {why_not(geometry, profiles)}")
@@ -213,8 +212,7 @@ def mig_layouts(
     try:
         geometry = get_geometry(model)
     except KeyError as e:
-        typer.echo(f"error: {e.args[0]}", err=True)
-        raise typer.Exit(2) from None
+        raise _fail(str(e.args[0])) from None
     layouts = (maximal_layouts(model, include_media) if maximal
                else sorted(feasible_layouts(model, include_media)))
     rows = [{"profiles": list(lay),
@@ -257,8 +255,7 @@ def plan_mig(
     try:
         report = mig_plan.run(cluster, pods, model, start)
     except (KeyError, ValueError, OSError) as e:
-        typer.echo(f"error: {e}", err=True)
-        raise typer.Exit(2) from None
+        raise _fail(str(e)) from None
     demand = ", ".join(f"{p}×{n}" for p, n in report.demand.most_common())
     table = Table(title=f"MIG plan on {report.gpus} × {model}; demand: {demand}")
     for col in ("layout policy", "instances served", "compute slices served", "% of demand",
@@ -343,8 +340,7 @@ def replay_cmd(
         res = run_from_files(cluster, jobs, queues,
                              ReplayOptions(policy=policy, seed=seed, period=period, until=until))
     except InputError as e:
-        typer.echo(f"error: {e}", err=True)
-        raise typer.Exit(2) from None
+        raise _fail(str(e)) from None
     summ = write_outputs(res, out, plots) if out is not None else None
     print_summary(res, summ)
     if out is not None:
@@ -386,11 +382,9 @@ def explain_cmd(
         snap = json.loads((run / "snapshot.json").read_text(encoding="utf-8"))
         lines = explain(snap, job)
     except (OSError, ValueError) as e:
-        typer.echo(f"error: cannot read {run / 'snapshot.json'}: {e}", err=True)
-        raise typer.Exit(2) from None
+        raise _fail(f"cannot read {run / 'snapshot.json'}: {e}") from None
     except KeyError as e:
-        typer.echo(f"error: {e.args[0]}", err=True)
-        raise typer.Exit(2) from None
+        raise _fail(str(e.args[0])) from None
     typer.echo("\n".join(lines))
 
 
