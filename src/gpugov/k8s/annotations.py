@@ -1,0 +1,350 @@
+"""Names and JSON codecs of what gpugov's processes write on pods and nodes.
+
+The webhook, scheduler, device plugin, node agent and reconciler meet only through these
+annotations and labels (docs/contracts.md). Both sides import them from here so a rename cannot
+split them. Every JSON value carries `"v"`; a reader refuses a version it does not know with
+`AnnotationError` (never guesses), and writers only add fields within a version.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpugov.model.catalog import CATALOG
+from gpugov.model.devices import DeviceMode
+from gpugov.model.gpu_request import GpuRequest
+from gpugov.model.isolation import IsolationLevel, TrustTier
+
+PREFIX = "gpugov.io/"
+#: pod annotations
+REQUEST = "gpugov.io/request"
+QUEUE = "gpugov.io/queue"
+TENANT = "gpugov.io/tenant"
+TRUST_TIER = "gpugov.io/trust-tier"
+ALLOCATION = "gpugov.io/allocation"
+ALLOCATED = "gpugov.io/allocated"
+#: node annotation
+INVENTORY = "gpugov.io/inventory"
+#: the schedulerName the webhook sets on GPU pods
+SCHEDULER_NAME = "gpugov"
+#: pod label the webhook sets on GPU pods (lets tools select them cheaply)
+MANAGED_LABEL = "gpugov.io/managed"
+#: namespace/pod label that opts an object out of the webhook
+IGNORE_LABEL = "gpugov.io/ignore"
+
+#: GPU feature discovery labels (NVIDIA's names, so existing nodeSelectors keep working)
+GFD_PRODUCT = "nvidia.com/gpu.product"
+GFD_MEMORY = "nvidia.com/gpu.memory"
+GFD_COUNT = "nvidia.com/gpu.count"
+GFD_FAMILY = "nvidia.com/gpu.family"
+GFD_MIG_STRATEGY = "nvidia.com/mig.strategy"
+GFD_PRESENT = "nvidia.com/gpu.present"
+
+VERSION = 1
+TOPOLOGIES = ("none", "preferred", "required")
+
+
+class AnnotationError(ValueError):
+    """An annotation that cannot be read: names the annotation, the problem and what is allowed."""
+
+    def __init__(self, annotation: str, problem: str) -> None:
+        self.annotation, self.problem = annotation, problem
+        super().__init__(f"{annotation}: {problem}")
+
+
+def _load(annotation: str, text: str | bytes | None) -> dict[str, Any]:
+    if text is None:
+        raise AnnotationError(annotation, "missing")
+    try:
+        data = json.loads(text)
+    except (ValueError, TypeError) as exc:
+        raise AnnotationError(annotation, f"not JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise AnnotationError(annotation, f"expected a JSON object, got {type(data).__name__}")
+    v = data.get("v")
+    if v != VERSION:
+        raise AnnotationError(annotation, f"schema version {v!r} is not known; "
+                              f"this gpugov reads v={VERSION}")
+    return data
+
+
+def _get(annotation: str, data: Mapping[str, Any], key: str, kind: type | tuple[type, ...],
+         default: Any = ..., where: str = "") -> Any:
+    if key not in data or data[key] is None:
+        if default is ...:
+            raise AnnotationError(annotation, f"{where}{key}: missing")
+        return default
+    value = data[key]
+    if isinstance(value, bool) and bool not in (kind if isinstance(kind, tuple) else (kind,)):
+        raise AnnotationError(annotation, f"{where}{key}: {value!r} is not a "
+                              f"{getattr(kind, '__name__', kind)}")
+    if not isinstance(value, kind):
+        raise AnnotationError(annotation, f"{where}{key}: {value!r} has the wrong type")
+    return value
+
+
+def _nonneg(annotation: str, value: int, where: str) -> int:
+    if value < 0:
+        raise AnnotationError(annotation, f"{where}: {value} is negative; allowed: >= 0")
+    return value
+
+
+# ---------------------------------------------------------------- gpugov.io/request
+
+def encode_request(req: GpuRequest) -> str:
+    """The canonical request annotation (absent keys = not stated)."""
+    out: dict[str, Any] = {"v": VERSION, "count": req.count, "mode": str(req.mode)}
+    if req.milli is not None:
+        out["milli"] = req.milli
+    if req.memory_mib is not None:
+        out["memoryMiB"] = req.memory_mib
+    if req.memory_percent is not None:
+        out["memoryPercent"] = req.memory_percent
+    if req.mig_profile:
+        out["migProfile"] = req.mig_profile
+    if req.models:
+        out["models"] = list(req.models)
+    if req.isolation is not None:
+        out["isolation"] = str(req.isolation)
+    out["topology"] = req.topology
+    return json.dumps(out, separators=(",", ":"))
+
+
+def decode_request(text: str | bytes | None) -> GpuRequest:
+    """GpuRequest from the annotation; AnnotationError on anything malformed."""
+    a = REQUEST
+    d = _load(a, text)
+    count = _nonneg(a, _get(a, d, "count", int), "count")
+    if count < 1:
+        raise AnnotationError(a, f"count: {count}; allowed: >= 1")
+    try:
+        mode = DeviceMode(_get(a, d, "mode", str))
+    except ValueError:
+        raise AnnotationError(a, f"mode: {d['mode']!r}; allowed: "
+                              f"{', '.join(m.value for m in DeviceMode)}") from None
+    milli = _get(a, d, "milli", int, None)
+    if milli is not None and not 0 < milli <= 1000:
+        raise AnnotationError(a, f"milli: {milli}; allowed: 1..1000")
+    mem = _get(a, d, "memoryMiB", int, None)
+    if mem is not None:
+        _nonneg(a, mem, "memoryMiB")
+    pct = _get(a, d, "memoryPercent", (int, float), None)
+    if pct is not None and not 0 < pct <= 100:
+        raise AnnotationError(a, f"memoryPercent: {pct}; allowed: (0, 100]")
+    models = tuple(_get(a, d, "models", list, []))
+    unknown = [m for m in models if m not in CATALOG]
+    if unknown:
+        raise AnnotationError(a, f"models: unknown {unknown}; allowed: {', '.join(CATALOG)}")
+    iso_text = _get(a, d, "isolation", str, None)
+    try:
+        isolation = IsolationLevel.parse(iso_text) if iso_text is not None else None
+    except ValueError as exc:
+        raise AnnotationError(a, f"isolation: {exc}") from None
+    topology = _get(a, d, "topology", str, "preferred")
+    if topology not in TOPOLOGIES:
+        raise AnnotationError(a, f"topology: {topology!r}; allowed: {', '.join(TOPOLOGIES)}")
+    return GpuRequest(count, mode, milli=milli, memory_mib=mem,
+                      memory_percent=None if pct is None else float(pct),
+                      mig_profile=_get(a, d, "migProfile", str, None), models=models,
+                      isolation=isolation, topology=topology)
+
+
+def parse_trust_tier(text: str | None) -> TrustTier:
+    """Trust tier from the pod annotation; absent means the default tier (internal)."""
+    if text is None:
+        return TrustTier.INTERNAL
+    try:
+        return TrustTier(text)
+    except ValueError:
+        raise AnnotationError(TRUST_TIER, f"{text!r}; allowed: "
+                              f"{', '.join(t.value for t in TrustTier)}") from None
+
+
+# ---------------------------------------------------------------- gpugov.io/inventory
+
+@dataclass(frozen=True, slots=True)
+class MigInstance:
+    profile: str
+    start: int
+    uuid: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class InventoryDevice:
+    """One physical GPU as the node agent reports it."""
+
+    index: int
+    uuid: str
+    model: str
+    memory_mib: int
+    mode: DeviceMode = DeviceMode.EXCLUSIVE
+    replicas: int = 1
+    numa: int = 0
+    nvlink_domain: int | None = None
+    pcie_switch: int | None = None
+    healthy: bool = True
+    mig: tuple[MigInstance, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Inventory:
+    devices: tuple[InventoryDevice, ...]
+    power_budget_w: float | None = None
+
+
+def encode_inventory(inv: Inventory) -> str:
+    devs = []
+    for d in inv.devices:
+        item: dict[str, Any] = {
+            "index": d.index, "uuid": d.uuid, "model": d.model, "memoryMiB": d.memory_mib,
+            "mode": str(d.mode), "replicas": d.replicas, "numa": d.numa,
+            "nvlinkDomain": d.nvlink_domain, "pcieSwitch": d.pcie_switch,
+            "healthy": d.healthy,
+            "mig": [{"profile": m.profile, "start": m.start, "uuid": m.uuid} for m in d.mig],
+        }
+        devs.append(item)
+    out: dict[str, Any] = {"v": VERSION, "devices": devs}
+    if inv.power_budget_w is not None:
+        out["powerBudgetW"] = inv.power_budget_w
+    return json.dumps(out, separators=(",", ":"))
+
+
+def decode_inventory(text: str | bytes | None) -> Inventory:
+    """Inventory from the node annotation; AnnotationError names the bad device and field."""
+    a = INVENTORY
+    d = _load(a, text)
+    raw = _get(a, d, "devices", list)
+    devices: list[InventoryDevice] = []
+    seen: set[int] = set()
+    for i, item in enumerate(raw):
+        w = f"devices[{i}]."
+        if not isinstance(item, dict):
+            raise AnnotationError(a, f"devices[{i}]: expected an object")
+        index = _nonneg(a, _get(a, item, "index", int, where=w), w + "index")
+        if index in seen:
+            raise AnnotationError(a, f"{w}index: duplicate device index {index}")
+        seen.add(index)
+        try:
+            mode = DeviceMode(_get(a, item, "mode", str, "exclusive", where=w))
+        except ValueError:
+            raise AnnotationError(a, f"{w}mode: {item['mode']!r}; allowed: "
+                                  f"{', '.join(m.value for m in DeviceMode)}") from None
+        mig = []
+        for j, m in enumerate(_get(a, item, "mig", list, [], where=w)):
+            if not isinstance(m, dict):
+                raise AnnotationError(a, f"{w}mig[{j}]: expected an object")
+            mw = f"{w}mig[{j}]."
+            mig.append(MigInstance(_get(a, m, "profile", str, where=mw),
+                                   _nonneg(a, _get(a, m, "start", int, where=mw), mw + "start"),
+                                   _get(a, m, "uuid", str, "", where=mw)))
+        replicas = _get(a, item, "replicas", int, 1, where=w)
+        if replicas < 1:
+            raise AnnotationError(a, f"{w}replicas: {replicas}; allowed: >= 1")
+        devices.append(InventoryDevice(
+            index=index, uuid=_get(a, item, "uuid", str, "", where=w),
+            model=_get(a, item, "model", str, where=w),
+            memory_mib=_nonneg(a, _get(a, item, "memoryMiB", int, where=w), w + "memoryMiB"),
+            mode=mode, replicas=replicas, numa=_get(a, item, "numa", int, 0, where=w),
+            nvlink_domain=_get(a, item, "nvlinkDomain", int, None, where=w),
+            pcie_switch=_get(a, item, "pcieSwitch", int, None, where=w),
+            healthy=_get(a, item, "healthy", bool, True, where=w), mig=tuple(mig)))
+    power = _get(a, d, "powerBudgetW", (int, float), None)
+    return Inventory(tuple(devices), None if power is None else float(power))
+
+
+# ---------------------------------------------------------------- gpugov.io/allocation
+
+@dataclass(frozen=True, slots=True)
+class AllocatedDevice:
+    index: int
+    mode: DeviceMode
+    milli: int
+    memory_mib: int
+    uuid: str = ""
+    mig_profile: str | None = None
+    mig_start: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Allocation:
+    node: str
+    isolation: IsolationLevel
+    devices: tuple[AllocatedDevice, ...] = field(default_factory=tuple)
+
+
+def encode_allocation(alloc: Allocation) -> str:
+    devs = []
+    for d in alloc.devices:
+        item: dict[str, Any] = {"index": d.index, "uuid": d.uuid, "mode": str(d.mode),
+                                "milli": d.milli, "memoryMiB": d.memory_mib}
+        if d.mig_profile is not None:
+            item["mig"] = {"profile": d.mig_profile, "start": d.mig_start}
+        devs.append(item)
+    return json.dumps({"v": VERSION, "node": alloc.node, "isolation": str(alloc.isolation),
+                       "devices": devs}, separators=(",", ":"))
+
+
+def decode_allocation(text: str | bytes | None) -> Allocation:
+    a = ALLOCATION
+    d = _load(a, text)
+    node = _get(a, d, "node", str)
+    try:
+        isolation = IsolationLevel.parse(_get(a, d, "isolation", str))
+    except ValueError as exc:
+        raise AnnotationError(a, f"isolation: {exc}") from None
+    devices = []
+    for i, item in enumerate(_get(a, d, "devices", list)):
+        w = f"devices[{i}]."
+        if not isinstance(item, dict):
+            raise AnnotationError(a, f"devices[{i}]: expected an object")
+        try:
+            mode = DeviceMode(_get(a, item, "mode", str, where=w))
+        except ValueError:
+            raise AnnotationError(a, f"{w}mode: {item['mode']!r}; allowed: "
+                                  f"{', '.join(m.value for m in DeviceMode)}") from None
+        milli = _get(a, item, "milli", int, where=w)
+        if not 0 <= milli <= 1000:
+            raise AnnotationError(a, f"{w}milli: {milli}; allowed: 0..1000")
+        mig = _get(a, item, "mig", dict, None, where=w)
+        devices.append(AllocatedDevice(
+            index=_nonneg(a, _get(a, item, "index", int, where=w), w + "index"), mode=mode,
+            milli=milli,
+            memory_mib=_nonneg(a, _get(a, item, "memoryMiB", int, where=w), w + "memoryMiB"),
+            uuid=_get(a, item, "uuid", str, "", where=w),
+            mig_profile=None if mig is None else _get(a, mig, "profile", str, where=w + "mig."),
+            mig_start=None if mig is None else _get(a, mig, "start", int, where=w + "mig.")))
+    return Allocation(node, isolation, tuple(devices))
+
+
+# ---------------------------------------------------------------- gpugov.io/allocated
+
+def encode_allocated(device_ids: list[str], time_rfc3339: str) -> str:
+    return json.dumps({"v": VERSION, "deviceIDs": list(device_ids), "time": time_rfc3339},
+                      separators=(",", ":"))
+
+
+def decode_allocated(text: str | bytes | None) -> tuple[list[str], str]:
+    a = ALLOCATED
+    d = _load(a, text)
+    ids = _get(a, d, "deviceIDs", list)
+    if not all(isinstance(x, str) for x in ids):
+        raise AnnotationError(a, "deviceIDs: every entry must be a string")
+    return ids, _get(a, d, "time", str)
+
+
+# ---------------------------------------------------------------- GFD labels
+
+def gfd_labels(model: str, count: int, mig_strategy: str = "none") -> dict[str, str]:
+    """The labels NVIDIA's GPU feature discovery writes for `count` GPUs of a catalog model."""
+    spec = CATALOG.get(model)
+    product = (spec.nvml_name if spec and spec.nvml_name else model).replace(" ", "-")
+    labels = {GFD_PRESENT: "true", GFD_PRODUCT: product, GFD_COUNT: str(count),
+              GFD_MIG_STRATEGY: mig_strategy}
+    if spec and spec.memory_mib:
+        labels[GFD_MEMORY] = str(spec.memory_mib)
+    if spec and spec.arch:
+        labels[GFD_FAMILY] = spec.arch
+    return labels
