@@ -406,5 +406,57 @@ def native_path() -> None:
         raise typer.Exit(1) from None
 
 
+# --- observation: reconcile, top, rightsize, report, verify ---
+def _listen(value: str) -> tuple[str, int]:
+    host, _, port = value.rpartition(":")
+    if not host or not port.isdigit() or not 0 <= int(port) < 65536:
+        raise _fail(f"--listen {value!r}: expected HOST:PORT, e.g. 0.0.0.0:9402")
+    return host.strip("[]"), int(port)
+
+
+@app.command("reconcile")
+def reconcile_cmd(
+    kubeconfig: Path | None = typer.Option(None, "--kubeconfig",
+                                           help="kubeconfig file (default: in-cluster)"),
+    prometheus: str = typer.Option(..., "--prometheus", help="Prometheus URL"),
+    listen: str = typer.Option("0.0.0.0:9402", "--listen", help="HOST:PORT for /metrics"),
+    interval: float = typer.Option(15.0, "--interval", help="seconds between cycles"),
+    window: str = typer.Option("2m", "--window", help="rate window for device time"),
+    idle_threshold: float = typer.Option(0.05, "--idle-threshold",
+                                         help="busy fraction below which a GPU is idle"),
+    queues: Path | None = typer.Option(None, "--queues",
+                                       help="control-plane config (queue quotas)"),
+    max_pods: int = typer.Option(5000, "--max-pods", help="pods with their own series"),
+) -> None:
+    """Join declared, allocated and used GPU views per pod/queue/tenant; serve /metrics."""
+    import logging
+    import re
+
+    from gpugov.control.config import ConfigError
+    from gpugov.observe.reconciler import Options, load_tree, run
+
+    host, port = _listen(listen)
+    if not interval > 0:
+        raise _fail(f"--interval must be > 0, got {interval}")
+    if not re.fullmatch(r"\d+(ms|s|m|h)", window):
+        raise _fail(f"--window {window!r}: expected a Prometheus duration such as 30s or 2m")
+    if not 0 <= idle_threshold <= 1:
+        raise _fail(f"--idle-threshold must be within 0..1, got {idle_threshold}")
+    if max_pods < 1:
+        raise _fail(f"--max-pods must be >= 1, got {max_pods}")
+    if not prometheus.startswith(("http://", "https://")):
+        raise _fail(f"--prometheus {prometheus!r}: expected an http:// or https:// URL")
+    if kubeconfig is not None and not kubeconfig.is_file():
+        raise _fail(f"--kubeconfig {kubeconfig}: no such file")
+    if queues is not None:
+        try:
+            load_tree(queues)
+        except (ConfigError, OSError) as e:
+            raise _fail(str(e)) from None
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    run(Options(kubeconfig, prometheus, host, port, interval, window, idle_threshold, queues,
+                max_pods))
+
+
 def main() -> None:  # pragma: no cover - console entry point
     app()

@@ -1,0 +1,50 @@
+"""Reading pods and nodes from the Kubernetes API (kubernetes_asyncio), as the API's JSON."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from kubernetes_asyncio import client, config
+
+
+class ClusterError(RuntimeError):
+    """The cluster could not be read; the message says why."""
+
+
+async def api_client(kubeconfig: Path | None) -> client.ApiClient:
+    """An API client from a kubeconfig file (or the in-cluster service account)."""
+    try:
+        if kubeconfig is not None:
+            if not kubeconfig.is_file():
+                raise ClusterError(f"--kubeconfig {kubeconfig}: no such file")
+            cfg = client.Configuration()
+            await config.load_kube_config(config_file=str(kubeconfig),
+                                          client_configuration=cfg)
+            return client.ApiClient(configuration=cfg)
+        config.load_incluster_config()
+        return client.ApiClient()
+    except ClusterError:
+        raise
+    except Exception as e:  # the loaders raise many types for one cause: bad config
+        raise ClusterError(f"cannot load Kubernetes config "
+                           f"{kubeconfig or '(in-cluster)'}: {e}") from None
+
+
+async def _list(api: client.ApiClient, call: str) -> list[dict[str, Any]]:
+    core = client.CoreV1Api(api)
+    try:
+        resp = await getattr(core, call)(_preload_content=False)
+        body = json.loads(await resp.read())
+    except Exception as e:  # network, TLS, auth, HTTP status: all mean "cannot read"
+        raise ClusterError(f"cannot list from the Kubernetes API ({call}): {e}") from None
+    return list(body.get("items") or [])
+
+
+async def read_cluster(api: client.ApiClient) -> tuple[list[dict[str, Any]],
+                                                       list[dict[str, Any]]]:
+    """All pods and all nodes, as plain dicts (the API's JSON)."""
+    pods = await _list(api, "list_pod_for_all_namespaces")
+    nodes = await _list(api, "list_node")
+    return pods, nodes

@@ -1,0 +1,177 @@
+"""The reconciler's `/metrics`: one snapshot of the join plus the counters it keeps.
+
+Per-pod series carry `namespace`, `pod`, `tenant`, `queue` (tenant and queue follow from the
+pod, so they add no cardinality); queue series carry `queue`; device series `node`, `gpu`,
+`UUID`. Cardinality is bounded: beyond `max_pods` pods (largest allocations kept), the rest
+of each namespace is folded into one `pod="_other"` series, so sums stay exact.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Iterator
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from gpugov.observe import names as m
+from gpugov.observe.views import Amount, PodRow, Reconciliation
+
+POD_LABELS = ["namespace", "pod", "tenant", "queue"]
+OTHER = "_other"
+
+
+class ReconcilerMetrics(Collector):
+    """Holds the latest reconciliation and the counters accumulated between cycles."""
+
+    def __init__(self, max_pods: int = 5000) -> None:
+        self.max_pods = max_pods
+        self.latest = Reconciliation()
+        self.idle_seconds: dict[tuple[str, ...], float] = defaultdict(float)
+        self.refusals: dict[tuple[str, ...], float] = defaultdict(float)
+        self._last_refused: dict[tuple[str, str], float] = {}
+        self.errors: dict[str, float] = defaultdict(float)
+        self.last_success: float | None = None
+
+    # -- updates ---------------------------------------------------------------------------
+    def update(self, rec: Reconciliation, dt: float,
+               refused: dict[tuple[str, str], float] | None, now: float | None = None) -> None:
+        """Take a new reconciliation; `dt` seconds passed since the previous one."""
+        self.latest = rec
+        live = set()
+        for p in rec.pods:
+            key = self._labels(p)
+            live.add(key)
+            if p.used is not None and dt > 0:
+                self.idle_seconds[key] += p.idle_compute * dt
+        for key in [k for k in self.idle_seconds if k not in live]:
+            del self.idle_seconds[key]
+        if refused is not None:
+            index = {(p.namespace, p.pod): self._labels(p) for p in rec.pods}
+            for pod, total in refused.items():
+                if pod not in index:
+                    continue
+                key = (*index[pod], "memory-cap")
+                before = self._last_refused.get(pod)
+                # first sight sets the baseline; a drop means the exporter restarted
+                grew = 0.0 if before is None else total if total < before else total - before
+                self.refusals[key] += grew
+            self._last_refused = dict(refused)
+        for key in [k for k in self.refusals if k[:4] not in live]:
+            del self.refusals[key]
+        self.last_success = time.time() if now is None else now
+
+    def error(self, reason: str) -> None:
+        self.errors[reason] += 1
+
+    # -- collection ------------------------------------------------------------------------
+    def _capped(self) -> set[tuple[str, str]]:
+        rows = sorted(self.latest.pods, key=lambda p: (
+            -(p.allocated.compute if p.allocated else 0.0), p.namespace, p.pod))
+        return {(p.namespace, p.pod) for p in rows[self.max_pods:]}
+
+    def _labels(self, p: PodRow) -> tuple[str, ...]:
+        if (p.namespace, p.pod) in self._folded:
+            return p.namespace, OTHER, p.tenant, p.queue
+        return p.namespace, p.pod, p.tenant, p.queue
+
+    @property
+    def _folded(self) -> set[tuple[str, str]]:
+        if len(self.latest.pods) <= self.max_pods:
+            return set()
+        return self._capped()
+
+    def collect(self) -> Iterator[Metric]:
+        rec = self.latest
+        views: dict[str, dict[str, GaugeMetricFamily]] = {
+            kind: {v: GaugeMetricFamily(names[v], doc.format(view=v), labels=POD_LABELS)
+                   for v in m.VIEWS}
+            for kind, names, doc in (
+                ("gpus", m.GPUS, "GPUs {view} per pod (used: devices busy above the idle "
+                 "threshold)"),
+                ("memory", m.MEMORY, "GPU memory {view} per pod, bytes"),
+                ("compute", m.COMPUTE, "GPU compute {view} per pod, 1.0 = one whole GPU"))}
+        sums: dict[tuple[str, str, tuple[str, ...]], float] = defaultdict(float)
+        for p in rec.pods:
+            key = self._labels(p)
+            for view, amount in (("declared", p.declared), ("allocated", p.allocated),
+                                 ("used", p.used)):
+                if amount is None:
+                    continue
+                for kind, value in _values(amount):
+                    sums[(kind, view, key)] += value
+        for (kind, view, key), value in sorted(sums.items()):
+            views[kind][view].add_metric(list(key), value)
+        for fams in views.values():
+            yield from fams.values()
+        eff = GaugeMetricFamily(m.EFFICIENCY, "used / allocated per pod",
+                                labels=[*POD_LABELS, "resource"])
+        folded = self._folded
+        for p in rec.pods:
+            if (p.namespace, p.pod) in folded:
+                continue
+            for resource in ("memory", "compute"):
+                value = p.efficiency(resource)
+                if value is not None:
+                    eff.add_metric([*self._labels(p), resource], value)
+        yield eff
+        idle = CounterMetricFamily(m.IDLE_ALLOCATED, "GPU time allocated while idle, "
+                                   "GPU-seconds (1.0 = one whole GPU)", labels=POD_LABELS)
+        for key, value in sorted(self.idle_seconds.items()):
+            idle.add_metric(list(key), value)
+        yield idle
+        refusals = CounterMetricFamily(m.QUOTA_REFUSALS, "allocations refused at a pod's "
+                                       "limit", labels=[*POD_LABELS, "reason"])
+        for key, value in sorted(self.refusals.items()):
+            refusals.add_metric(list(key), value)
+        yield refusals
+        fams = {name: GaugeMetricFamily(name, doc, labels=["queue"]) for name, doc in (
+            (m.QUEUE_QUOTA, "guaranteed GPUs of the queue"),
+            (m.QUEUE_FAIR_SHARE, "fair share of the queue, GPUs"),
+            (m.QUEUE_USAGE, "GPUs (compute) allocated to running pods of the queue"),
+            (m.QUEUE_PENDING, "pods of the queue waiting for placement"))}
+        for q in rec.queues:
+            if q.quota_gpus is not None:
+                fams[m.QUEUE_QUOTA].add_metric([q.queue], q.quota_gpus)
+            if q.fair_share_gpus is not None:
+                fams[m.QUEUE_FAIR_SHARE].add_metric([q.queue], q.fair_share_gpus)
+            fams[m.QUEUE_USAGE].add_metric([q.queue], q.usage_gpus)
+            fams[m.QUEUE_PENDING].add_metric([q.queue], q.pending_pods)
+        yield from fams.values()
+        over = GaugeMetricFamily(m.TIMESLICE_OVERCOMMIT, "sum of the memory limits of a "
+                                 "time-sliced device's tenants / card memory",
+                                 labels=["node", "gpu", "UUID"])
+        for d in rec.devices:
+            over.add_metric([d.node, str(d.index), d.uuid], d.overcommit)
+        yield over
+        missing = GaugeMetricFamily(m.NODE_AGENT_MISSING, "1 for a node running GPU pods "
+                                    "without an exporter reporting", labels=["node"])
+        for node in rec.nodes_without_agent:
+            missing.add_metric([node], 1)
+        yield missing
+        problems = GaugeMetricFamily(m.RECONCILER_PROBLEMS, "objects the last cycle could "
+                                     "not fully read", labels=["reason"])
+        counts: dict[str, int] = defaultdict(int)
+        for reason, _ in rec.problems:
+            counts[reason] += 1
+        for reason, n in sorted(counts.items()):
+            problems.add_metric([reason], n)
+        yield problems
+        errors = CounterMetricFamily(m.RECONCILER_ERRORS, "reconcile cycles that failed to "
+                                     "read a source", labels=["reason"])
+        for reason, n in sorted(self.errors.items()):
+            errors.add_metric([reason], n)
+        yield errors
+        last = GaugeMetricFamily(m.RECONCILER_LAST_SUCCESS, "unix time of the last complete "
+                                 "reconcile cycle")
+        if self.last_success is not None:
+            last.add_metric([], self.last_success)
+        yield last
+
+
+def _values(a: Amount) -> Iterator[tuple[str, float]]:
+    yield "gpus", a.gpus
+    if a.memory_bytes is not None:
+        yield "memory", a.memory_bytes
+    yield "compute", a.compute

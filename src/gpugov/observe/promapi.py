@@ -1,0 +1,64 @@
+"""A small client for Prometheus' HTTP API (instant queries), with errors a user can act on."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import aiohttp
+
+
+class PrometheusError(RuntimeError):
+    """Prometheus could not be reached or refused the query; the message says which."""
+
+
+@dataclass(frozen=True)
+class Sample:
+    labels: dict[str, str]
+    value: float
+
+
+class Prometheus:
+    """Instant queries against one Prometheus (`/api/v1/query`)."""
+
+    def __init__(self, url: str, timeout: float = 10.0) -> None:
+        if not url.startswith(("http://", "https://")):
+            raise ValueError(f"--prometheus {url!r}: expected an http:// or https:// URL, "
+                             "e.g. http://prometheus:9090")
+        self.url = url.rstrip("/")
+        self.timeout = aiohttp.ClientTimeout(total=timeout)
+        self._session: aiohttp.ClientSession | None = None
+
+    async def __aenter__(self) -> Prometheus:
+        self._session = aiohttp.ClientSession(timeout=self.timeout)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    async def query(self, promql: str, time: float | None = None) -> list[Sample]:
+        """Vector result of `promql` (scalars become one unlabelled sample); NaN dropped."""
+        assert self._session is not None, "use `async with Prometheus(url)`"
+        params = {"query": promql}
+        if time is not None:
+            params["time"] = f"{time:.3f}"
+        try:
+            async with self._session.get(f"{self.url}/api/v1/query", params=params) as resp:
+                body = await resp.json(content_type=None)
+        except (aiohttp.ClientError, TimeoutError, ValueError) as e:
+            raise PrometheusError(f"Prometheus at {self.url} is unreachable or did not answer "
+                                  f"with JSON: {e or type(e).__name__}") from None
+        if not isinstance(body, dict) or body.get("status") != "success":
+            err = body.get("error") if isinstance(body, dict) else body
+            raise PrometheusError(f"Prometheus at {self.url} refused query {promql!r}: {err}")
+        data = body["data"]
+        if data["resultType"] == "scalar":
+            return [Sample({}, float(data["result"][1]))]
+        out = []
+        for r in data["result"]:
+            value = float(r["value"][1])
+            if not math.isnan(value):
+                out.append(Sample(dict(r["metric"]), value))
+        return out

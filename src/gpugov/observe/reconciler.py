@@ -1,0 +1,164 @@
+"""`gpugov reconcile`: read the cluster and Prometheus, join, serve `/metrics`, repeat.
+
+Never exits on bad input: a source that cannot be read is logged, counted in
+`gpugov_reconciler_errors_total{reason}` and the cycle keeps what it could read (a cycle
+without Prometheus still exports the declared and allocated views; used stays unknown).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+from gpugov.observe.cluster import ClusterError, api_client, read_cluster
+from gpugov.observe.metrics import ReconcilerMetrics
+from gpugov.observe.promapi import Prometheus, PrometheusError
+from gpugov.observe.usage import read_used
+from gpugov.observe.views import (
+    DEFAULT_IDLE_THRESHOLD,
+    NodeRecord,
+    PodRecord,
+    Reconciliation,
+    node_record,
+    pod_record,
+    reconcile,
+)
+
+log = logging.getLogger("gpugov.reconcile")
+
+
+@dataclass
+class Options:
+    kubeconfig: Path | None
+    prometheus: str
+    host: str
+    port: int
+    interval: float = 15.0
+    window: str = "2m"
+    idle_threshold: float = DEFAULT_IDLE_THRESHOLD
+    queues: Path | None = None  # control-plane config with the queue tree
+    max_pods: int = 5000
+
+
+def records(pods: list[dict[str, Any]], nodes: list[dict[str, Any]]
+            ) -> tuple[list[PodRecord], list[NodeRecord], list[str]]:
+    """Pod and node records from API JSON, plus node problems (pure)."""
+    out = [r for r in (pod_record(p) for p in pods) if r is not None]
+    node_recs, problems = [], []
+    for n in nodes:
+        rec, probs = node_record(n)
+        node_recs.append(rec)
+        problems += probs
+    return out, node_recs, problems
+
+
+class Reconciler:
+    """One cycle at a time; `metrics` is what `/metrics` serves."""
+
+    def __init__(self, opts: Options, tree: Any | None = None) -> None:
+        self.opts, self.tree = opts, tree
+        self.metrics = ReconcilerMetrics(opts.max_pods)
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(self.metrics)
+        self._said: set[str] = set()
+        self._last_cycle: float | None = None
+        self._cluster: tuple[list[dict[str, Any]], list[dict[str, Any]]] | None = None
+
+    def _say(self, message: str) -> None:
+        if message not in self._said:  # once per distinct problem, not once per cycle
+            self._said.add(message)
+            log.warning("%s", message)
+
+    async def cycle(self, api: Any, prom: Prometheus) -> Reconciliation:
+        now = time.monotonic()
+        try:
+            self._cluster = await read_cluster(api)
+        except ClusterError as e:
+            self.metrics.error("kubernetes-unreachable")
+            self._say(f"{e}; keeping the last cluster view")
+        pods, nodes = self._cluster or ([], [])
+        pod_recs, node_recs, node_problems = records(pods, nodes)
+        refused = None
+        try:
+            used = await read_used(prom, self.opts.window)
+            uses, agents, refused = used.uses, used.nodes_with_agent, used.refusals
+        except PrometheusError as e:
+            self.metrics.error("prometheus-unreachable")
+            self._say(f"{e}; the used view is unknown until it answers")
+            uses, agents = [], set()  # declared and allocated are still exported
+        rec = reconcile(pod_recs, node_recs, uses, agents, self.tree, self.opts.idle_threshold)
+        if refused is None:  # no measurement: unknown, not "every node lacks the agent"
+            rec.nodes_without_agent = []
+            rec.problems = [p for p in rec.problems if p[0] != "node-without-agent"]
+        rec.problems += [("node-inventory", p) for p in node_problems]
+        for _, message in rec.problems:
+            self._say(message)
+        dt = 0.0 if self._last_cycle is None else now - self._last_cycle
+        self._last_cycle = now
+        self.metrics.update(rec, dt, refused)
+        return rec
+
+    async def serve(self, stop: asyncio.Event) -> None:
+        app = web.Application()
+
+        async def metrics(_: web.Request) -> web.Response:
+            return web.Response(body=generate_latest(self.registry),
+                                headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+        async def healthz(_: web.Request) -> web.Response:
+            return web.Response(text="ok\n")
+
+        app.router.add_get("/metrics", metrics)
+        app.router.add_get("/healthz", healthz)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, self.opts.host, self.opts.port)
+        await site.start()
+        log.info("serving /metrics on %s:%s", self.opts.host, self.opts.port)
+        api = await api_client(self.opts.kubeconfig)
+        try:
+            async with Prometheus(self.opts.prometheus) as prom:
+                while not stop.is_set():
+                    try:
+                        await self.cycle(api, prom)
+                    except Exception:  # never die on one bad cycle; say it, count it, go on
+                        self.metrics.error("internal")
+                        log.exception("reconcile cycle failed")
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(stop.wait(), self.opts.interval)
+        finally:
+            await api.close()
+            await runner.cleanup()
+
+
+def load_tree(path: Path) -> Any:
+    """The queue tree of a control-plane config file (ConfigError names what is wrong)."""
+    from gpugov.control.config import load_config
+    from gpugov.control.tree import build_tree
+
+    return build_tree(load_config(path))
+
+
+def run(opts: Options) -> None:
+    """Run until SIGINT/SIGTERM."""
+    import signal
+
+    tree = load_tree(opts.queues) if opts.queues else None
+    rec = Reconciler(opts, tree)
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        await rec.serve(stop)
+
+    asyncio.run(main())

@@ -1,0 +1,61 @@
+"""The used view: PromQL over the exporter's metrics, and turning the answers into `DeviceUse`.
+
+Per pod and device the enforcement library's numbers win (device time and charged memory);
+a whole device without the library falls back to DCGM utilisation and framebuffer use
+labelled with the owning pod.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpugov.observe import names as m
+from gpugov.observe.promapi import Prometheus, Sample
+from gpugov.observe.views import MIB, DeviceUse
+
+KEY = "namespace, pod, UUID"
+
+
+def queries(window: str) -> dict[str, str]:
+    """The instant queries one reconcile cycle runs (`window`: the rate window, e.g. 2m)."""
+    return {
+        "memory": f"sum by ({KEY}) ({m.POD_MEMORY_USED})",
+        "busy": f"sum by ({KEY}) (rate({m.POD_DEVICE_TIME}[{window}]))",
+        "dcgm_util": f'max by ({KEY}) ({m.DEV_GPU_UTIL}{{pod!=""}})',
+        "dcgm_fb": f'max by ({KEY}) ({m.DEV_FB_USED}{{pod!=""}})',
+        "agents": f"count by (Hostname) ({m.NODE_GPUS})",
+        "refusals": f"sum by (namespace, pod) ({m.POD_REFUSED})",
+    }
+
+
+@dataclass
+class UsedView:
+    uses: list[DeviceUse]
+    nodes_with_agent: set[str]
+    refusals: dict[tuple[str, str], float]
+
+
+def _key(s: Sample) -> tuple[str, str, str]:
+    return s.labels.get("namespace", ""), s.labels.get("pod", ""), s.labels.get("UUID", "")
+
+
+def combine(results: dict[str, list[Sample]]) -> UsedView:
+    """Pure: the answers of `queries` to per-pod device uses (library first, DCGM second)."""
+    memory = {_key(s): s.value for s in results.get("memory", [])}
+    busy = {_key(s): s.value for s in results.get("busy", [])}
+    for s in results.get("dcgm_util", []):
+        busy.setdefault(_key(s), s.value / 100.0)
+    for s in results.get("dcgm_fb", []):
+        memory.setdefault(_key(s), s.value * MIB)
+    keys = sorted(k for k in set(memory) | set(busy) if k[0] and k[1])
+    uses = [DeviceUse(ns, pod, uuid, memory.get((ns, pod, uuid), 0.0),
+                      busy.get((ns, pod, uuid), 0.0)) for ns, pod, uuid in keys]
+    agents = {s.labels["Hostname"] for s in results.get("agents", []) if "Hostname" in s.labels}
+    refusals = {(s.labels.get("namespace", ""), s.labels.get("pod", "")): s.value
+                for s in results.get("refusals", [])}
+    return UsedView(uses, agents, refusals)
+
+
+async def read_used(prom: Prometheus, window: str) -> UsedView:
+    """Run every query (PrometheusError propagates: the caller decides what to keep)."""
+    return combine({name: await prom.query(q) for name, q in queries(window).items()})

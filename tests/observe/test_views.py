@@ -1,0 +1,104 @@
+"""The pure join of declared / allocated / used views (no I/O)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from observe_data import MIB, QUEUES_YAML, device, node, pod
+
+from gpugov.observe.reconciler import load_tree, records
+from gpugov.observe.views import DeviceUse, reconcile
+
+
+def _join(pods, nodes, uses, agents=("node-1",), tree=None):
+    recs, node_recs, _ = records(pods, nodes)
+    return reconcile(recs, node_recs, uses, set(agents), tree)
+
+
+def test_idle_pod_counts_its_allocation_as_idle_and_a_busy_one_does_not() -> None:
+    pods = [pod("idle", request={"count": 1}, devices=[device("GPU-1")]),
+            pod("busy", request={"count": 1}, devices=[device("GPU-2", 1)])]
+    uses = [DeviceUse("team-a", "idle", "GPU-1", 2 * 1024 * MIB, 0.0),
+            DeviceUse("team-a", "busy", "GPU-2", 4 * 1024 * MIB, 0.8)]
+    rows = {r.pod: r for r in _join(pods, [node("node-1", ["GPU-1", "GPU-2"])], uses).pods}
+    assert rows["idle"].used.gpus == 0 and rows["idle"].idle_compute == 1.0
+    assert rows["busy"].used.gpus == 1 and rows["busy"].idle_compute == 0.0
+    assert rows["busy"].used.compute == pytest.approx(0.8)
+    assert rows["busy"].efficiency("memory") == pytest.approx(4 / 80)
+    assert rows["idle"].allocated.memory_bytes == 81920 * MIB
+
+
+def test_oversized_request_shows_declared_far_above_used() -> None:
+    p = pod("big", request={"count": 1, "milli": 500, "memoryMiB": 40960},
+            devices=[device("GPU-1", mode="soft", milli=500, memory_mib=40960)])
+    row = _join([p], [node("node-1", ["GPU-1"])],
+                [DeviceUse("team-a", "big", "GPU-1", 1024 * MIB, 0.1)]).pods[0]
+    assert row.declared.memory_bytes == 40960 * MIB
+    assert row.declared.compute == pytest.approx(0.5)
+    assert row.efficiency("memory") == pytest.approx(1 / 40)
+    assert row.efficiency("compute") == pytest.approx(0.2)
+
+
+def test_pod_without_annotations_is_read_from_its_limit_and_said() -> None:
+    rec = _join([pod("plain", gpu_limit=2, queue=None, tenant=None, devices=None)],
+                [node("node-1", ["GPU-1", "GPU-2"])], [])
+    row = rec.pods[0]
+    assert row.declared.gpus == 2 and row.allocated is None
+    assert row.queue == "unknown" and row.tenant == "unknown"
+    assert any("no gpugov.io/request annotation" in m and "team-a/plain" in m
+               for _, m in rec.problems)
+
+
+def test_cpu_only_pods_are_ignored() -> None:
+    assert _join([pod("web", queue=None, tenant=None)], [], []).pods == []
+
+
+@pytest.mark.parametrize("raw, words", [
+    ({"gpugov.io/allocation": "{not json"}, "not JSON"),
+    ({"gpugov.io/allocation": json.dumps({"v": 9, "devices": []})}, "v=9"),
+    ({"gpugov.io/allocation": json.dumps({"v": 1, "devices": [{"index": 0}]})}, "'uuid'"),
+    ({"gpugov.io/request": json.dumps({"v": 1, "count": -1})}, "'count' = -1"),
+])
+def test_malformed_annotations_are_reported_not_raised(raw, words) -> None:
+    rec = _join([pod("bad", request={"count": 1}, raw=raw)], [node("node-1", ["GPU-1"])], [])
+    assert len(rec.pods) == 1
+    assert any(words in m and "team-a/bad" in m for _, m in rec.problems), rec.problems
+
+
+def test_node_without_agent_leaves_used_unknown_and_names_the_node() -> None:
+    p = pod("p", node="node-9", request={"count": 1}, devices=[device("GPU-9")])
+    rec = _join([p], [node("node-9", ["GPU-9"])], [], agents=())
+    assert rec.pods[0].used is None and rec.pods[0].idle_compute == 0.0
+    assert rec.nodes_without_agent == ["node-9"]
+    assert any("node node-9" in m and "no gpugov exporter" in m for _, m in rec.problems)
+
+
+def test_queues_get_quota_fair_share_usage_and_pending(tmp_path: Path) -> None:
+    cfg = tmp_path / "queues.yaml"
+    cfg.write_text(QUEUES_YAML)
+    tree = load_tree(cfg)
+    pods = [pod("a1", request={"count": 1}, devices=[device("GPU-1")]),
+            pod("a2", request={"count": 1}, devices=[device("GPU-2", 1)]),
+            pod("a3", request={"count": 1}, devices=[device("GPU-3", 2)]),
+            pod("b1", ns="team-b", queue="team-b", tenant="team-b", node=None,
+                phase="Pending", request={"count": 2})]
+    rec = _join(pods, [node("node-1", ["GPU-1", "GPU-2", "GPU-3", "GPU-4"])], [], tree=tree)
+    q = {r.queue: r for r in rec.queues}
+    assert q["team-a"].usage_gpus == 3 and q["team-a"].pending_pods == 0
+    assert q["team-b"].usage_gpus == 0 and q["team-b"].pending_pods == 1
+    assert q["org"].usage_gpus == 3 and q["org"].pending_pods == 1
+    assert q["team-a"].quota_gpus == 2 and q["org"].quota_gpus == 4
+    # 4 GPUs, team-a wants 3, team-b 2: each gets its guaranteed 2
+    assert q["team-b"].fair_share_gpus == pytest.approx(2)
+    assert q["team-a"].fair_share_gpus == pytest.approx(2)
+
+
+def test_timeslice_overcommit_is_sum_of_limits_over_card() -> None:
+    pods = [pod(f"ts{i}", request={"count": 1},
+                devices=[device("GPU-1", mode="timeslice", milli=250, memory_mib=30720)])
+            for i in range(3)]
+    rec = _join(pods, [node("node-1", ["GPU-1"], memory_mib=81920)], [])
+    assert len(rec.devices) == 1
+    assert rec.devices[0].overcommit == pytest.approx(3 * 30720 / 81920)
