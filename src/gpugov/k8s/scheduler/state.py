@@ -1,0 +1,628 @@
+"""The scheduler's view of the API, fed to the one control plane; decisions out as a plan.
+
+Pure (no I/O, `now` is an argument), so the whole decision path is unit-tested with plain
+API dicts. The API objects are the only truth: `rebuild` makes a fresh `ControlPlane` from
+them (bound pods' `gpugov.io/allocation` annotations are the durable record), which happens
+at start and whenever nodes, Queues, Tenants, PriorityClasses or PodGroups change; pod
+arrivals, bindings and departures are applied incrementally between rebuilds.
+
+A cycle decides for every pending pod at once (`ControlPlane.cycle`) and returns a `Plan`:
+bindings (with the allocation record), evictions, PodScheduled conditions and Queue
+statuses. A preemptor is not bound in the cycle that evicts for it: it is held out of the
+engine until its victims are gone, then scheduled normally. A victim whose eviction was
+refused (a PodDisruptionBudget: HTTP 429) is protected from preemption for `pdb_backoff`
+seconds, so the next cycle tries another victim or waits.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from gpugov.control import reasons
+from gpugov.control.config import RESOURCES, SCALE, ControlConfig
+from gpugov.control.cycle import ControlPlane, new_control_plane
+from gpugov.control.workload import PENDING, REJECTED, RUNNING, Job, placement_request
+from gpugov.k8s.scheduler import names
+from gpugov.k8s.scheduler.codec import AllocationRecord, DeviceSlice
+from gpugov.k8s.scheduler.translate import (
+    DEFAULT_CLASS,
+    ConfigBuild,
+    NodeInfo,
+    PodInfo,
+    build_config,
+    node_info,
+    pod_info,
+    tenant_map,
+)
+from gpugov.model.catalog import MILLI_PER_GPU
+from gpugov.model.devices import DeviceMode
+from gpugov.model.request import Allocation, PodRequest
+
+log = logging.getLogger("gpugov.scheduler")
+
+#: reason codes of pods the engine never sees (beyond control/reasons.py's)
+INVALID = "invalid-request"
+NO_QUEUE = "no-queue"
+PREEMPTING = "preempting"
+NO_CONFIG = "no-queue-config"
+
+
+@dataclass(frozen=True, slots=True)
+class Bind:
+    key: str
+    namespace: str
+    name: str
+    uid: str
+    node: str
+    record: AllocationRecord
+
+
+@dataclass(frozen=True, slots=True)
+class Evict:
+    key: str
+    namespace: str
+    name: str
+    preemptor: str
+    kind: str  # "reclaim" or "preempt"
+
+
+@dataclass(frozen=True, slots=True)
+class Condition:
+    key: str
+    namespace: str
+    name: str
+    uid: str
+    code: str
+    message: str
+
+
+@dataclass
+class Plan:
+    """The API writes one cycle decided."""
+
+    binds: list[Bind] = field(default_factory=list)
+    evictions: list[Evict] = field(default_factory=list)
+    conditions: list[Condition] = field(default_factory=list)
+    queue_status: dict[str, dict[str, Any]] = field(default_factory=dict)
+    considered: int = 0
+
+    def empty(self) -> bool:
+        return not (self.binds or self.evictions or self.conditions or self.queue_status)
+
+
+def condition_message(code: str, detail: str) -> str:
+    """The PodScheduled=False message: gpugov's reason code first, then the words."""
+    return f"gpugov: {code}" + (f": {detail}" if detail else "")
+
+
+@dataclass
+class _JobRec:
+    job: Job
+    pods: list[str]
+
+
+class SchedulerState:
+    """API objects by key, the control plane built from them, and the bookkeeping between."""
+
+    def __init__(self, policy: str = "bestfit", seed: int = 0, pdb_backoff: float = 30.0):
+        self.policy, self.seed, self.pdb_backoff = policy, seed, pdb_backoff
+        self.nodes: dict[str, NodeInfo] = {}
+        self.pods: dict[str, PodInfo] = {}
+        self.queue_objs: dict[str, dict[str, Any]] = {}
+        self.tenant_objs: dict[str, dict[str, Any]] = {}
+        self.pc_objs: dict[str, dict[str, Any]] = {}
+        self.podgroups: dict[str, int] = {}  # ns/name -> minMember
+        self.tenants: dict[str, tuple[str, Any]] = {}
+        self.dirty = True
+        self.cp: ControlPlane | None = None
+        self.build = ConfigBuild(None, ["not built yet"], {})
+        self.jobs: dict[str, _JobRec] = {}
+        self.job_of: dict[str, str] = {}
+        self.node_index: dict[str, int] = {}
+        self.card_mib = 0
+        self.inflight: dict[str, AllocationRecord] = {}  # bound by us, watch not caught up
+        self.waiting: dict[str, set[str]] = {}  # preemptor pod -> victim pods still there
+        self.protected: dict[str, float] = {}  # pod -> until when eviction is not tried
+        self.written: dict[str, str] = {}  # pod -> last PodScheduled message we wrote
+        self.queue_written: dict[str, dict[str, Any]] = {}
+        self.errors: Counter[str] = Counter()  # bad input seen, by kind (for the metric)
+        self.orphans: set[str] = set()  # bound pods counted in the state but in no queue
+        self.rebuilds = 0
+        self._job_seq = 0
+
+    # -- watch events ------------------------------------------------------------------------
+    def set_node(self, obj: dict[str, Any]) -> None:
+        info = node_info(obj)
+        if info.error:
+            self._bad("node", info.error)
+        old = self.nodes.get(info.name)
+        self.nodes[info.name] = info
+        if old is None or old.signature() != info.signature():
+            self.dirty = True
+
+    def delete_node(self, name: str) -> None:
+        if self.nodes.pop(name, None) is not None:
+            self.dirty = True
+
+    def set_object(self, kind: str, obj: dict[str, Any]) -> None:
+        """A Queue, Tenant, PriorityClass or PodGroup was added or changed."""
+        meta = obj.get("metadata") or {}
+        name = meta.get("name", "")
+        if kind == "podgroup":
+            key = f"{meta.get('namespace', '')}/{name}"
+            spec = obj.get("spec") or {}
+            try:
+                n = max(1, int(spec.get("minMember") or 1))
+            except (TypeError, ValueError):
+                self._bad("podgroup", f"PodGroup {key}: spec.minMember {spec.get('minMember')!r}"
+                          " is not an integer")
+                n = 1
+            if self.podgroups.get(key) != n:
+                self.podgroups[key] = n
+            return  # groups are read at submission time; no rebuild needed
+        store = self._store(kind)
+        old = store.get(name)
+        store[name] = obj
+        if old is None or _relevant(kind, old) != _relevant(kind, obj):
+            self.dirty = True
+
+    def delete_object(self, kind: str, obj: dict[str, Any]) -> None:
+        meta = obj.get("metadata") or {}
+        if kind == "podgroup":
+            self.podgroups.pop(f"{meta.get('namespace', '')}/{meta.get('name', '')}", None)
+            return
+        if self._store(kind).pop(meta.get("name", ""), None) is not None:
+            self.dirty = True
+
+    def _store(self, kind: str) -> dict[str, dict[str, Any]]:
+        return {"queue": self.queue_objs, "tenant": self.tenant_objs,
+                "priorityclass": self.pc_objs}[kind]
+
+    def set_pod(self, obj: dict[str, Any]) -> None:
+        info = pod_info(obj, self.tenants)
+        key = info.key
+        if not (info.ours or info.allocation is not None):
+            if key in self.pods:
+                self.delete_pod(key)
+            return
+        old = self.pods.get(key)
+        if old is not None and old.uid != info.uid:
+            self.delete_pod(key)  # same name, new pod
+            old = None
+        self.pods[key] = info
+        if info.error and (old is None or old.error != info.error):
+            self._bad("pod", f"pod {key}: {info.error}")
+        if info.node:
+            self.inflight.pop(key, None)
+        if self.dirty or self.cp is None:
+            return
+        jname = self.job_of.get(key)
+        if info.done:
+            if key in self.orphans:
+                self.dirty = True
+            elif jname is not None:
+                self._leave(key)
+            return
+        if info.node:
+            if jname is not None and self.jobs[jname].job.status == RUNNING:
+                return  # our own binding, confirmed
+            if jname is not None:  # bound elsewhere while pending here: start over
+                self.dirty = True
+                return
+            if key in self.orphans:
+                return
+            if info.allocation is not None and not self._adopt(info, info.created):
+                self.dirty = True
+            return
+        if jname is not None and self.jobs[jname].job.status == RUNNING \
+                and key not in self.inflight:
+            self.dirty = True  # the engine thinks it runs, the API says pending
+
+    def delete_pod(self, key: str) -> None:
+        self.pods.pop(key, None)
+        self.inflight.pop(key, None)
+        self.written.pop(key, None)
+        self.protected.pop(key, None)
+        self.waiting.pop(key, None)
+        for victims in self.waiting.values():
+            victims.discard(key)
+        if key in self.orphans:
+            self.dirty = True
+        elif key in self.job_of and not self.dirty and self.cp is not None:
+            self._leave(key)
+
+    def _leave(self, key: str) -> None:
+        """A pod of a job left: a single-pod job finishes; a gang member forces a rebuild."""
+        jname = self.job_of[key]
+        rec = self.jobs[jname]
+        if len(rec.pods) > 1 and rec.job.status == RUNNING:
+            self.dirty = True
+            return
+        assert self.cp is not None
+        self.cp.finish(rec.job)
+        self._forget(jname)
+
+    def _forget(self, jname: str) -> None:
+        rec = self.jobs.pop(jname)
+        for k in rec.pods:
+            if self.job_of.get(k) == jname:
+                del self.job_of[k]
+        if self.cp is not None:
+            self.cp.jobs.pop(jname, None)
+
+    def bind_result(self, bind: Bind, ok: bool) -> None:
+        """The outcome of a Binding the runner issued."""
+        if ok:
+            info = self.pods.get(bind.key)
+            if info is None or not info.node:
+                self.inflight[bind.key] = bind.record
+        else:
+            self.inflight.pop(bind.key, None)
+            self.dirty = True  # the engine placed it; the API refused: start from the API
+
+    def eviction_result(self, ev: Evict, status: int, now: float) -> None:
+        """429 = a PodDisruptionBudget refused: protect the victim for a while, release its
+        preemptor so the next cycle tries another victim or waits."""
+        if status == 429:
+            self.protected[ev.key] = now + self.pdb_backoff
+            self.waiting.pop(ev.preemptor, None)
+            self.dirty = True
+        elif status == 404:
+            for victims in self.waiting.values():
+                victims.discard(ev.key)
+        elif status >= 300:
+            self.waiting.pop(ev.preemptor, None)
+            self.dirty = True
+
+    def _bad(self, kind: str, message: str) -> None:
+        self.errors[kind] += 1
+        log.warning("%s", message)
+
+    # -- rebuilding the engine from the API objects ------------------------------------------
+    def rebuild(self, now: float) -> None:
+        """A fresh control plane from the stored API objects (what a restart does)."""
+        self.rebuilds += 1
+        self.dirty = False
+        self.jobs.clear()
+        self.job_of.clear()
+        self.orphans.clear()
+        self.tenants = tenant_map(list(self.tenant_objs.values()))
+        for info in self.pods.values():  # Tenants may have changed
+            info.resolve(self.tenants)
+        self.build = build_config(list(self.queue_objs.values()), list(self.pc_objs.values()))
+        for p in self.build.problems:
+            self._bad("queue", p)
+        infos = [self.nodes[n] for n in sorted(self.nodes)]
+        self.node_index = {n.name: i for i, n in enumerate(infos)}
+        self.card_mib = max((n.card_memory_mib for n in infos), default=0)
+        cfg: ControlConfig | None = self.build.config
+        if cfg is None or not infos:
+            self.cp = None
+            return
+        self.cp = new_control_plane(cfg, [n.spec for n in infos], self.policy, self.seed)
+        self.protected = {k: t for k, t in self.protected.items() if t > now}
+        for key, info in sorted(self.pods.items()):
+            record = info.allocation or self.inflight.get(key)
+            if info.done or record is None or not (info.node or key in self.inflight):
+                continue
+            start = float("inf") if key in self.protected else info.created
+            if not self._adopt(info, start, record):
+                self._bad("allocation", f"pod {key}: its recorded allocation conflicts with "
+                          "another pod's or with the node; not counted")
+        state = self.cp.state
+        for i, n in enumerate(infos):
+            if not n.schedulable:
+                state.cpu_free[i] = -1  # no new pod fits; pods already there keep their place
+                state.version[i] += 1
+
+    def _pclass(self, cfg: ControlConfig, info: PodInfo):
+        try:
+            return cfg.priority_class(info.priority_class or DEFAULT_CLASS)
+        except KeyError:
+            return cfg.priority_class(DEFAULT_CLASS)
+
+    def _leaf(self, info: PodInfo) -> tuple[int | None, str, str]:
+        """(leaf index, reason code, detail) for a pod's queue."""
+        assert self.cp is not None
+        if info.queue is None:
+            return None, NO_QUEUE, (f"namespace {info.namespace} has no Tenant and the pod has "
+                                    f"no {names.ANN_QUEUE} annotation")
+        if info.queue in self.build.excluded:
+            return None, NO_QUEUE, self.build.excluded[info.queue]
+        tree = self.cp.tree
+        if info.queue not in tree.names:
+            leaves = [n for n, leaf in zip(tree.names, tree.is_leaf, strict=True) if leaf]
+            return None, NO_QUEUE, (f"queue {info.queue!r} does not exist; leaf queues: "
+                                    f"{', '.join(leaves)}")
+        q = tree.names.index(info.queue)
+        if not tree.is_leaf[q]:
+            return None, NO_QUEUE, f"queue {info.queue!r} has child queues; only leaves take pods"
+        return q, "", ""
+
+    def pod_request(self, info: PodInfo) -> PodRequest:
+        """The engine's request: compute share only (memory slices become a share of the
+        largest card in the cluster, `GpuRequest.to_pod_request`)."""
+        req = info.request
+        if req is None:
+            return PodRequest(info.key, info.cpu_milli, info.memory_mib)
+        return req.to_pod_request(info.key, info.cpu_milli, info.memory_mib,
+                                  self.card_mib or None)
+
+    def _new_job(self, name: str, info: PodInfo, pods: int) -> Job | None:
+        assert self.cp is not None
+        leaf, _, _ = self._leaf(info)
+        if leaf is None:
+            return None
+        return Job(name, leaf, self._pclass(self.cp.cfg, info), info.created, pods,
+                   self.pod_request(info), info.trust)
+
+    def _adopt(self, info: PodInfo, start: float, record: AllocationRecord | None = None) -> bool:
+        """Count a bound pod (its recorded allocation) in the state and its queue's usage.
+
+        A pod whose queue is unknown, or whose job the ledger refuses (its queue's caps were
+        lowered below what already runs), still holds its devices: it is an orphan, counted
+        in the cluster state only.
+        """
+        cp = self.cp
+        assert cp is not None
+        record = record or info.allocation
+        if record is None or info.error:
+            return False
+        node = self.node_index.get(record.node)
+        if node is None or (info.node and info.node != record.node):
+            return False
+        self._job_seq += 1
+        name = f"{info.key}#{self._job_seq}"
+        job = self._new_job(name, info, 1)
+        if job is not None:
+            cp.submit(job)
+            if job.status == REJECTED:
+                cp.jobs.pop(name, None)
+                job = None
+        req = job.request if job is not None else placement_request(self.pod_request(info),
+                                                                    info.trust)
+        alloc = Allocation(node, tuple(d.index for d in record.devices),
+                           req.gpu_milli if record.devices else 0)
+        try:
+            cp.state.allocate(req, alloc)
+        except ValueError:
+            if job is not None:
+                cp.finish(job)
+                cp.jobs.pop(name, None)
+            return False
+        if job is None:
+            self.orphans.add(info.key)
+            return True
+        cp._start(job, [alloc], start)  # the control plane's own bookkeeping of a start
+        self.jobs[name] = _JobRec(job, [info.key])
+        self.job_of[info.key] = name
+        return True
+
+    # -- the cycle ------------------------------------------------------------------------------
+    def cycle(self, now: float) -> Plan:
+        """Decide for every pending pod; return the API writes."""
+        if self.dirty or self.cp is None and self.nodes and self.queue_objs:
+            self.rebuild(now)
+        plan = Plan()
+        if self.cp is None:
+            why = "; ".join(self.build.problems[:3]) or "no nodes"
+            for info in self._pending_pods():
+                self._condition(plan, info, NO_CONFIG, why)
+            return plan
+        self._submit_pending(plan)
+        cp = self.cp
+        result = cp.cycle(now)
+        plan.considered = result.considered
+        preemptors = {ev.preemptor for ev in result.preempted}
+        for ev in result.preempted:
+            for victim in self.jobs[ev.victim].pods:
+                v = self.pods[victim]
+                for p in self.jobs[ev.preemptor].pods:
+                    self.waiting.setdefault(p, set()).add(victim)
+                plan.evictions.append(Evict(victim, v.namespace, v.name,
+                                            self.jobs[ev.preemptor].pods[0], ev.kind))
+        if preemptors:
+            self.dirty = True  # victims still hold their devices until they are gone
+        for job in result.started:
+            if job.name in preemptors:
+                continue
+            rec = self.jobs[job.name]
+            for key, alloc in zip(rec.pods, job.allocations, strict=True):
+                info = self.pods[key]
+                record = self.allocation_record(info, alloc)
+                plan.binds.append(Bind(key, info.namespace, info.name, info.uid,
+                                       record.node, record))
+                self.inflight[key] = record
+        for rec in self.jobs.values():
+            if rec.job.status in (PENDING, REJECTED):
+                for key in rec.pods:
+                    if key in self.waiting:
+                        continue
+                    self._condition(plan, self.pods[key], rec.job.reason, rec.job.detail)
+        plan.queue_status = self._queue_status()
+        return plan
+
+    def _pending_pods(self) -> list[PodInfo]:
+        return [p for p in self.pods.values()
+                if p.ours and not p.node and not p.done and not p.terminating
+                and p.key not in self.inflight]
+
+    def _submit_pending(self, plan: Plan) -> None:
+        """Give the engine every pending pod it does not hold yet (gangs as one job)."""
+        cp = self.cp
+        assert cp is not None
+        groups: dict[str, list[PodInfo]] = {}
+        for info in self._pending_pods():
+            key = info.key
+            if self.waiting.get(key):
+                self._condition(plan, info, PREEMPTING,
+                                f"waiting for {len(self.waiting[key])} evicted pod(s) to leave")
+                continue
+            self.waiting.pop(key, None)
+            if info.error:
+                self._condition(plan, info, INVALID, info.error)
+                continue
+            leaf, code, detail = self._leaf(info)
+            if leaf is None:
+                self._condition(plan, info, code, detail)
+                continue
+            if info.group:
+                groups.setdefault(f"{info.namespace}/{info.group}", []).append(info)
+            elif key not in self.job_of:
+                job = self._new_job(key, info, 1)
+                assert job is not None
+                cp.submit(job)
+                self.jobs[key] = _JobRec(job, [key])
+                self.job_of[key] = key
+        for gkey, members in sorted(groups.items()):
+            self._submit_group(plan, gkey, sorted(members, key=lambda p: (p.created, p.key)))
+
+    def _submit_group(self, plan: Plan, gkey: str, members: list[PodInfo]) -> None:
+        cp = self.cp
+        assert cp is not None
+        keys = [m.key for m in members]
+        current = {self.job_of.get(k) for k in keys}
+        if len(current) == 1 and None not in current:
+            jname = current.pop()
+            assert jname is not None
+            if self.jobs[jname].pods == keys:
+                return
+        for jname in {j for j in current if j is not None}:  # membership changed: resubmit
+            if self.jobs[jname].job.status == PENDING:
+                cp.finish(self.jobs[jname].job)
+                self._forget(jname)
+        need = self.podgroups.get(gkey)
+        if need is None:
+            for m in members:
+                self._condition(plan, m, reasons.GANG, f"PodGroup {gkey} does not exist")
+            return
+        ns, group = gkey.split("/", 1)
+        bound = sum(1 for p in self.pods.values() if p.namespace == ns and p.group == group
+                    and (p.node or p.key in self.inflight) and not p.done)
+        if bound + len(members) < need:
+            for m in members:
+                self._condition(plan, m, reasons.GANG,
+                                f"{bound + len(members)} of PodGroup {gkey}'s minMember "
+                                f"{need} pods exist")
+            return
+        shapes = {self.pod_request(m) for m in members}
+        shapes = {(r.cpu_milli, r.memory_mib, r.gpu_count, r.gpu_milli, r.models)
+                  for r in shapes}
+        if len(shapes) > 1 or len({m.queue for m in members}) > 1:
+            for m in members:
+                self._condition(plan, m, INVALID, f"the pods of PodGroup {gkey} differ in "
+                                "request or queue; a gang needs identical pods in one queue")
+            return
+        self._job_seq += 1
+        jname = f"group:{gkey}#{self._job_seq}"
+        job = self._new_job(jname, members[0], len(members))
+        assert job is not None
+        cp.submit(job)
+        self.jobs[jname] = _JobRec(job, keys)
+        for k in keys:
+            self.job_of[k] = jname
+
+    def _condition(self, plan: Plan, info: PodInfo, code: str, detail: str) -> None:
+        msg = condition_message(code or reasons.NOT_TRIED, detail)
+        current = info.conditions.get("PodScheduled")
+        if self.written.get(info.key) == msg or (current is not None and current[1] == msg):
+            return
+        self.written[info.key] = msg
+        plan.conditions.append(Condition(info.key, info.namespace, info.name, info.uid,
+                                         code, msg))
+
+    # -- what is written back -------------------------------------------------------------------
+    def allocation_record(self, info: PodInfo, alloc: Allocation) -> AllocationRecord:
+        """The durable record for a placement (docs/contracts.md, `gpugov.io/allocation`).
+
+        `milli` is the pod's own compute share (an untrusted tenant's slice is placed on a
+        device of its own, but limited to what it asked for); `memoryMiB` is what the
+        enforcement library applies: the card's memory for a whole device.
+        """
+        assert self.cp is not None
+        node = self.nodes[self.cp.state.names[alloc.node]]
+        req = info.request
+        if req is None or not alloc.devices:
+            return AllocationRecord(node.name, "none", ())
+        own = self.pod_request(info).gpu_milli
+        card = node.card_memory_mib
+        devices = []
+        for d in alloc.devices:
+            if req.mode is DeviceMode.EXCLUSIVE:
+                share, mem = MILLI_PER_GPU, card
+            else:
+                share = own
+                mem = req.memory_on(card) if card else req.memory_mib
+                if mem is None:
+                    mem = card * share // MILLI_PER_GPU
+            mig = {"profile": req.mig_profile} if req.mig_profile else None
+            devices.append(DeviceSlice(d, req.mode.value, share, int(mem or 0),
+                                       node.uuids[d] if d < len(node.uuids) else "", mig))
+        hard = alloc.milli == MILLI_PER_GPU or req.mode in (DeviceMode.EXCLUSIVE, DeviceMode.MIG)
+        isolation = "hard" if hard else str(req.mode.isolation)
+        return AllocationRecord(node.name, isolation, tuple(devices))
+
+    def _queue_status(self) -> dict[str, dict[str, Any]]:
+        """Per Queue: usage, fair share (config units), pending and admitted pods — only the
+        queues whose status changed since it was last written."""
+        cp = self.cp
+        assert cp is not None
+        out = {}
+        pending = Counter()
+        admitted = Counter()
+        for rec in self.jobs.values():
+            if rec.job.status in (PENDING, REJECTED):
+                pending[rec.job.leaf] += len(rec.pods)
+            elif rec.job.status == RUNNING:
+                admitted[rec.job.leaf] += len(rec.pods)
+        for q, name in enumerate(cp.tree.names):
+            leaves = [q] if cp.tree.is_leaf[q] else [i for i in range(len(cp.tree))
+                                                      if q in cp.tree.paths[i][1:]]
+            status = {
+                "usage": _amounts(cp.ledger.usage[q]),
+                "fairShare": _amounts(cp.fair[q]),
+                "pending": int(sum(pending[i] for i in leaves)),
+                "admitted": int(sum(admitted[i] for i in leaves)),
+            }
+            if self.queue_written.get(name) != status:
+                out[name] = status
+        return out
+
+    def queue_status_written(self, name: str, status: dict[str, Any]) -> None:
+        self.queue_written[name] = status
+
+    # -- reading ------------------------------------------------------------------------------
+    def position(self, key: str) -> tuple[int, int] | None:
+        """(position, depth) of a pending pod's job in its queue, 1-based."""
+        jname = self.job_of.get(key)
+        if jname is None or self.cp is None:
+            return None
+        job = self.jobs[jname].job
+        if job.status != PENDING:
+            return None
+        order = [j for j in self.cp.pending(job.leaf) if j.status == PENDING]
+        return order.index(job) + 1, len(order)
+
+    def job_for(self, key: str) -> Job | None:
+        jname = self.job_of.get(key)
+        return self.jobs[jname].job if jname else None
+
+
+def _amounts(vec: np.ndarray) -> dict[str, str]:
+    """Internal units -> the config's (GPUs, cores, GiB), as decimal strings."""
+    return {r: f"{float(vec[i]) / SCALE[i]:.3f}".rstrip("0").rstrip(".")
+            for i, r in enumerate(RESOURCES)}
+
+
+def _relevant(kind: str, obj: dict[str, Any]) -> Any:
+    """The part of an object that changes decisions (our own status writes do not)."""
+    meta = obj.get("metadata") or {}
+    if kind == "priorityclass":
+        ann = meta.get("annotations") or {}
+        return (obj.get("value"), ann.get(names.ANN_PREEMPTIBLE), ann.get(names.ANN_MIN_RUNTIME))
+    return obj.get("spec")

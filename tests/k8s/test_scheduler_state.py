@@ -1,0 +1,350 @@
+"""The scheduler's decision path on plain API objects (no cluster): translation, binding plans
+with allocation records, gangs, quotas, preemption plans, restart from annotations, and
+bad input that must not stop the others."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from gpugov.k8s.scheduler import names
+from gpugov.k8s.scheduler.codec import AnnotationError, decode_allocation, decode_request
+from gpugov.k8s.scheduler.state import INVALID, NO_QUEUE, PREEMPTING, SchedulerState
+from gpugov.k8s.scheduler.translate import build_config, node_info, parse_quantity
+
+T0 = 1_800_000_000.0
+
+
+def node(name: str, gpus: int = 8, product: str = "NVIDIA-A100-SXM4-80GB", ready: bool = True,
+         cpu: str = "64", memory: str = "512Gi") -> dict:
+    return {"metadata": {"name": name, "labels": {names.PRODUCT_LABEL: product}},
+            "status": {"allocatable": {"cpu": cpu, "memory": memory,
+                                       names.GPU_RESOURCE: str(gpus)},
+                       "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}}
+
+
+def pod(name: str, ns: str = "team-a", gpus: int | None = 1, queue: str | None = "qa",
+        limits: dict | None = None, node_name: str = "", allocation: str | None = None,
+        group: str | None = None, priority_class: str = "", created: str = "2027-01-15T08:00:00Z",
+        uid: str | None = None, ann: dict | None = None, requests: dict | None = None) -> dict:
+    annotations = dict(ann or {})
+    if queue:
+        annotations[names.ANN_QUEUE] = queue
+    if allocation:
+        annotations[names.ANN_ALLOCATION] = allocation
+    lim = dict(limits or {})
+    if gpus is not None and not limits:
+        lim[names.GPU_RESOURCE] = str(gpus)
+    labels = {names.PODGROUP_LABEL: group} if group else {}
+    spec = {"schedulerName": names.SCHEDULER_NAME,
+            "containers": [{"name": "c", "resources": {"limits": lim,
+                                                        "requests": requests or {}}}]}
+    if node_name:
+        spec["nodeName"] = node_name
+    if priority_class:
+        spec["priorityClassName"] = priority_class
+    return {"metadata": {"name": name, "namespace": ns, "uid": uid or f"uid-{ns}-{name}",
+                         "annotations": annotations, "labels": labels,
+                         "creationTimestamp": created},
+            "spec": spec, "status": {"phase": "Pending"}}
+
+
+def queue(name: str, parent: str | None = None, **spec) -> dict:
+    s = dict(spec)
+    if parent:
+        s["parent"] = parent
+    return {"metadata": {"name": name}, "spec": s}
+
+
+def make(nodes: int = 2, gpus: int = 8, queues: list[dict] | None = None,
+         policy: str = "bestfit") -> SchedulerState:
+    st = SchedulerState(policy=policy)
+    for i in range(nodes):
+        st.set_node(node(f"n{i}", gpus))
+    for q in queues or [queue("qa"), queue("qb")]:
+        st.set_object("queue", q)
+    return st
+
+
+def bind_all(st: SchedulerState, plan, now: float = T0) -> None:
+    """What the API does after the runner applied a plan: the pods become bound."""
+    for b in plan.binds:
+        st.bind_result(b, True)
+        raw = st.pods[b.key]
+        obj = pod(b.name, b.namespace, queue=raw.queue, priority_class=raw.priority_class)
+        obj["metadata"]["uid"] = raw.uid
+        obj["metadata"]["annotations"][names.ANN_ALLOCATION] = b.record.encode()
+        if raw.group:
+            obj["metadata"]["labels"][names.PODGROUP_LABEL] = raw.group
+        obj["spec"]["nodeName"] = b.node
+        st.set_pod(obj)
+
+
+def test_quantities_and_nodes_translate() -> None:
+    assert parse_quantity("500m") * 1000 == 500
+    assert parse_quantity("16Gi") == 16 * 2**30
+    with pytest.raises(ValueError, match="not a Kubernetes quantity"):
+        parse_quantity("12 cores")
+    info = node_info(node("a", 4))
+    assert (info.spec.gpu_count, info.spec.model, info.card_memory_mib) == (4, "A100-SXM4-80GB",
+                                                                            81920)
+    assert info.spec.cpu_milli == 64000 and info.schedulable
+    bad = node_info(node("b", cpu="lots"))
+    assert "status.allocatable" in bad.error and "'lots'" in bad.error
+
+
+def test_whole_gpu_pods_bind_with_allocation_records_on_distinct_devices() -> None:
+    st = make(nodes=1, gpus=4)
+    for i in range(5):
+        st.set_pod(pod(f"p{i}"))
+    plan = st.cycle(T0)
+    assert len(plan.binds) == 4
+    used = set()
+    for b in plan.binds:
+        rec = decode_allocation(b.record.encode())
+        assert rec.node == "n0" and rec.isolation == "hard"
+        (d,) = rec.devices
+        assert (d.mode, d.milli, d.memory_mib) == ("exclusive", 1000, 81920)
+        used.add(d.index)
+    assert used == {0, 1, 2, 3}
+    (cond,) = plan.conditions
+    assert cond.code == "no-node-fits" and cond.message.startswith("gpugov: no-node-fits")
+    assert plan.queue_status["qa"]["admitted"] == 4 and plan.queue_status["qa"]["pending"] == 1
+    assert plan.queue_status["qa"]["usage"]["gpu"] == "4"
+
+
+def test_memory_slices_become_compute_shares_and_pack_onto_one_device() -> None:
+    st = make(nodes=1, gpus=2)
+    for i in range(4):
+        st.set_pod(pod(f"s{i}", limits={names.GPU_RESOURCE: "1", "nvidia.com/gpumem": "20480"}))
+    plan = st.cycle(T0)
+    assert len(plan.binds) == 4
+    recs = [b.record for b in plan.binds]
+    assert {r.devices[0].index for r in recs} == {0}  # 4 x 20 GiB fill one 80 GiB card
+    assert all(r.devices[0].memory_mib == 20480 and r.devices[0].milli == 250 for r in recs)
+    assert all(r.isolation == "soft" and r.devices[0].mode == "soft" for r in recs)
+
+
+def test_canonical_request_annotation_is_read_and_unknown_versions_refused() -> None:
+    req = decode_request('{"v":1,"count":1,"mode":"soft","milli":300,"memoryMiB":1024,'
+                         '"models":[],"topology":"preferred"}')
+    assert (req.milli, req.memory_mib) == (300, 1024)
+    with pytest.raises(AnnotationError, match="version 2 is not known"):
+        decode_request('{"v":2,"count":1}')
+    st = make(nodes=1)
+    st.set_pod(pod("bad", ann={names.ANN_REQUEST: '{"v":9}'}))
+    st.set_pod(pod("good"))
+    plan = st.cycle(T0)
+    assert [b.name for b in plan.binds] == ["good"]
+    (cond,) = plan.conditions
+    assert cond.code == INVALID and "version 9 is not known" in cond.message
+    assert st.errors["pod"] == 1
+
+
+def test_unknown_resources_and_missing_queues_get_clear_conditions() -> None:
+    st = make(nodes=1, queues=[queue("qa"), queue("child", parent="ghost")])
+    st.set_pod(pod("weird", limits={"nvidia.com/gpux": "1"}))
+    st.set_pod(pod("noq", queue=None))
+    st.set_pod(pod("orphanq", queue="child"))
+    st.set_pod(pod("nosuch", queue="nope"))
+    st.set_pod(pod("fine"))
+    plan = st.cycle(T0)
+    assert [b.name for b in plan.binds] == ["fine"]
+    msgs = {c.name: (c.code, c.message) for c in plan.conditions}
+    assert msgs["weird"][0] == INVALID and "nvidia.com/gpux" in msgs["weird"][1]
+    assert msgs["noq"][0] == NO_QUEUE and "has no Tenant" in msgs["noq"][1]
+    assert msgs["orphanq"][0] == NO_QUEUE and "parent 'ghost' does not exist" in msgs["orphanq"][1]
+    assert msgs["nosuch"][0] == NO_QUEUE and "'nope' does not exist" in msgs["nosuch"][1]
+
+
+def test_tenant_maps_namespace_to_queue_when_the_webhook_did_not() -> None:
+    st = make(nodes=1)
+    st.set_object("tenant", {"metadata": {"name": "t"},
+                             "spec": {"queue": "qb", "namespaces": ["team-b"],
+                                      "trustTier": "trusted"}})
+    st.set_pod(pod("p", ns="team-b", queue=None))
+    plan = st.cycle(T0)
+    assert len(plan.binds) == 1 and plan.queue_status["qb"]["admitted"] == 1
+
+
+def test_queue_limit_is_respected_and_reported() -> None:
+    st = make(nodes=2, queues=[queue("qa", quota={"gpu": 2}, limit={"gpu": 3}), queue("qb")])
+    for i in range(5):
+        st.set_pod(pod(f"p{i}"))
+    plan = st.cycle(T0)
+    assert len(plan.binds) == 3
+    assert {c.code for c in plan.conditions} == {"over-quota"}
+    assert all("limit" in c.message or "cap" in c.message for c in plan.conditions)
+
+
+def test_gang_binds_all_or_nothing_and_waits_for_min_member() -> None:
+    st = make(nodes=2, gpus=4)
+    st.set_object("podgroup", {"metadata": {"name": "g", "namespace": "team-a"},
+                               "spec": {"minMember": 3}})
+    st.set_pod(pod("g0", gpus=4, group="g"))
+    st.set_pod(pod("g1", gpus=4, group="g"))
+    plan = st.cycle(T0)
+    assert not plan.binds and {c.code for c in plan.conditions} == {"gang-incomplete"}
+    assert "2 of PodGroup team-a/g's minMember 3" in plan.conditions[0].message
+    st.set_pod(pod("g2", gpus=4, group="g"))
+    plan = st.cycle(T0 + 1)
+    assert not plan.binds  # 3 x 4 GPUs never fit on 2 x 4 at once: nothing is bound
+    assert {c.code for c in plan.conditions} == {"rejected"}
+    assert "could hold its 3 pod(s)" in plan.conditions[0].message
+    st.set_node(node("n2", 4))
+    plan = st.cycle(T0 + 2)
+    assert sorted(b.name for b in plan.binds) == ["g0", "g1", "g2"]
+    assert len({b.node for b in plan.binds}) == 3
+
+
+def test_restart_rebuilds_from_allocation_annotations() -> None:
+    st = make(nodes=1, gpus=4)
+    for i in range(3):
+        st.set_pod(pod(f"p{i}"))
+    plan = st.cycle(T0)
+    bound = {b.key: b for b in plan.binds}
+    # a fresh scheduler sees the bound pods (with their records) and one new pod
+    fresh = make(nodes=1, gpus=4)
+    for b in bound.values():
+        obj = pod(b.name, node_name="n0", allocation=b.record.encode())
+        fresh.set_pod(obj)
+    fresh.set_pod(pod("late1"))
+    fresh.set_pod(pod("late2"))
+    plan2 = fresh.cycle(T0 + 5)
+    assert len(plan2.binds) == 1
+    taken = {b.record.devices[0].index for b in bound.values()}
+    assert plan2.binds[0].record.devices[0].index not in taken
+    assert plan2.queue_status["qa"]["admitted"] == 4
+
+
+def test_conflicting_records_are_counted_not_crashed() -> None:
+    st = make(nodes=1, gpus=2)
+    rec = '{"v":1,"node":"n0","isolation":"hard","devices":[{"index":0,"mode":"exclusive",' \
+          '"milli":1000,"memoryMiB":81920}]}'
+    st.set_pod(pod("a", node_name="n0", allocation=rec))
+    st.set_pod(pod("b", node_name="n0", allocation=rec))
+    st.set_pod(pod("c", node_name="n0", allocation=rec.replace('"v":1', '"v":7')))
+    st.set_pod(pod("new"))
+    plan = st.cycle(T0)
+    assert st.errors["allocation"] == 1 and st.errors["pod"] == 1
+    assert [b.record.devices[0].index for b in plan.binds] == [1]
+
+
+def test_deleted_pod_frees_its_devices() -> None:
+    st = make(nodes=1, gpus=1)
+    st.set_pod(pod("a"))
+    plan = st.cycle(T0)
+    bind_all(st, plan)
+    st.set_pod(pod("b"))
+    assert not st.cycle(T0 + 1).binds
+    st.delete_pod("team-a/a")
+    plan = st.cycle(T0 + 2)
+    assert [b.name for b in plan.binds] == ["b"]
+    assert st.rebuilds == 1  # deletion and binding were applied incrementally
+
+
+def test_failed_binding_puts_the_pod_back() -> None:
+    st = make(nodes=1, gpus=1)
+    st.set_pod(pod("a"))
+    (b,) = st.cycle(T0).binds
+    st.bind_result(b, False)
+    (again,) = st.cycle(T0 + 1).binds
+    assert again.key == b.key
+
+
+def test_reclaim_plans_eviction_and_holds_the_preemptor_until_victims_leave() -> None:
+    st = make(nodes=1, gpus=4, queues=[queue("qa", quota={"gpu": 2}),
+                                        queue("qb", quota={"gpu": 2})])
+    for i in range(4):
+        st.set_pod(pod(f"b{i}", ns="team-b", queue="qb", created=f"2027-01-15T08:00:0{i}Z"))
+    plan = st.cycle(T0)
+    assert len(plan.binds) == 4
+    bind_all(st, plan)
+    st.set_pod(pod("a0", queue="qa"))
+    plan = st.cycle(T0 + 10)
+    assert not plan.binds
+    (ev,) = plan.evictions
+    assert ev.kind == "reclaim" and ev.namespace == "team-b" and ev.preemptor == "team-a/a0"
+    plan = st.cycle(T0 + 11)
+    assert not plan.evictions and not plan.binds
+    assert any(c.code == PREEMPTING for c in plan.conditions)
+    st.delete_pod(ev.key)
+    plan = st.cycle(T0 + 12)
+    assert [b.name for b in plan.binds] == ["a0"]
+
+
+def test_pdb_refusal_protects_the_victim_and_another_is_chosen() -> None:
+    st = make(nodes=1, gpus=4, queues=[queue("qa", quota={"gpu": 2}),
+                                        queue("qb", quota={"gpu": 2})])
+    for i in range(4):
+        st.set_pod(pod(f"b{i}", ns="team-b", queue="qb", created=f"2027-01-15T08:00:0{i}Z"))
+    bind_all(st, st.cycle(T0))
+    st.set_pod(pod("a0", queue="qa"))
+    (first,) = st.cycle(T0 + 10).evictions
+    st.eviction_result(first, 429, T0 + 10)
+    (second,) = st.cycle(T0 + 11).evictions
+    assert second.key != first.key
+
+
+def test_invalid_queue_tree_reports_every_problem_and_schedules_nothing() -> None:
+    build = build_config([queue("p", quota={"gpu": 1}), queue("c", parent="p", quota={"gpu": 4})],
+                         [])
+    assert build.config is None
+    assert any("children of 'p'" in p for p in build.problems)
+    st = make(nodes=1, queues=[queue("p", quota={"gpu": 1}),
+                               queue("c", parent="p", quota={"gpu": 4})])
+    st.set_pod(pod("x", queue="c"))
+    plan = st.cycle(T0)
+    assert not plan.binds and plan.conditions[0].code == "no-queue-config"
+    bad = build_config([queue("q", quota={"gpu": "lots"})], [])
+    assert "Queue q: spec.quota.gpu" in bad.problems[0]
+
+
+def test_node_heartbeats_do_not_rebuild_but_capacity_changes_do() -> None:
+    st = make(nodes=1)
+    st.cycle(T0)
+    n = node("n0")
+    n["status"]["conditions"][0]["lastHeartbeatTime"] = "2027-01-15T08:00:09Z"
+    st.set_node(n)
+    assert not st.dirty
+    st.set_node(node("n0", gpus=4))
+    assert st.dirty
+
+
+def test_unready_node_gets_no_new_pods() -> None:
+    st = SchedulerState()
+    st.set_node(node("down", ready=False))
+    st.set_node(node("up", gpus=1))
+    st.set_object("queue", queue("qa"))
+    for i in range(2):
+        st.set_pod(pod(f"p{i}"))
+    plan = st.cycle(T0)
+    assert [b.node for b in plan.binds] == ["up"]
+
+
+def test_priority_class_extensions_and_preemption_within_a_queue() -> None:
+    st = make(nodes=1, gpus=2, queues=[queue("qa", quota={"gpu": 2})])
+    st.set_object("priorityclass", {"metadata": {"name": "low", "annotations": {
+        names.ANN_PREEMPTIBLE: "true"}}, "value": 10})
+    st.set_object("priorityclass", {"metadata": {"name": "high", "annotations": {
+        names.ANN_PREEMPTIBLE: "false"}}, "value": 1000})
+    for i in range(2):
+        st.set_pod(pod(f"low{i}", priority_class="low"))
+    bind_all(st, st.cycle(T0))
+    st.set_pod(pod("vip", priority_class="high"))
+    plan = st.cycle(T0 + 1)
+    assert [e.kind for e in plan.evictions] == ["preempt"]
+    st.set_object("priorityclass", {"metadata": {"name": "bad", "annotations": {
+        names.ANN_PREEMPTIBLE: "maybe"}}, "value": 1})
+    st.cycle(T0 + 2)
+    assert st.errors["queue"] >= 1  # counted, and scheduling went on
+
+
+def test_allocation_record_roundtrip_is_versioned_json() -> None:
+    st = make(nodes=1)
+    st.set_pod(pod("p", gpus=2))
+    (b,) = st.cycle(T0).binds
+    doc = json.loads(b.record.encode())
+    assert doc["v"] == 1 and doc["node"] == "n0" and len(doc["devices"]) == 2
+    assert decode_allocation(b.record.encode()) == b.record
