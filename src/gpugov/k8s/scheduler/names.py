@@ -1,20 +1,20 @@
-"""Names the scheduler shares with the other components (docs/contracts.md).
-
-Kept in one module so a rename cannot split the scheduler from the webhook or the device
-plugin; the annotation names are the contract's.
+"""Names the scheduler uses: the shared ones come from `gpugov.k8s.annotations` (the one
+module both sides of docs/contracts.md import), the rest are the scheduler's own.
 """
 
 from __future__ import annotations
 
-#: `spec.schedulerName` of pods gpugov schedules (the webhook sets it on GPU pods).
-SCHEDULER_NAME = "gpugov-scheduler"
+from gpugov.k8s import annotations as _ann
 
-ANN_REQUEST = "gpugov.io/request"
-ANN_QUEUE = "gpugov.io/queue"
-ANN_TENANT = "gpugov.io/tenant"
-ANN_TRUST = "gpugov.io/trust-tier"
-ANN_ALLOCATION = "gpugov.io/allocation"
-ANN_INVENTORY = "gpugov.io/inventory"
+#: `spec.schedulerName` of pods gpugov schedules (the webhook sets it on GPU pods).
+SCHEDULER_NAME = _ann.SCHEDULER_NAME
+
+ANN_REQUEST = _ann.REQUEST
+ANN_QUEUE = _ann.QUEUE
+ANN_TENANT = _ann.TENANT
+ANN_TRUST = _ann.TRUST_TIER
+ANN_ALLOCATION = _ann.ALLOCATION
+ANN_INVENTORY = _ann.INVENTORY
 #: PriorityClass annotations carrying gpugov's extensions of a Kubernetes PriorityClass.
 ANN_PREEMPTIBLE = "gpugov.io/preemptible"
 ANN_MIN_RUNTIME = "gpugov.io/min-runtime"
@@ -31,8 +31,8 @@ PODGROUPS = "podgroups"
 PODGROUP_LABEL = "scheduling.x-k8s.io/pod-group"
 
 GPU_RESOURCE = "nvidia.com/gpu"
-PRODUCT_LABEL = "nvidia.com/gpu.product"
-GPU_MEMORY_LABEL = "nvidia.com/gpu.memory"
+PRODUCT_LABEL = _ann.GFD_PRODUCT
+GPU_MEMORY_LABEL = _ann.GFD_MEMORY
 
 #: reason of the PodScheduled=False condition (what cluster-autoscaler and kubectl key on);
 #: gpugov's own reason code starts the message.

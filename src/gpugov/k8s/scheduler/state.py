@@ -27,8 +27,9 @@ from gpugov.control import reasons
 from gpugov.control.config import RESOURCES, SCALE, ControlConfig
 from gpugov.control.cycle import ControlPlane, new_control_plane
 from gpugov.control.workload import PENDING, REJECTED, RUNNING, Job, placement_request
+from gpugov.k8s.annotations import AllocatedDevice
+from gpugov.k8s.annotations import Allocation as AllocationRecord
 from gpugov.k8s.scheduler import names
-from gpugov.k8s.scheduler.codec import AllocationRecord, DeviceSlice
 from gpugov.k8s.scheduler.translate import (
     DEFAULT_CLASS,
     ConfigBuild,
@@ -41,6 +42,7 @@ from gpugov.k8s.scheduler.translate import (
 )
 from gpugov.model.catalog import MILLI_PER_GPU
 from gpugov.model.devices import DeviceMode
+from gpugov.model.isolation import IsolationLevel
 from gpugov.model.request import Allocation, PodRequest
 
 log = logging.getLogger("gpugov.scheduler")
@@ -548,7 +550,7 @@ class SchedulerState:
         node = self.nodes[self.cp.state.names[alloc.node]]
         req = info.request
         if req is None or not alloc.devices:
-            return AllocationRecord(node.name, "none", ())
+            return AllocationRecord(node.name, IsolationLevel.NONE, ())
         own = self.pod_request(info).gpu_milli
         card = node.card_memory_mib
         devices = []
@@ -560,11 +562,10 @@ class SchedulerState:
                 mem = req.memory_on(card) if card else req.memory_mib
                 if mem is None:
                     mem = card * share // MILLI_PER_GPU
-            mig = {"profile": req.mig_profile} if req.mig_profile else None
-            devices.append(DeviceSlice(d, req.mode.value, share, int(mem or 0),
-                                       node.uuids[d] if d < len(node.uuids) else "", mig))
+            devices.append(AllocatedDevice(d, req.mode, share, int(mem or 0),
+                                           node.uuids[d] if d < len(node.uuids) else ""))
         hard = alloc.milli == MILLI_PER_GPU or req.mode in (DeviceMode.EXCLUSIVE, DeviceMode.MIG)
-        isolation = "hard" if hard else str(req.mode.isolation)
+        isolation = IsolationLevel.HARD if hard else req.mode.isolation
         return AllocationRecord(node.name, isolation, tuple(devices))
 
     def _queue_status(self) -> dict[str, dict[str, Any]]:

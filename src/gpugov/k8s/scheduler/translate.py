@@ -26,14 +26,10 @@ from gpugov.control.config import (
     parse_config,
     parse_duration,
 )
+from gpugov.k8s.annotations import Allocation as AllocationRecord
+from gpugov.k8s.annotations import AnnotationError, decode_allocation, decode_request
 from gpugov.k8s.resources import RequestError, model_from_product_label, translate
 from gpugov.k8s.scheduler import names
-from gpugov.k8s.scheduler.codec import (
-    AllocationRecord,
-    AnnotationError,
-    decode_allocation,
-    decode_request,
-)
 from gpugov.model.catalog import CATALOG
 from gpugov.model.cluster import NodeSpec
 from gpugov.model.gpu_request import GpuRequest
