@@ -82,17 +82,19 @@ def test_random_policy_cycles_are_never_skipped():
 # -- --period ------------------------------------------------------------------------------
 def _grace_case() -> tuple:
     """One 4-GPU node. `hold` (3 GPUs) runs until t=200; `big` (4 GPUs, t=0) waits; at t=100
-    `small` (1 GPU, higher class, runs 1000 s) arrives. headGrace 30 s: only a cycle between
-    t=30 and t=100 lets `big` reserve the node before `small` takes the free GPU."""
+    `small` (1 GPU, same class, runs 1000 s) arrives in queue b, which is served first (it
+    uses nothing). headGrace 30 s: only a cycle between t=30 and t=100 lets `big` reserve
+    the node before `small` takes the free GPU (`small` is behind `big`, so a reservation
+    holds it off)."""
     classes = [{"name": "high", "value": 1000, "preemptible": False},
                {"name": "low", "value": 10, "preemptible": True}]  # no minRuntime wake-ups
-    cfg = parse_config({"queues": [{"name": "a", "quota": {"gpu": 4}}],
+    cfg = parse_config({"queues": [{"name": "a", "quota": {"gpu": 4}}, {"name": "b"}],
                         "priorityClasses": classes, "backfill": {"headGrace": "30s"},
                         "preemption": {"enabled": False}})
     nodes = [NodeSpec("n0", 64_000, 262_144, 4, "A100")]
     specs = [JobSpec("a-hold", "a", "low", 0, 200, 1, 3, 1000, 1000, 1024),
              JobSpec("big", "a", "low", 0, 10, 1, 4, 1000, 1000, 1024),
-             JobSpec("small", "a", "high", 100, 1000, 1, 1, 1000, 1000, 1024)]
+             JobSpec("small", "b", "low", 100, 1000, 1, 1, 1000, 1000, 1024)]
     return cfg, nodes, specs
 
 

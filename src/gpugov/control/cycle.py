@@ -6,11 +6,20 @@ a time, jobs within a queue by priority then submit time; every pending job is c
 once per cycle (not one head per queue), so throughput does not fall with queue depth;
 (3) a blocked head within its fair share reserves nodes so backfill cannot starve it;
 (4) preemption for jobs still blocked (see preemption.py). Pure: `now` is an input.
+
+Reservations are live by construction: they are disjoint, each can hold all of its owner's
+pods on its own (a reservation that could not is never made, or is dropped), and a node
+reserved for job O is closed only to the jobs *behind* O in the one order every job has
+(`Job.order_key`: class value, then submit time, then submission order). So the owner
+first in that order is never kept off any node: on an idle cluster it always fits, and a
+set of reservations can never block all of its owners (the deadlock of two gangs each
+holding part of what the other needs cannot form).
 """
 
 from __future__ import annotations
 
 import heapq
+from bisect import bisect_left
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -65,11 +74,13 @@ class ControlPlane:
         capacity = np.array([gpu, float(state.cpu_cap.sum()), float(state.mem_cap.sum())])
         self.capacity = capacity
         self.ledger = Ledger(self.tree, capacity)
+        self._empty_ledger = Ledger(self.tree, capacity)  # admission on an idle cluster
         self.jobs: dict[str, Job] = {}
         self.backlog: list[list[Job]] = [[] for _ in self.tree.names]
         self.pending_demand = np.zeros_like(self.ledger.usage)
         self.running: list[dict[str, Job]] = [{} for _ in self.tree.names]
-        self.reservations: dict[str, np.ndarray] = {}
+        self.reservations: dict[str, np.ndarray] = {}  # owner job -> node indexes
+        self._res_version = 0  # bumped on every change of `reservations`
         self.history = UsageHistory(cfg.fair_share.history_window, cfg.fair_share.half_life)
         self.fair = np.zeros_like(self.ledger.usage)
         self._seq = 0
@@ -100,18 +111,19 @@ class ControlPlane:
         return job
 
     def _never_fits(self, job: Job) -> str:
+        """Why `job` could never run here, or "".
+
+        Two exact tests: all its pods fit the empty cluster, and the quota ledger admits it
+        when nothing runs at all (so idle reserves of other queues that no usage can ever
+        free are counted, not only the job's own caps).
+        """
         if not fits_empty_cluster(self.state, job):
             return (f"no node of this cluster could hold its {job.pods} pod(s) even when empty "
                     f"({job.request.gpu_count} GPU x {job.request.gpu_milli} milli, "
                     f"{job.request.cpu_milli} mCPU, {job.request.memory_mib} MiB)")
-        for a in self.tree.paths[job.leaf]:
-            limit = self.tree.quota[a] if job.pinned else self.tree.cap[a]
-            over = (job.demand > 0) & (job.demand > limit + 1e-6) & self.tree.governed
-            if over.any():
-                v = QuotaVerdict("in-quota" if job.pinned else "cap", self.tree.names[a],
-                                 ("gpu", "cpu", "memory")[int(np.flatnonzero(over)[0])],
-                                 float(job.demand[over][0]), float(limit[over][0]))
-                return f"the job alone exceeds a cap: {v.describe()}"
+        v = self._empty_ledger.check(job.leaf, job.demand, job.pinned)
+        if v is not None:
+            return f"its queues could not admit it even with nothing running: {v.describe()}"
         return ""
 
     def _enqueue(self, job: Job) -> None:
@@ -128,7 +140,11 @@ class ControlPlane:
         self.ledger.add(job.leaf, job.demand, job.pinned)
         self.pending_demand[job.leaf] -= job.demand
         self.running[job.leaf][job.name] = job
-        self.reservations.pop(job.name, None)
+        self._drop_reservation(job.name)
+
+    def _drop_reservation(self, name: str) -> None:
+        if self.reservations.pop(name, None) is not None:
+            self._res_version += 1
 
     def finish(self, job: Job) -> None:
         """The job left (completed or deleted): give its resources back."""
@@ -140,7 +156,7 @@ class ControlPlane:
         elif job.status == PENDING:
             self.backlog[job.leaf].remove(job)
             self.pending_demand[job.leaf] -= job.demand
-            self.reservations.pop(job.name, None)
+            self._drop_reservation(job.name)
         job.status, job.allocations = FINISHED, []
 
     def evict(self, job: Job, released: bool = False) -> None:
@@ -153,6 +169,13 @@ class ControlPlane:
         job.status, job.allocations = PENDING, []
         job.preemptions += 1
         job.reason, job.detail = reasons.NOT_TRIED, ""
+        if any(j is job for j in self.backlog[job.leaf]):
+            # started earlier in this same cycle: still listed (the list is pruned at the
+            # end of the cycle), so it must not be queued twice
+            self._mutations += 1
+            self.pending_demand[job.leaf] += job.demand
+            self._dirty[job.leaf] = True
+            return
         self._enqueue(job)
 
     # -- views -----------------------------------------------------------------------------
@@ -175,11 +198,9 @@ class ControlPlane:
         gov = self.tree.governed
         return dominant_ratio(self.ledger.usage[leaf][gov], self.fair[leaf][gov])
 
-    def reserved_mask(self) -> tuple[np.ndarray | None, np.ndarray]:
-        owner = np.full(len(self.state), -1, dtype=np.int64)
-        for job_name, nodes in self.reservations.items():
-            owner[nodes] = self.jobs[job_name].seq
-        return (owner >= 0) if (owner >= 0).any() else None, owner
+    def reservation_owners(self) -> list[str]:
+        """Owners of reservations in job order (the first one is closed out of nothing)."""
+        return sorted(self.reservations, key=lambda n: self.jobs[n].order_key)
 
     # -- the cycle -------------------------------------------------------------------------
     def refresh_fair_share(self, now: float) -> np.ndarray:
@@ -204,6 +225,7 @@ class ControlPlane:
             return result
         self.reservations = {k: v for k, v in self.reservations.items()
                              if self.jobs[k].status == PENDING}
+        self._res_version += 1
         before = dict(self.reservations)
         alloc = _Allocator(self, now, result)
         alloc.run()
@@ -251,7 +273,8 @@ class ControlPlane:
         self._quiet = (self._mutations, self.fair.copy(), nxt)
 
 
-_PLACEMENT_REASONS = (reasons.NO_NODE, reasons.GANG)
+#: blocked by placement (including by nodes reserved for jobs ahead): may reserve nodes
+_RESERVE_REASONS = (reasons.NO_NODE, reasons.GANG, reasons.PRIORITY)
 
 
 class _Allocator:
@@ -259,7 +282,11 @@ class _Allocator:
 
     def __init__(self, cp: ControlPlane, now: float, result: CycleResult) -> None:
         self.cp, self.now, self.result = cp, now, result
-        self.exclude, self.owner = cp.reserved_mask()
+        # reservation view, rebuilt whenever cp.reservations changes (see _sync)
+        self._version = -1
+        self.owner_names: list[str] = []
+        self.owner_keys: list[tuple] = []
+        self.closed: list[np.ndarray] = []  # [k-1]: nodes of the first k owners
         self.fail_cache: dict[tuple, tuple[str, str]] = {}
         self.quota_cache: dict[tuple, QuotaVerdict] = {}
         self.reserved_leaves: set[int] = set()
@@ -267,14 +294,34 @@ class _Allocator:
         # fast path only, all valid until the next start (the ledger and state change then):
         self.quota_ok: set[tuple] = set()  # (leaf, shape, pinned) that passed the quota check
         self.quota_words: dict[tuple, tuple[str, str]] = {}  # its failure's reason, detail
-        self.no_reservation: set[tuple] = set()  # shapes pick_reservation found no nodes for
+        self.no_reservation: set[tuple] = set()  # (shape, k) pick_reservation found no nodes for
+
+    def _sync(self) -> None:
+        cp = self.cp
+        if self._version == cp._res_version:
+            return
+        self._version = cp._res_version
+        self.owner_names = cp.reservation_owners()
+        self.owner_keys = [cp.jobs[n].order_key for n in self.owner_names]
+        mask = np.zeros(len(cp.state), dtype=bool)
+        self.closed = []
+        for name in self.owner_names:
+            mask = mask.copy()
+            mask[cp.reservations[name]] = True
+            self.closed.append(mask)
+        # answers below depend on which nodes are closed to whom
+        self.fail_cache.clear()
+        self.no_reservation.clear()
+
+    def ahead(self, job: Job) -> int:
+        """How many reservation owners are ahead of `job` in job order."""
+        self._sync()
+        return bisect_left(self.owner_keys, job.order_key)
 
     def exclusion_for(self, job: Job) -> np.ndarray | None:
-        if self.exclude is None:
-            return None
-        if job.name in self.cp.reservations:
-            return self.exclude & (self.owner != job.seq)
-        return self.exclude
+        """Nodes closed to `job`: those reserved for owners ahead of it (never its own)."""
+        k = self.ahead(job)
+        return self.closed[k - 1] if k else None
 
     def try_place(self, job: Job) -> bool:
         """Quota check, then all-or-nothing placement; sets the job's reason on failure."""
@@ -294,13 +341,13 @@ class _Allocator:
             else:
                 job.reason, job.detail = words
             return False
-        owner = job.name in cp.reservations
-        key = job.shape_key()
-        cached = None if owner else self.fail_cache.get(key)
+        k = self.ahead(job)
+        key = (job.shape_key(), k)  # placement depends on the shape and the closed nodes
+        cached = self.fail_cache.get(key)
         if cached is not None:
             job.reason, job.detail = cached
             return False
-        res = place_job(cp.placer, job, self.exclusion_for(job))
+        res = place_job(cp.placer, job, self.closed[k - 1] if k else None)
         if res.allocations is not None:
             cp._start(job, res.allocations, self.now)
             self.result.started.append(job)
@@ -308,38 +355,49 @@ class _Allocator:
             self.quota_words.clear()
             self.no_reservation.clear()
             return True
-        set_placement_reason(cp, job, res.placed, res.reason)
-        if not owner:
-            self.fail_cache[key] = (job.reason, job.detail)
+        set_placement_reason(cp, job, res.placed, res.reason, self.owner_names[:k])
+        self.fail_cache[key] = (job.reason, job.detail)
         return False
 
     def maybe_reserve(self, job: Job) -> None:
+        """Reserve nodes for a blocked job: all or nothing, never nodes of owners ahead.
+
+        Owners behind `job` whose nodes it takes lose their reservation (they reserve again
+        when next considered); an owner that can no longer reserve enough nodes loses its
+        own. So reservations stay disjoint and each can hold all its owner's pods.
+        """
         cp = self.cp
         bf = cp.cfg.backfill
-        if (job.reason not in _PLACEMENT_REASONS or job.leaf in self.reserved_leaves
+        if (job.reason not in _RESERVE_REASONS or job.leaf in self.reserved_leaves
                 or self.now - job.submit < bf.head_grace):
             return
-        others = len([k for k in cp.reservations if k != job.name])
-        if others >= bf.max_reservations:
+        own = job.name in cp.reservations
+        if len(cp.reservations) - own >= bf.max_reservations:
             return
         if cp.ratio(job.leaf) > 1.0 + EPS:
             return  # a queue above its fair share waits; it does not hold nodes back
-        # for a non-owner, `taken` is the exclusion itself: same shape, same answer
-        rkey = job.shape_key() if job.name not in cp.reservations else None
-        if self.fast and rkey is not None and rkey in self.no_reservation:
-            return
-        taken = self.exclude if self.exclude is not None else np.zeros(len(cp.state), bool)
-        taken = taken & (self.owner != job.seq)
-        nodes = pick_reservation(cp.placer, job, taken)
+        k = self.ahead(job)
+        rkey = (job.shape_key(), k)  # `taken` is the nodes of the first k owners
+        if self.fast and rkey in self.no_reservation:
+            nodes = np.zeros(0, dtype=np.int64)
+        else:
+            taken = self.closed[k - 1] if k else np.zeros(len(cp.state), dtype=bool)
+            nodes = pick_reservation(cp.placer, job, taken)
         if len(nodes) == 0:
-            if rkey is not None:
-                self.no_reservation.add(rkey)
+            self.no_reservation.add(rkey)
+            if own:
+                cp._drop_reservation(job.name)  # it could not complete: do not block others
+            return
+        self.reserved_leaves.add(job.leaf)
+        if own and np.array_equal(nodes, cp.reservations[job.name]):
             return
         cp.reservations[job.name] = nodes
-        self.exclude, self.owner = cp.reserved_mask()
-        self.reserved_leaves.add(job.leaf)
-        self.fail_cache.clear()  # the exclusion changed shape for everyone
-        self.no_reservation.clear()
+        mine = np.zeros(len(cp.state), dtype=bool)
+        mine[nodes] = True
+        for other in self.owner_names[k:]:
+            if other != job.name and mine[cp.reservations[other]].any():
+                del cp.reservations[other]
+        cp._res_version += 1
 
     def run(self) -> None:
         cp = self.cp
@@ -403,12 +461,14 @@ def _others_hold(cp: ControlPlane, leaf: int) -> bool:
     return bool(cp.ledger.top_held[0] - cp.ledger.held[top, 0] > 1e-6)
 
 
-def set_placement_reason(cp: ControlPlane, job: Job, placed: int, engine_reason: str) -> None:
+def set_placement_reason(cp: ControlPlane, job: Job, placed: int, engine_reason: str,
+                         ahead: Sequence[str] = ()) -> None:
+    """`ahead`: owners (in job order) of the reservations closed to `job`."""
     if engine_reason == "reserved":
         job.reason, job.detail = reasons.PRIORITY, reasons.NODE_WORDS["reserved"]
-        holders = sorted(cp.reservations)
-        if holders:
-            job.detail += f" ({', '.join(holders[:3])})"
+        if ahead:
+            more = f" and {len(ahead) - 3} more" if len(ahead) > 3 else ""
+            job.detail += f" ({', '.join(ahead[:3])}{more})"
     elif placed > 0:
         job.reason = reasons.GANG
         job.detail = (f"only {placed} of its {job.pods} pods fit at once "

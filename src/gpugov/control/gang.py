@@ -3,7 +3,7 @@
 Simulate, then commit: pods are placed one by one on the live state; if any pod does not fit,
 the ones already placed are released again, so a gang never holds resources partially.
 Reservations keep backfill off the nodes a blocked head is waiting for, so small jobs cannot
-starve it; only the owner may place there.
+starve it; only the owner and jobs ahead of it may place there (see cycle.py).
 """
 
 from __future__ import annotations
@@ -85,14 +85,16 @@ def pick_reservation(placer: Placer, job: Job, taken: np.ndarray) -> np.ndarray:
 
     Nodes are ranked by how many of its pods fit in their free capacity now (then by the
     placer's tie-break order), and taken until their empty capacity covers every pod.
+    All or nothing: when the nodes outside `taken` could not hold every pod even empty, the
+    answer is no nodes (a partial reservation could never complete, it would only block).
     """
     state = placer.state
     cap = pods_per_node(state, job.request, free=False)
     cap = np.where(taken, 0, cap)
-    now = pods_per_node(state, job.request, free=True)
     cand = np.flatnonzero(cap > 0)
-    if len(cand) == 0:
-        return cand
+    if int(cap[cand].sum()) < job.pods:
+        return cand[:0]
+    now = pods_per_node(state, job.request, free=True)
     order = cand[np.lexsort((placer.rank[cand], -state.gpu_free_total[cand], -now[cand]))]
     enough = np.searchsorted(np.cumsum(cap[order]), job.pods) + 1
     return order[:enough]

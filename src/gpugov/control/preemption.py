@@ -10,6 +10,7 @@ minRuntime, of another queue Y only if
 so Y could never reclaim it straight back: no loops.
 Preempt (within a queue): J evicts preemptible jobs of its own queue with a strictly lower
 priority value, past their minRuntime.
+Never a victim: a job started in the same cycle (at the same `now`).
 Victims are whole jobs (whole gangs), chosen greedily in a fixed order and then minimised
 (Kueue style: walk back and spare any victim J can do without); J must fit afterwards in a
 simulation on the live state, otherwise nothing changes.
@@ -33,7 +34,10 @@ PREEMPTABLE_REASONS = (reasons.NO_NODE, reasons.GANG, reasons.FAIR_SHARE, reason
 
 
 def _past_min_runtime(job: Job, now: float) -> bool:
-    return job.pclass.preemptible and now - job.start >= job.pclass.min_runtime
+    """Preemptible, past its class's minRuntime, and not started in this very cycle (a
+    start undone at once would only cost the work of both and hide the job's wait)."""
+    return (job.pclass.preemptible and job.start < now
+            and now - job.start >= job.pclass.min_runtime)
 
 
 def _useful(cp: ControlPlane, job: Job) -> np.ndarray:

@@ -23,25 +23,36 @@ EPS = 1e-6
 
 @dataclass(frozen=True, slots=True)
 class QuotaVerdict:
-    """Why a demand is not admissible: `kind` is "cap", "capacity" or "in-quota"."""
+    """Why a demand is not admissible: `kind` is "cap", "capacity" or "in-quota".
+
+    `would_hold` is the amount the rule compares (for "cap" and "capacity": usage plus the
+    demand plus idle reserves that are never lent); `using` is usage plus the demand alone,
+    so the sentence can say how much of the held amount is reserve.
+    """
 
     kind: str
     queue: str
     resource: str
     would_hold: float
     allowed: float
+    using: float | None = None
 
     def describe(self) -> str:
         r = RESOURCES.index(self.resource)
         unit = {"gpu": "GPUs", "cpu": "cores", "memory": "GiB"}[self.resource]
         held, cap = self.would_hold / SCALE[r], self.allowed / SCALE[r]
+        using = held if self.using is None else self.using / SCALE[r]
+        split = ""
+        if held - using > 1e-9:
+            split = (f" ({using:g} in use or asked for + {held - using:g} idle reserve "
+                     f"that is never lent)")
         if self.kind == "capacity":
-            return (f"cluster {self.resource} is held by the queues ({held:g} of {cap:g} "
-                    f"{unit} would be needed)")
+            return (f"cluster {self.resource} is held by the queues: {held:g} {unit} would "
+                    f"be held{split}, the cluster has {cap:g}")
         if self.kind == "in-quota":
             return (f"non-preemptible work may only use guaranteed quota: queue {self.queue} "
                     f"would use {held:g} of quota {cap:g} {unit}")
-        return f"queue {self.queue} would hold {held:g} {unit}, above its cap {cap:g}"
+        return f"queue {self.queue} would hold {held:g} {unit}{split}, above its cap {cap:g}"
 
 
 class Ledger:
@@ -91,8 +102,8 @@ class Ledger:
             bad = need & (new > self.cap[a] + EPS)
             if bad.any():
                 r = int(np.flatnonzero(bad)[0])
-                return QuotaVerdict("cap", self.tree.names[a], RESOURCES[r],
-                                    float(self.usage[a, r] + demand[r]), float(self.cap[a, r]))
+                return QuotaVerdict("cap", self.tree.names[a], RESOURCES[r], float(new[r]),
+                                    float(self.cap[a, r]), float(self.usage[a, r] + demand[r]))
         if pinned:
             for a in self.tree.paths[leaf]:
                 bad = need & (self.pinned[a] + demand > self.tree.quota[a] + EPS)
@@ -104,8 +115,9 @@ class Ledger:
         bad = need & (top > self.capacity + EPS)
         if bad.any():
             r = int(np.flatnonzero(bad)[0])
+            using = self.usage[self.tree.top, r].sum() + demand[r]
             return QuotaVerdict("capacity", "", RESOURCES[r], float(top[r]),
-                                float(self.capacity[r]))
+                                float(self.capacity[r]), float(using))
         return None
 
     def add(self, leaf: int, demand: np.ndarray, pinned: bool, sign: float = 1.0) -> None:
