@@ -1,0 +1,148 @@
+"""Runs one `ResourcePlugin` per served resource and keeps them registered.
+
+- Resources follow the device source: a new MIG profile starts a plugin, a vanished one stops;
+  health changes reach the kubelet through the open ListAndWatch streams.
+- Kubelet restart: a new kubelet deletes every socket in its plugin folder and creates a new
+  `kubelet.sock`. The manager polls the folder (no inotify dependency): when `kubelet.sock` has a
+  new inode, or a plugin's own socket is gone, every plugin restarts on a fresh socket and
+  registers again. Registration failures are logged and retried; they never stop the process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+from pathlib import Path
+
+from gpugov.node.deviceplugin.plugin import ResourcePlugin
+from gpugov.node.deviceplugin.pods import PodSource
+from gpugov.node.deviceplugin.resources import plugin_devices
+from gpugov.node.deviceplugin.response import ResponseConfig, write_preload
+from gpugov.node.deviceplugin.source import DeviceSource
+
+log = logging.getLogger("gpugov.deviceplugin")
+
+KUBELET_SOCKET = "kubelet.sock"
+DEFAULT_PLUGIN_DIR = Path("/var/lib/kubelet/device-plugins")
+
+
+class DevicePluginManager:
+    """All of gpugov's device plugins on one node."""
+
+    def __init__(self, node: str, source: DeviceSource, pods: PodSource, plugin_dir: Path,
+                 cfg: ResponseConfig, poll_s: float = 0.2) -> None:
+        self.node, self.source, self.pods = node, source, pods
+        self.plugin_dir, self.cfg, self.poll_s = plugin_dir, cfg, poll_s
+        self.plugins: dict[str, ResourcePlugin] = {}
+        self.registrations = 0  # successful Register calls (restarts show as more)
+        self._kubelet_id: tuple[int, int] | None = None
+        self._tasks: list[asyncio.Task] = []
+        self._registered: set[str] = set()
+
+    @property
+    def kubelet_socket(self) -> Path:
+        return self.plugin_dir / KUBELET_SOCKET
+
+    def _kubelet_identity(self) -> tuple[int, int] | None:
+        try:
+            st = os.stat(self.kubelet_socket)
+        except OSError:
+            return None
+        return st.st_ino, st.st_ctime_ns
+
+    async def start(self) -> None:
+        """Serve every resource and start watching the source and the kubelet."""
+        if self.cfg.library is not None:
+            write_preload(self.cfg)
+        await self._sync()
+        self._tasks = [asyncio.create_task(self._watch_source()),
+                       asyncio.create_task(self._watch_kubelet())]
+
+    async def stop(self) -> None:
+        for t in self._tasks:
+            t.cancel()
+        for t in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await t
+        self._tasks = []
+        for p in list(self.plugins.values()):
+            await p.stop()
+        self.plugins.clear()
+
+    async def run_forever(self) -> None:
+        await self.start()
+        try:
+            await asyncio.Event().wait()
+        finally:
+            await self.stop()
+
+    async def _sync(self) -> None:
+        """Bring the set of plugins and their device lists in line with the source."""
+        wanted = plugin_devices(self.source.inventory())
+        for res in [r for r in self.plugins if r not in wanted]:
+            log.info("resource %s is gone from the node; stopping its plugin", res)
+            await self.plugins.pop(res).stop()
+            self._registered.discard(res)
+        for res, devices in wanted.items():
+            plugin = self.plugins.get(res)
+            if plugin is None:
+                plugin = ResourcePlugin(res, self.node, self.plugin_dir, self.pods,
+                                        self.source.inventory, self.cfg)
+                plugin.set_devices(devices)
+                await plugin.start()
+                self.plugins[res] = plugin
+            else:
+                plugin.set_devices(devices)
+        await self._register_missing()
+
+    async def _register_missing(self) -> None:
+        ident = self._kubelet_identity()
+        if ident is None:
+            return  # no kubelet yet: the watcher registers when kubelet.sock appears
+        self._kubelet_id = ident
+        for res, plugin in self.plugins.items():
+            if res in self._registered:
+                continue
+            try:
+                await plugin.register(self.kubelet_socket)
+            except Exception as exc:  # kubelet refused or is restarting: retried by the watcher
+                log.warning("registering %s failed: %s (will retry)", res, exc)
+                continue
+            self._registered.add(res)
+            self.registrations += 1
+
+    async def _restart_all(self) -> None:
+        log.info("kubelet restarted (new %s): restarting plugins and registering again",
+                 self.kubelet_socket)
+        self._registered.clear()
+        for plugin in self.plugins.values():
+            await plugin.stop()
+            await plugin.start()
+        await self._register_missing()
+
+    async def _watch_source(self) -> None:
+        version = self.source.version
+        while True:
+            version = await self.source.wait_change(version)
+            try:
+                await self._sync()
+            except Exception:
+                log.exception("applying a device change failed; keeping the previous state")
+
+    async def _watch_kubelet(self) -> None:
+        while True:
+            await asyncio.sleep(self.poll_s)
+            try:
+                ident = self._kubelet_identity()
+                if ident is None:
+                    self._registered.clear()
+                    continue
+                lost = any(not p.socket.exists() for p in self.plugins.values())
+                if ident != self._kubelet_id or lost:
+                    await self._restart_all()
+                elif len(self._registered) < len(self.plugins):
+                    await self._register_missing()
+            except Exception:
+                log.exception("kubelet watch step failed; retrying")

@@ -1,0 +1,82 @@
+"""Which extended resources the plugin serves, and the device IDs it advertises for each.
+
+- `nvidia.com/gpu`: every GPU in `exclusive` mode as `GPU-<uuid>` (its NVML UUID), and every GPU
+  in `soft` mode as `replicas` IDs `<uuid>::<n>`. This is HAMi's way: a soft slice asks for
+  `nvidia.com/gpu: 1` plus `nvidia.com/gpumem` / `nvidia.com/gpucores`, which only the scheduler
+  counts; the kubelet counts one replica per pod and device, so it caps how many pods share a
+  GPU while gpugov's scheduler decides memory and compute.
+- `nvidia.com/gpu.shared`: GPUs in `timeslice` mode as `replicas` IDs `<uuid>::<n>` (the NVIDIA
+  plugin's `renameByDefault` name, so time-slicing is never mistaken for an isolated GPU).
+- `nvidia.com/mig-<profile>`: each MIG instance by its `MIG-<uuid>` (`+` in a profile becomes
+  `.`, as the NVIDIA plugin's mixed strategy does).
+
+GPUs in `mps` mode are not served (planned: needs the MPS control daemon).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpugov.k8s.annotations import Inventory
+from gpugov.model.devices import DeviceMode, DeviceTopology
+
+GPU = "nvidia.com/gpu"
+SHARED = "nvidia.com/gpu.shared"
+MIG_PREFIX = "nvidia.com/mig-"
+REPLICA_SEP = "::"
+
+
+def mig_resource(profile: str) -> str:
+    return MIG_PREFIX + profile.replace("+", ".")
+
+
+@dataclass(frozen=True, slots=True)
+class PluginDevice:
+    """One device ID the kubelet counts, and the physical GPU (or MIG instance) behind it."""
+
+    id: str
+    resource: str
+    uuid: str  # physical GPU UUID
+    index: int  # NVML index of the physical GPU
+    mode: DeviceMode
+    healthy: bool
+    numa: int | None
+    topology: DeviceTopology
+    mig_profile: str | None = None
+    mig_start: int | None = None
+    mig_uuid: str | None = None
+
+    @property
+    def key(self) -> str:
+        """What one kubelet ID stands for: the MIG instance, else the physical GPU."""
+        return self.mig_uuid or self.uuid
+
+
+def plugin_devices(inventory: Inventory) -> dict[str, list[PluginDevice]]:
+    """resource name -> its device IDs, in inventory order (empty resources are left out)."""
+    out: dict[str, list[PluginDevice]] = {}
+    for d in inventory.devices:
+        topo = DeviceTopology(d.nvlink_domain, d.pcie_switch, d.numa)
+        common = dict(uuid=d.uuid, index=d.index, mode=d.mode, healthy=d.healthy, numa=d.numa,
+                      topology=topo)
+        if d.mode == DeviceMode.EXCLUSIVE:
+            out.setdefault(GPU, []).append(PluginDevice(id=d.uuid, resource=GPU, **common))
+        elif d.mode in (DeviceMode.SOFT, DeviceMode.TIMESLICE):
+            res = GPU if d.mode == DeviceMode.SOFT else SHARED
+            out.setdefault(res, []).extend(
+                PluginDevice(id=f"{d.uuid}{REPLICA_SEP}{n}", resource=res, **common)
+                for n in range(d.replicas))
+        elif d.mode == DeviceMode.MIG:
+            for m in d.mig:
+                if not m.uuid:
+                    continue  # an instance without a UUID cannot be handed to a container
+                res = mig_resource(m.profile)
+                out.setdefault(res, []).append(PluginDevice(
+                    id=m.uuid, resource=res, mig_profile=m.profile, mig_start=m.start,
+                    mig_uuid=m.uuid, **common))
+    return out
+
+
+def socket_name(resource: str) -> str:
+    """The plugin's socket file in the kubelet's plugin folder, e.g. `gpugov-gpu.sock`."""
+    return "gpugov-" + resource.removeprefix("nvidia.com/").replace("/", "-") + ".sock"

@@ -1,0 +1,109 @@
+"""What a container gets back from Allocate: its devices, and the enforcement library and
+limits for soft slices.
+
+Device list strategy: environment variables by UUID (`NVIDIA_VISIBLE_DEVICES`, read by the
+NVIDIA container toolkit; `CUDA_VISIBLE_DEVICES`, read by CUDA), plus, when enabled, the device
+nodes as DeviceSpecs and/or CDI device names (`nvidia.com/gpu=<UUID>`, needs a CDI spec on the
+host from `nvidia-ctk cdi generate` and the kubelet's DevicePluginCDIDevices feature).
+
+Soft slices: the library is mounted read-only and preloaded by mounting a one-line
+`/etc/ld.so.preload` (an image's `ENV LD_PRELOAD` cannot override it), the per-device limits
+are `GPUGOV_MEMORY_LIMIT_<i>` / `GPUGOV_CORE_LIMIT_<i>` with `i` the container's CUDA ordinal
+(`CUDA_DEVICE_ORDER=PCI_BUS_ID`, so ordinals follow NVML index order), and the pod's accounting
+region lives in a host folder the exporter reads (docs/enforcement.md).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from gpugov.k8s.annotations import AllocatedDevice
+from gpugov.model.devices import DeviceMode
+from gpugov.node.deviceplugin.resources import PluginDevice
+from gpugov.node.proto import deviceplugin_pb2 as pb
+
+CONTAINER_LIBRARY = "/usr/local/gpugov/lib/libgpugov.so"
+CONTAINER_REGION_DIR = "/var/run/gpugov"
+CONTAINER_REGION = CONTAINER_REGION_DIR + "/region"
+PRELOAD = "/etc/ld.so.preload"
+CONTROL_DEVICES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")
+
+
+@dataclass(frozen=True, slots=True)
+class ResponseConfig:
+    """Host paths and strategies of the Allocate answer."""
+
+    state_dir: Path  # host folder: regions/<ns>_<pod>_<uid>/ and ld.so.preload live here
+    library: Path | None  # host path of libgpugov.so; None = soft slices are refused
+    device_specs: bool = True  # pass /dev/nvidia* nodes (off when the runtime injects them)
+    cdi: bool = False  # also name CDI devices
+    dev_root: str = "/dev"
+
+    @property
+    def preload_file(self) -> Path:
+        return self.state_dir / "ld.so.preload"
+
+    def region_dir(self, namespace: str, name: str, uid: str) -> Path:
+        safe = re.sub(r"[^A-Za-z0-9_.-]", "-", f"{namespace}_{name}_{uid}")
+        return self.state_dir / "regions" / safe
+
+
+def core_percent(milli: int) -> int:
+    """The library's compute limit (integer percent 1..100) for a compute share in milli."""
+    return max(1, min(100, math.ceil(milli / 10)))
+
+
+def container_response(request: list[PluginDevice],
+                       slices: dict[str, AllocatedDevice], cfg: ResponseConfig,
+                       pod: tuple[str, str, str], trust_tier: str | None,
+                       ) -> pb.ContainerAllocateResponse:
+    """The answer for one container: `request` are the kubelet's devices, `slices` the
+    scheduler's slice per device key (GPU or MIG UUID)."""
+    keys: list[str] = []
+    for d in sorted(request, key=lambda d: (d.index, d.mig_start or 0)):
+        if d.key not in keys:
+            keys.append(d.key)
+    resp = pb.ContainerAllocateResponse()
+    visible = ",".join(keys)
+    resp.envs["NVIDIA_VISIBLE_DEVICES"] = visible
+    resp.envs["CUDA_VISIBLE_DEVICES"] = visible
+    resp.envs["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
+    soft = [(i, slices[k]) for i, k in enumerate(keys) if slices[k].mode == DeviceMode.SOFT]
+    if soft:
+        if cfg.library is None:
+            raise ValueError("soft slices need the enforcement library, and this plugin runs "
+                             "without one (libgpugov.so was not found)")
+        for i, s in soft:
+            resp.envs[f"GPUGOV_MEMORY_LIMIT_{i}"] = f"{s.memory_mib}Mi"
+            resp.envs[f"GPUGOV_CORE_LIMIT_{i}"] = str(core_percent(s.milli))
+        region = cfg.region_dir(*pod)
+        region.mkdir(parents=True, exist_ok=True)
+        resp.envs["GPUGOV_SHARED_REGION"] = CONTAINER_REGION
+        if trust_tier == "trusted":
+            resp.envs["GPUGOV_SCRUB"] = "0"
+        resp.mounts.append(pb.Mount(container_path=CONTAINER_LIBRARY,
+                                    host_path=str(cfg.library), read_only=True))
+        resp.mounts.append(pb.Mount(container_path=PRELOAD, host_path=str(cfg.preload_file),
+                                    read_only=True))
+        resp.mounts.append(pb.Mount(container_path=CONTAINER_REGION_DIR, host_path=str(region),
+                                    read_only=False))
+    if cfg.device_specs:
+        paths = list(CONTROL_DEVICES)
+        for index in sorted({d.index for d in request}):
+            paths.append(f"/dev/nvidia{index}")
+        for p in paths:
+            host = cfg.dev_root.rstrip("/") + p.removeprefix("/dev")
+            resp.devices.append(pb.DeviceSpec(container_path=p, host_path=host, permissions="rw"))
+    if cfg.cdi:
+        for k in keys:
+            resp.cdi_devices.append(pb.CDIDevice(name=f"nvidia.com/gpu={k}"))
+    return resp
+
+
+def write_preload(cfg: ResponseConfig) -> None:
+    """The one-line ld.so.preload file soft-slice containers mount."""
+    cfg.state_dir.mkdir(parents=True, exist_ok=True)
+    cfg.preload_file.write_text(CONTAINER_LIBRARY + "\n")
