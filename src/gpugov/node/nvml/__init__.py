@@ -1,0 +1,1 @@
+"""NVML access for the node agent, the exporter and the device plugin (through `source`)."""

@@ -1,0 +1,59 @@
+"""Fixtures of the node tests: the fake NVML build and an NVML session on a described node."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+from nvml_fake import FakeLibs, FakeNode, build_fakes, compiler  # noqa: E402
+
+from gpugov.node.nvml.library import Nvml  # noqa: E402
+
+if compiler() is None:  # pragma: no cover - depends on the machine
+    pytest.skip("no C compiler (cc) on PATH: the fake NVML is compiled", allow_module_level=True)
+
+
+@pytest.fixture(scope="session")
+def fakes(tmp_path_factory: pytest.TempPathFactory) -> FakeLibs:
+    return build_fakes(tmp_path_factory.mktemp("fake-nvml"))
+
+
+@pytest.fixture
+def node(tmp_path: Path) -> FakeNode:
+    return FakeNode(tmp_path / "node")
+
+
+@pytest.fixture
+def open_nvml(fakes: FakeLibs, monkeypatch: pytest.MonkeyPatch
+              ) -> Iterator[Callable[..., Nvml]]:
+    """open_nvml(node, legacy=False): an NVML session on the fake, closed afterwards."""
+    opened: list[Nvml] = []
+
+    def open_(node: FakeNode, legacy: bool = False) -> Nvml:
+        for k, v in node.write().items():
+            monkeypatch.setenv(k, v)
+        lib = (fakes.legacy if legacy else fakes.current) / "libnvidia-ml.so.1"
+        nv = Nvml(str(lib))
+        opened.append(nv)
+        return nv
+
+    yield open_
+    for nv in opened:
+        nv.close()
+    os.environ.pop("FAKE_NVML_CONFIG", None)
+
+
+@pytest.fixture(scope="session")
+def kubelet_driver_binary() -> Path:
+    """The kubelet device-manager peer (kubelet_driver/), built once into the cache folder."""
+    from kubelet_driver.driver import DriverUnavailable, build
+
+    try:
+        return build()
+    except DriverUnavailable as exc:
+        pytest.skip(str(exc))
