@@ -6,3 +6,92 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
+
+import asyncio  # noqa: E402
+import re  # noqa: E402
+import threading  # noqa: E402
+from collections.abc import Iterator  # noqa: E402
+from dataclasses import dataclass  # noqa: E402
+
+import pytest  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
+RULES = REPO / "deploy" / "helm" / "gpugov" / "files" / "alerts.yaml"
+#: one minute of the rules' time is this many seconds in the live tests (windows and `for:`)
+RULE_SCALE = 0.25
+SCRAPE = "250ms"
+
+
+def scaled_rules(text: str, scale: float = RULE_SCALE) -> str:
+    """The alert rules with every duration (`for:` and range windows) scaled down, so the
+    live demo sees in seconds what production sees in minutes."""
+    def ms(m: re.Match) -> str:
+        value, unit = float(m.group(1)), m.group(2)
+        minutes = value * {"s": 1 / 60, "m": 1, "h": 60}[unit]
+        return f"{max(1, round(minutes * scale * 1000))}ms"
+    text = re.sub(r"(?<=for: )(\d+)([smh])\b", ms, text)
+    return re.sub(r"(?<=\[)(\d+)([smh])(?=\])", ms, text)
+
+
+@dataclass
+class Stack:
+    """Prometheus scraping the scenario's exporter series and a live reconciler."""
+
+    prom: object
+    reconciler: object
+    exporter: object
+    reconciler_url: str
+
+
+@pytest.fixture(scope="session")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    import promserver
+    import scenario
+    from observe_data import QUEUES_YAML
+    from prometheus_client import CollectorRegistry, start_http_server
+
+    from gpugov.observe.reconciler import Options, Reconciler, load_tree
+
+    if promserver.PROMETHEUS is None:
+        pytest.skip("needs prometheus (Debian package; .ci/setup.d/10-debian-packages.sh)")
+    tmp = tmp_path_factory.mktemp("stack")
+    exporter = scenario.ExporterSeries()
+    reg = CollectorRegistry(auto_describe=False)
+    reg.register(exporter)
+    exp_port = promserver.free_port()
+    server, thread = start_http_server(exp_port, "127.0.0.1", registry=reg)
+    rec_port = promserver.free_port()
+    rules = tmp / "rules.yaml"
+    rules.write_text(scaled_rules(RULES.read_text()))
+    prom = promserver.start(tmp / "prom", [f"127.0.0.1:{exp_port}", f"127.0.0.1:{rec_port}"],
+                            [rules], SCRAPE)
+    (tmp / "queues.yaml").write_text(QUEUES_YAML)
+    rec = Reconciler(Options(None, prom.url, "127.0.0.1", rec_port, interval=0.25,
+                             window="3s"), load_tree(tmp / "queues.yaml"))
+    loop = asyncio.new_event_loop()
+    stop = asyncio.Event()
+    started = threading.Event()
+
+    async def source() -> tuple[list[dict], list[dict]]:
+        return scenario.pods(), scenario.nodes()
+
+    async def main() -> None:
+        ready = asyncio.Event()
+        task = asyncio.create_task(rec.serve(stop, source, ready))
+        await ready.wait()
+        started.set()
+        await task
+
+    runner = threading.Thread(target=loop.run_until_complete, args=(main(),), daemon=True)
+    runner.start()
+    try:
+        assert started.wait(10), "reconciler did not start"
+        yield Stack(prom, rec, exporter, f"http://127.0.0.1:{rec_port}")
+    finally:
+        loop.call_soon_threadsafe(stop.set)
+        runner.join(15)
+        loop.close()
+        prom.stop()
+        server.shutdown()
+        server.server_close()
+        thread.join(5)

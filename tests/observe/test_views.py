@@ -102,3 +102,25 @@ def test_timeslice_overcommit_is_sum_of_limits_over_card() -> None:
     rec = _join(pods, [node("node-1", ["GPU-1"], memory_mib=81920)], [])
     assert len(rec.devices) == 1
     assert rec.devices[0].overcommit == pytest.approx(3 * 30720 / 81920)
+
+
+def test_reads_the_annotations_the_scheduler_and_webhook_write() -> None:
+    """The k8s room's encoders are the writers of the contract; the join reads their output
+    (and fills a UUID the allocation left empty from the node inventory)."""
+    from gpugov.k8s import annotations as a
+    from gpugov.model.devices import DeviceMode
+    from gpugov.model.gpu_request import GpuRequest
+    from gpugov.model.isolation import IsolationLevel
+
+    req = a.encode_request(GpuRequest(count=1, mode=DeviceMode.SOFT, milli=250,
+                                      memory_mib=10240))
+    alloc = a.encode_allocation(a.Allocation("node-1", IsolationLevel.SOFT, (
+        a.AllocatedDevice(index=1, mode=DeviceMode.SOFT, milli=250, memory_mib=10240),)))
+    p = pod("enc", raw={a.REQUEST: req, a.ALLOCATION: alloc})
+    rec = _join([p], [node("node-1", ["GPU-0", "GPU-1"])],
+                [DeviceUse("team-a", "enc", "GPU-1", 5120 * MIB, 0.2)])
+    row = rec.pods[0]
+    assert not rec.problems
+    assert row.declared.compute == 0.25 and row.declared.memory_bytes == 10240 * MIB
+    assert row.allocated.memory_bytes == 10240 * MIB
+    assert row.used.memory_bytes == 5120 * MIB and row.efficiency("memory") == 0.5

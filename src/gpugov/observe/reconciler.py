@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,7 @@ from gpugov.observe.views import (
 )
 
 log = logging.getLogger("gpugov.reconcile")
+ClusterSource = Callable[[], Awaitable[tuple[list[dict[str, Any]], list[dict[str, Any]]]]]
 
 
 @dataclass
@@ -77,10 +79,11 @@ class Reconciler:
             self._said.add(message)
             log.warning("%s", message)
 
-    async def cycle(self, api: Any, prom: Prometheus) -> Reconciliation:
+    async def cycle(self, source: ClusterSource, prom: Prometheus) -> Reconciliation:
+        """One reconcile: `source()` gives the API's pods and nodes (`read_cluster`)."""
         now = time.monotonic()
         try:
-            self._cluster = await read_cluster(api)
+            self._cluster = await source()
         except ClusterError as e:
             self.metrics.error("kubernetes-unreachable")
             self._say(f"{e}; keeping the last cluster view")
@@ -106,7 +109,12 @@ class Reconciler:
         self.metrics.update(rec, dt, refused)
         return rec
 
-    async def serve(self, stop: asyncio.Event) -> None:
+    async def serve(self, stop: asyncio.Event, source: ClusterSource | None = None,
+                    started: asyncio.Event | None = None) -> None:
+        """Serve /metrics and reconcile every interval until `stop` is set.
+
+        `source` defaults to the Kubernetes API of `opts.kubeconfig`.
+        """
         app = web.Application()
 
         async def metrics(_: web.Request) -> web.Response:
@@ -123,19 +131,31 @@ class Reconciler:
         site = web.TCPSite(runner, self.opts.host, self.opts.port)
         await site.start()
         log.info("serving /metrics on %s:%s", self.opts.host, self.opts.port)
-        api = await api_client(self.opts.kubeconfig)
+        if started is not None:
+            started.set()
+        api = None
+        if source is None:
+            try:
+                api = await api_client(self.opts.kubeconfig)
+            except BaseException:
+                await runner.cleanup()
+                raise
+
+            async def source() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+                return await read_cluster(api)
         try:
             async with Prometheus(self.opts.prometheus) as prom:
                 while not stop.is_set():
                     try:
-                        await self.cycle(api, prom)
+                        await self.cycle(source, prom)
                     except Exception:  # never die on one bad cycle; say it, count it, go on
                         self.metrics.error("internal")
                         log.exception("reconcile cycle failed")
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(stop.wait(), self.opts.interval)
         finally:
-            await api.close()
+            if api is not None:
+                await api.close()
             await runner.cleanup()
 
 

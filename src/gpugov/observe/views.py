@@ -104,6 +104,7 @@ class NodeRecord:
     gpus: int  # devices the node offers (inventory, else allocatable nvidia.com/gpu)
     card_memory_mib: dict[str, int]  # device UUID -> memory (from the inventory)
     default_card_mib: int | None  # nvidia.com/gpu.memory label
+    uuid_by_index: dict[int, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -261,6 +262,7 @@ def node_record(node: Mapping[str, Any]) -> tuple[NodeRecord, list[str]]:
     ann, labels = meta.get("annotations") or {}, meta.get("labels") or {}
     problems: list[str] = []
     cards: dict[str, int] = {}
+    uuids: dict[int, str] = {}
     gpus = 0
     if ANN_INVENTORY in ann:
         try:
@@ -269,6 +271,7 @@ def node_record(node: Mapping[str, Any]) -> tuple[NodeRecord, list[str]]:
                 gpus += 1
                 if isinstance(d, dict) and isinstance(d.get("uuid"), str):
                     cards[d["uuid"]] = int(d.get("memoryMiB") or 0)
+                    uuids[int(d.get("index", gpus - 1))] = d["uuid"]
         except (ValueError, TypeError) as e:
             problems.append(f"node {name}: {e}")
     if not gpus:
@@ -280,7 +283,8 @@ def node_record(node: Mapping[str, Any]) -> tuple[NodeRecord, list[str]]:
                             f"{alloc.get(RESOURCE_GPU)!r} is not an integer")
     default = labels.get(LABEL_GPU_MEMORY)
     return NodeRecord(name, gpus, cards,
-                      int(default) if default and str(default).isdigit() else None), problems
+                      int(default) if default and str(default).isdigit() else None,
+                      uuids), problems
 
 
 # --- the join -----------------------------------------------------------------------------
@@ -362,6 +366,17 @@ def _device_rows(pods: list[PodRecord], nodes: Mapping[str, NodeRecord],
     return rows
 
 
+def _with_uuids(pod: PodRecord, node: NodeRecord | None) -> PodRecord:
+    """Fill device UUIDs the allocation left empty from the node's inventory (by index)."""
+    if node is None or all(d.uuid for d in pod.devices):
+        return pod
+    devices = tuple(d if d.uuid else AllocatedDevice(node.uuid_by_index.get(d.index, ""),
+                                                     d.index, d.mode, d.milli, d.memory_mib)
+                    for d in pod.devices)
+    return PodRecord(pod.namespace, pod.name, pod.phase, pod.node, pod.tenant, pod.queue,
+                     pod.declared, devices, pod.problems)
+
+
 def reconcile(pods: Iterable[PodRecord], nodes: Iterable[NodeRecord],
               uses: Iterable[DeviceUse], nodes_with_agent: set[str], tree: Any | None = None,
               idle_threshold: float = DEFAULT_IDLE_THRESHOLD) -> Reconciliation:
@@ -378,6 +393,7 @@ def reconcile(pods: Iterable[PodRecord], nodes: Iterable[NodeRecord],
     for u in uses:
         by_pod[(u.namespace, u.pod)].append(u)
     missing: set[str] = set()
+    pods = [_with_uuids(p, node_map.get(p.node or "")) for p in pods]
     for p in pods:
         out.problems += [("pod-annotation", m) for m in p.problems]
         used, idle = None, 0.0
