@@ -370,14 +370,24 @@ def openb_jobs_cmd(
 
 @app.command("explain")
 def explain_cmd(
-    job: str = typer.Argument(..., help="job name"),
-    run: Path = typer.Option(..., "--run", help="a replay output folder (has snapshot.json)"),
+    job: str = typer.Argument(..., help="job name, or `pod` followed by NS/NAME"),
+    pod: str | None = typer.Argument(None, help="with `pod`: NAMESPACE/NAME"),
+    run: Path | None = typer.Option(None, "--run",
+                                    help="a replay output folder (has snapshot.json)"),
+    kubeconfig: Path | None = typer.Option(None, "--kubeconfig",
+                                           help="with `pod`: the cluster to ask"),
 ) -> None:
-    """Why is JOB pending: reason, position in its queue, its queue's share."""
+    """Why is JOB pending (from a replay's --run), or `explain pod NS/NAME --kubeconfig K`
+    (live): reason, position in its queue, its queue's share."""
     import json
 
     from gpugov.control.explain import explain
 
+    if job == "pod" and pod is not None:
+        _explain_pod(pod, kubeconfig)
+        return
+    if run is None:
+        raise _fail("give --run DIR (a replay's output), or `explain pod NS/NAME --kubeconfig K`")
     try:
         snap = json.loads((run / "snapshot.json").read_text(encoding="utf-8"))
         lines = explain(snap, job)
@@ -385,6 +395,23 @@ def explain_cmd(
         raise _fail(f"cannot read {run / 'snapshot.json'}: {e}") from None
     except KeyError as e:
         raise _fail(str(e.args[0])) from None
+    typer.echo("\n".join(lines))
+
+
+def _explain_pod(target: str, kubeconfig: Path | None) -> None:
+    import asyncio
+
+    from gpugov.k8s.scheduler.explain import ExplainError, explain_pod
+
+    ns, _, name = target.partition("/")
+    if not ns or not name:
+        raise _fail(f"pod {target!r}: expected NAMESPACE/NAME")
+    if kubeconfig is None:
+        raise _fail("explain pod needs --kubeconfig")
+    try:
+        lines = asyncio.run(explain_pod(_kubeconfig_file(kubeconfig), ns, name))
+    except ExplainError as e:
+        raise _fail(str(e)) from None
     typer.echo("\n".join(lines))
 
 
@@ -456,6 +483,75 @@ def reconcile_cmd(
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     run(Options(kubeconfig, prometheus, host, port, interval, window, idle_threshold, queues,
                 max_pods))
+
+
+# --- Kubernetes scheduler and extender ---
+def _kubeconfig_file(kubeconfig: Path) -> Path:
+    if not kubeconfig.is_file():
+        raise _fail(f"--kubeconfig {kubeconfig}: no such file")
+    return kubeconfig
+
+
+def _policy_name(policy: str) -> str:
+    from gpugov.placement.registry import get_policy
+
+    try:
+        return get_policy(policy).name
+    except KeyError as e:
+        raise _fail(str(e.args[0])) from None
+
+
+@app.command("scheduler")
+def scheduler_cmd(
+    kubeconfig: Path = typer.Option(..., "--kubeconfig", help="kubeconfig file"),
+    leader_elect: bool = typer.Option(False, "--leader-elect",
+                                      help="run as one of several replicas (Lease)"),
+    lease_name: str = typer.Option("gpugov-scheduler", "--lease-name"),
+    lease_namespace: str = typer.Option("kube-system", "--lease-namespace"),
+    identity: str = typer.Option("", "--identity", help="default: HOSTNAME_PID"),
+    lease_duration: float = typer.Option(15.0, "--lease-duration", help="seconds"),
+    renew_deadline: float = typer.Option(10.0, "--renew-deadline", help="seconds"),
+    retry_period: float = typer.Option(2.0, "--retry-period", help="seconds"),
+    policy: str = typer.Option("bestfit", "--policy", help="placement policy"),
+    concurrency: int = typer.Option(64, "--concurrency", help="API writes in flight"),
+    events: bool = typer.Option(True, "--events/--no-events",
+                                help="post Events for unschedulable and preempted pods"),
+) -> None:
+    """Schedule pods whose schedulerName is gpugov's: queues, quotas, gangs, preemption."""
+    from gpugov.k8s.leader import LeaseTiming
+    from gpugov.k8s.scheduler.main import SchedulerOptions, run
+
+    try:
+        timing = LeaseTiming(lease_duration, renew_deadline, retry_period)
+    except ValueError as e:
+        raise _fail(str(e)) from None
+    if concurrency < 1:
+        raise _fail(f"--concurrency must be >= 1, got {concurrency}")
+    code = run(SchedulerOptions(_kubeconfig_file(kubeconfig), _policy_name(policy), leader_elect,
+                                lease_name, lease_namespace, identity, timing, concurrency,
+                                events=events))
+    raise typer.Exit(code)
+
+
+@app.command("extender")
+def extender_cmd(
+    kubeconfig: Path = typer.Option(..., "--kubeconfig", help="kubeconfig file"),
+    listen: str = typer.Option("127.0.0.1:8888", "--listen", help="HOST:PORT"),
+    policy: str = typer.Option("bestfit", "--policy", help="placement policy"),
+) -> None:
+    """kube-scheduler extender (filter/prioritize/bind) placing GPUs with gpugov's engine."""
+    import asyncio
+    import contextlib
+    import logging
+
+    from gpugov.k8s.extender import serve
+
+    host, port = _listen(listen)
+    path = _kubeconfig_file(kubeconfig)
+    name = _policy_name(policy)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(serve(path, host, port, name))
 
 
 def main() -> None:  # pragma: no cover - console entry point

@@ -43,7 +43,7 @@ def _key(obj: dict[str, Any]) -> str:
 class Runner:
     """Drives one `SchedulerState` against the API until `stop` is set."""
 
-    def __init__(self, kube: Kube, state: SchedulerState, applier: Applier,
+    def __init__(self, kube: Kube, state: SchedulerState, applier: Applier | None,
                  period: float = 1.0, batch_wait: float = 0.05) -> None:
         self.kube, self.state, self.applier = kube, state, applier
         self.period, self.batch_wait = period, batch_wait
@@ -94,7 +94,7 @@ class Runner:
         self.synced[kind] = True
         return rv
 
-    async def _watch(self, kind: str, rv: str) -> None:
+    async def watch_kind(self, kind: str, rv: str) -> None:
         while True:
             try:
                 if not rv:
@@ -133,7 +133,7 @@ class Runner:
         versions = {}
         for kind in PATHS:  # nodes and config before pods: the first cycle sees everything
             versions[kind] = await self._safe_sync(kind)
-        watches = [asyncio.create_task(self._watch(k, versions[k])) for k in PATHS]
+        watches = [asyncio.create_task(self.watch_kind(k, versions[k])) for k in PATHS]
         try:
             while not stop.is_set():
                 with contextlib.suppress(TimeoutError):
@@ -158,7 +158,7 @@ class Runner:
             self.state.dirty = True
             return
         t1 = time.perf_counter()
-        if not plan.empty():
+        if not plan.empty() and self.applier is not None:
             await self.applier.apply(plan)
         self.cycles += 1
         self.bound += len(plan.binds)

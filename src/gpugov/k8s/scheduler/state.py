@@ -136,9 +136,11 @@ class SchedulerState:
         self.orphans: set[str] = set()  # bound pods counted in the state but in no queue
         self.rebuilds = 0
         self._job_seq = 0
+        self.version = 0  # bumped by every node or pod event (readers cache on it)
 
     # -- watch events ------------------------------------------------------------------------
     def set_node(self, obj: dict[str, Any]) -> None:
+        self.version += 1
         info = node_info(obj)
         if info.error:
             self._bad("node", info.error)
@@ -148,6 +150,7 @@ class SchedulerState:
             self.dirty = True
 
     def delete_node(self, name: str) -> None:
+        self.version += 1
         if self.nodes.pop(name, None) is not None:
             self.dirty = True
 
@@ -186,6 +189,7 @@ class SchedulerState:
                 "priorityclass": self.pc_objs}[kind]
 
     def set_pod(self, obj: dict[str, Any]) -> None:
+        self.version += 1
         info = pod_info(obj, self.tenants)
         key = info.key
         if not (info.ours or info.allocation is not None):
@@ -226,6 +230,7 @@ class SchedulerState:
             self.dirty = True  # the engine thinks it runs, the API says pending
 
     def delete_pod(self, key: str) -> None:
+        self.version += 1
         self.pods.pop(key, None)
         self.inflight.pop(key, None)
         self.written.pop(key, None)
@@ -531,10 +536,12 @@ class SchedulerState:
 
     def _condition(self, plan: Plan, info: PodInfo, code: str, detail: str) -> None:
         msg = condition_message(code or reasons.NOT_TRIED, detail)
-        current = info.conditions.get("PodScheduled")
-        if self.written.get(info.key) == msg or (current is not None and current[1] == msg):
+        if self.written.get(info.key) == msg:
             return
         self.written[info.key] = msg
+        current = info.conditions.get("PodScheduled")
+        if current is not None and current[1] == msg:
+            return  # already on the pod (written before a restart)
         plan.conditions.append(Condition(info.key, info.namespace, info.name, info.uid,
                                          code, msg))
 
@@ -547,7 +554,12 @@ class SchedulerState:
         enforcement library applies: the card's memory for a whole device.
         """
         assert self.cp is not None
-        node = self.nodes[self.cp.state.names[alloc.node]]
+        return self.allocation_record_on(info, alloc, self.cp.state.names[alloc.node])
+
+    def allocation_record_on(self, info: PodInfo, alloc: Allocation,
+                             node_name: str) -> AllocationRecord:
+        """`allocation_record` given the node by name (the extender has no control plane)."""
+        node = self.nodes[node_name]
         req = info.request
         if req is None or not alloc.devices:
             return AllocationRecord(node.name, IsolationLevel.NONE, ())

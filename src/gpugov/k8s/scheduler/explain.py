@@ -1,0 +1,74 @@
+"""`gpugov explain pod NS/NAME`: why a pod is pending and where it stands, from the live API.
+
+Lists what the scheduler watches, rebuilds the same state, and runs one cycle without
+writing anything: the answer is what the scheduler would decide now (reason, position in
+the queue, the queue's usage and fair share), next to what the running scheduler last
+wrote on the pod (its PodScheduled condition).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from gpugov.control.explain import explain, snapshot
+from gpugov.k8s.scheduler import names
+from gpugov.k8s.scheduler.kube import Kube, message
+from gpugov.k8s.scheduler.runner import PATHS, Runner
+from gpugov.k8s.scheduler.state import SchedulerState
+
+
+class ExplainError(LookupError):
+    """The pod cannot be explained (not found, not gpugov's); the message says why."""
+
+
+async def explain_pod(kubeconfig: Path | str, namespace: str, name: str,
+                      policy: str = "bestfit") -> list[str]:
+    kube = await Kube.from_kubeconfig(kubeconfig)
+    try:
+        status, pod = await kube.request("GET", f"/api/v1/namespaces/{namespace}/pods/{name}")
+        if status == 404:
+            raise ExplainError(f"pod {namespace}/{name} not found")
+        if status != 200:
+            raise ExplainError(f"cannot read pod {namespace}/{name}: HTTP {status}: "
+                               f"{message(pod)}")
+        state = SchedulerState(policy=policy)
+        runner = Runner(kube, state, None)
+        for kind in PATHS:
+            await runner.sync(kind)
+    finally:
+        await kube.close()
+    return explain_from_state(state, pod, time.time())
+
+
+def explain_from_state(state: SchedulerState, pod: dict, now: float) -> list[str]:
+    """The explanation lines for `pod` given a state fed with the cluster's objects."""
+    meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+    key = f"{meta.get('namespace')}/{meta.get('name')}"
+    written = next((c.get("message", "") for c in (pod.get("status") or {}).get("conditions")
+                    or [] if c.get("type") == "PodScheduled" and c.get("status") == "False"),
+                   "")
+    if spec.get("nodeName"):
+        alloc = (meta.get("annotations") or {}).get(names.ANN_ALLOCATION, "(no allocation record)")
+        return [f"pod {key}: bound to node {spec['nodeName']}", f"allocation: {alloc}"]
+    if spec.get("schedulerName") != names.SCHEDULER_NAME:
+        raise ExplainError(f"pod {key} has schedulerName {spec.get('schedulerName')!r}, not "
+                           f"{names.SCHEDULER_NAME!r}: gpugov does not schedule it")
+    plan = state.cycle(now)
+    lines = [f"pod {key}: pending"]
+    if any(b.key == key for b in plan.binds):
+        lines.append("it fits now: the scheduler binds it in its next cycle "
+                     f"(is a scheduler with schedulerName {names.SCHEDULER_NAME} running?)")
+    cond = next((c for c in plan.conditions if c.key == key), None)
+    job = state.job_for(key)
+    if job is not None and state.cp is not None and not lines[1:]:
+        lines += explain(snapshot(state.cp, now), job.name)[1:]
+        if job.pods > 1:
+            lines.append(f"gang: {job.pods} pods placed together (all or nothing)")
+    elif cond is not None:
+        lines.append(f"reason: {cond.message.removeprefix('gpugov: ')}")
+    elif key in state.written:
+        lines.append(f"reason: {state.written[key].removeprefix('gpugov: ')}")
+    if written:
+        lines.append(f"scheduler's last condition on the pod: {written}")
+    return lines
