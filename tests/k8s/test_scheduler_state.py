@@ -116,7 +116,7 @@ def test_whole_gpu_pods_bind_with_allocation_records_on_distinct_devices() -> No
     (cond,) = plan.conditions
     assert cond.code == "no-node-fits" and cond.message.startswith("gpugov: no-node-fits")
     assert plan.queue_status["qa"]["admitted"] == 4 and plan.queue_status["qa"]["pending"] == 1
-    assert plan.queue_status["qa"]["usage"]["gpu"] == "4"
+    assert plan.queue_status["qa"]["usage"]["gpu"] == 4
 
 
 def test_memory_slices_become_compute_shares_and_pack_onto_one_device() -> None:
@@ -167,10 +167,14 @@ def test_tenant_maps_namespace_to_queue_when_the_webhook_did_not() -> None:
     st = make(nodes=1)
     st.set_object("tenant", {"metadata": {"name": "t"},
                              "spec": {"queue": "qb", "namespaces": ["team-b"],
-                                      "trustTier": "trusted"}})
+                                      "trust": "trusted"}})
+    st.set_object("tenant", {"metadata": {"name": "all"},
+                             "spec": {"queue": "qa", "namespaceSelector": {}}})
     st.set_pod(pod("p", ns="team-b", queue=None))
+    st.set_pod(pod("q", ns="elsewhere", queue=None))
     plan = st.cycle(T0)
-    assert len(plan.binds) == 1 and plan.queue_status["qb"]["admitted"] == 1
+    assert len(plan.binds) == 2
+    assert plan.queue_status["qb"]["admitted"] == 1 and plan.queue_status["qa"]["admitted"] == 1
 
 
 def test_queue_limit_is_respected_and_reported() -> None:
@@ -330,18 +334,19 @@ def test_unready_node_gets_no_new_pods() -> None:
 
 def test_priority_class_extensions_and_preemption_within_a_queue() -> None:
     st = make(nodes=1, gpus=2, queues=[queue("qa", quota={"gpu": 2})])
-    st.set_object("priorityclass", {"metadata": {"name": "low", "annotations": {
-        names.ANN_PREEMPTIBLE: "true"}}, "value": 10})
-    st.set_object("priorityclass", {"metadata": {"name": "high", "annotations": {
-        names.ANN_PREEMPTIBLE: "false"}}, "value": 1000})
+    st.set_object("priorityclass", {"metadata": {"name": "low"}, "value": 10})
+    st.set_object("priorityclass", {"metadata": {"name": "high"}, "value": 1000})
+    st.set_object("prioritypolicy", {"metadata": {"name": "high"},
+                                     "spec": {"preemptible": False, "minRuntime": "0s"}})
     for i in range(2):
         st.set_pod(pod(f"low{i}", priority_class="low"))
     bind_all(st, st.cycle(T0))
     st.set_pod(pod("vip", priority_class="high"))
     plan = st.cycle(T0 + 1)
     assert [e.kind for e in plan.evictions] == ["preempt"]
-    st.set_object("priorityclass", {"metadata": {"name": "bad", "annotations": {
-        names.ANN_PREEMPTIBLE: "maybe"}}, "value": 1})
+    st.set_object("priorityclass", {"metadata": {"name": "bad"}, "value": 1})
+    st.set_object("prioritypolicy", {"metadata": {"name": "bad"},
+                                     "spec": {"preemptible": "maybe"}})
     st.cycle(T0 + 2)
     assert st.errors["queue"] >= 1  # counted, and scheduling went on
 

@@ -15,14 +15,13 @@ ANN_TENANT = _ann.TENANT
 ANN_TRUST = _ann.TRUST_TIER
 ANN_ALLOCATION = _ann.ALLOCATION
 ANN_INVENTORY = _ann.INVENTORY
-#: PriorityClass annotations carrying gpugov's extensions of a Kubernetes PriorityClass.
-ANN_PREEMPTIBLE = "gpugov.io/preemptible"
-ANN_MIN_RUNTIME = "gpugov.io/min-runtime"
 
 GROUP = "gpugov.io"
 VERSION = "v1alpha1"
 QUEUES = "queues"
 TENANTS = "tenants"
+#: gpugov's extension (preemptible, minRuntime) of the Kubernetes PriorityClass of that name
+PRIORITY_POLICIES = "prioritypolicies"
 
 PODGROUP_GROUP = "scheduling.x-k8s.io"
 PODGROUP_VERSION = "v1alpha1"

@@ -30,6 +30,7 @@ PATHS: dict[str, str] = {
     "queue": f"/apis/{names.GROUP}/{names.VERSION}/{names.QUEUES}",
     "tenant": f"/apis/{names.GROUP}/{names.VERSION}/{names.TENANTS}",
     "priorityclass": "/apis/scheduling.k8s.io/v1/priorityclasses",
+    "prioritypolicy": f"/apis/{names.GROUP}/{names.VERSION}/{names.PRIORITY_POLICIES}",
     "podgroup": f"/apis/{names.PODGROUP_GROUP}/{names.PODGROUP_VERSION}/{names.PODGROUPS}",
     "pod": "/api/v1/pods",
 }

@@ -118,6 +118,7 @@ class SchedulerState:
         self.queue_objs: dict[str, dict[str, Any]] = {}
         self.tenant_objs: dict[str, dict[str, Any]] = {}
         self.pc_objs: dict[str, dict[str, Any]] = {}
+        self.policy_objs: dict[str, dict[str, Any]] = {}
         self.podgroups: dict[str, int] = {}  # ns/name -> minMember
         self.tenants: dict[str, tuple[str, Any]] = {}
         self.dirty = True
@@ -186,7 +187,7 @@ class SchedulerState:
 
     def _store(self, kind: str) -> dict[str, dict[str, Any]]:
         return {"queue": self.queue_objs, "tenant": self.tenant_objs,
-                "priorityclass": self.pc_objs}[kind]
+                "priorityclass": self.pc_objs, "prioritypolicy": self.policy_objs}[kind]
 
     def set_pod(self, obj: dict[str, Any]) -> None:
         self.version += 1
@@ -301,7 +302,8 @@ class SchedulerState:
         self.tenants = tenant_map(list(self.tenant_objs.values()))
         for info in self.pods.values():  # Tenants may have changed
             info.resolve(self.tenants)
-        self.build = build_config(list(self.queue_objs.values()), list(self.pc_objs.values()))
+        self.build = build_config(list(self.queue_objs.values()), list(self.pc_objs.values()),
+                                  list(self.policy_objs.values()))
         for p in self.build.problems:
             self._bad("queue", p)
         infos = [self.nodes[n] for n in sorted(self.nodes)]
@@ -626,16 +628,14 @@ class SchedulerState:
         return self.jobs[jname].job if jname else None
 
 
-def _amounts(vec: np.ndarray) -> dict[str, str]:
-    """Internal units -> the config's (GPUs, cores, GiB), as decimal strings."""
-    return {r: f"{float(vec[i]) / SCALE[i]:.3f}".rstrip("0").rstrip(".")
-            for i, r in enumerate(RESOURCES)}
+def _amounts(vec: np.ndarray) -> dict[str, float]:
+    """Internal units -> the config's (GPUs, cores, GiB)."""
+    return {r: round(float(vec[i]) / SCALE[i], 3) for i, r in enumerate(RESOURCES)}
 
 
 def _relevant(kind: str, obj: dict[str, Any]) -> Any:
     """The part of an object that changes decisions (our own status writes do not)."""
     meta = obj.get("metadata") or {}
     if kind == "priorityclass":
-        ann = meta.get("annotations") or {}
-        return (obj.get("value"), ann.get(names.ANN_PREEMPTIBLE), ann.get(names.ANN_MIN_RUNTIME))
+        return (meta.get("name"), obj.get("value"))
     return obj.get("spec")

@@ -180,7 +180,7 @@ class PodInfo:
 
     def resolve(self, tenants: dict[str, tuple[str, TrustTier]]) -> None:
         """Queue and trust from the Tenants, where the webhook did not write them."""
-        tenant = tenants.get(self.namespace)
+        tenant = tenants.get(self.namespace) or tenants.get(CATCH_ALL)
         if not self.queue_annotated:
             self.queue = tenant[0] if tenant else None
         if not self.trust_annotated:
@@ -248,7 +248,7 @@ def pod_info(obj: dict[str, Any], tenants: dict[str, tuple[str, TrustTier]]) -> 
             errors.append(str(e))
     queue = ann.get(names.ANN_QUEUE) or None
     trust_text = ann.get(names.ANN_TRUST)
-    tenant = tenants.get(ns)
+    tenant = tenants.get(ns) or tenants.get(CATCH_ALL)
     if queue is None and tenant is not None:
         queue = tenant[0]
     trust = tenant[1] if tenant is not None else TrustTier.INTERNAL
@@ -315,36 +315,49 @@ def queue_config(obj: dict[str, Any]) -> QueueConfig:
 
 
 def tenant_map(tenants: list[dict[str, Any]]) -> dict[str, tuple[str, TrustTier]]:
-    """namespace -> (leaf queue, trust tier) from Tenants that list namespaces."""
+    """namespace -> (leaf queue, trust tier) from Tenants that list namespaces; a Tenant with
+    an empty namespaceSelector (`{}`) is the catch-all, under the key `CATCH_ALL`. Selectors
+    with labels are resolved by the webhook (which writes the pod's queue annotation)."""
     out: dict[str, tuple[str, TrustTier]] = {}
     for t in sorted(tenants, key=lambda o: _meta(o).get("name", "")):
         spec = t.get("spec") or {}
         queue = spec.get("queue")
         try:
-            trust = TrustTier(spec.get("trustTier") or spec.get("trust") or "internal")
+            trust = TrustTier(spec.get("trust") or spec.get("trustTier") or "internal")
         except ValueError:
             continue
         if not queue:
             continue
         for ns in spec.get("namespaces") or []:
             out.setdefault(str(ns), (str(queue), trust))
+        sel = spec.get("namespaceSelector")
+        if isinstance(sel, dict) and not sel.get("matchLabels") \
+                and not sel.get("matchExpressions"):
+            out.setdefault(CATCH_ALL, (str(queue), trust))
     return out
 
 
-def priority_classes(objs: list[dict[str, Any]]) -> tuple[list[PriorityClassConfig], list[str]]:
-    """Kubernetes PriorityClasses with gpugov's extensions (annotations), plus problems."""
+#: `tenant_map` key of the catch-all Tenant (a namespace can never be called this).
+CATCH_ALL = "*"
+
+
+def priority_classes(objs: list[dict[str, Any]], policies: list[dict[str, Any]] | None = None
+                     ) -> tuple[list[PriorityClassConfig], list[str]]:
+    """Kubernetes PriorityClasses (the value) with gpugov's PriorityPolicy of the same name
+    (`preemptible`, `minRuntime`), plus problems found."""
+    ext = {_meta(p).get("name", ""): p.get("spec") or {} for p in policies or []}
     out, problems = [], []
     for o in objs:
-        meta = _meta(o)
-        ann = meta.get("annotations") or {}
-        name = meta.get("name", "")
+        name = _meta(o).get("name", "")
+        spec = ext.get(name, {})
         try:
-            pre = ann.get(names.ANN_PREEMPTIBLE, "true").strip().lower()
-            if pre not in ("true", "false"):
-                raise ValueError(f"{names.ANN_PREEMPTIBLE}: {pre!r}; allowed: true, false")
+            pre = spec.get("preemptible", True)
+            if not isinstance(pre, bool):
+                raise ValueError(f"PriorityPolicy {name}: spec.preemptible {pre!r}; "
+                                 "allowed: true, false")
             out.append(PriorityClassConfig(
-                name=name, value=int(o.get("value", 0)), preemptible=pre == "true",
-                minRuntime=parse_duration(ann.get(names.ANN_MIN_RUNTIME, 0))))
+                name=name, value=int(o.get("value", 0)), preemptible=pre,
+                minRuntime=parse_duration(spec.get("minRuntime", 0))))
         except ValueError as e:
             problems.append(f"PriorityClass {name}: {e}")
     if not any(c.name == DEFAULT_CLASS for c in out):
@@ -363,7 +376,8 @@ class ConfigBuild:
     excluded: dict[str, str]  # queue -> why it is not in the config
 
 
-def build_config(queues: list[dict[str, Any]], pcs: list[dict[str, Any]]) -> ConfigBuild:
+def build_config(queues: list[dict[str, Any]], pcs: list[dict[str, Any]],
+                 policies: list[dict[str, Any]] | None = None) -> ConfigBuild:
     """One ControlConfig from the Queue and PriorityClass objects.
 
     A bad Queue (and every queue below it) is left out with the reason, so one broken
@@ -390,7 +404,7 @@ def build_config(queues: list[dict[str, Any]], pcs: list[dict[str, Any]]) -> Con
                 problems.append(excluded[name])
                 del parsed[name]
                 changed = True
-    classes, pc_problems = priority_classes(pcs)
+    classes, pc_problems = priority_classes(pcs, policies)
     problems += pc_problems
     if not parsed:
         return ConfigBuild(None, problems + ["no valid Queue objects"], excluded)
