@@ -46,14 +46,3 @@ def open_nvml(fakes: FakeLibs, monkeypatch: pytest.MonkeyPatch
     for nv in opened:
         nv.close()
     os.environ.pop("FAKE_NVML_CONFIG", None)
-
-
-@pytest.fixture(scope="session")
-def kubelet_driver_binary() -> Path:
-    """The kubelet device-manager peer (kubelet_driver/), built once into the cache folder."""
-    from kubelet_driver.driver import DriverUnavailable, build
-
-    try:
-        return build()
-    except DriverUnavailable as exc:
-        pytest.skip(str(exc))

@@ -1,0 +1,1 @@
+"""The kubelet device-manager test peer (Go source, build helper, JSON-lines client)."""
