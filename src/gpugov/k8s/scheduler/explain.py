@@ -23,7 +23,8 @@ class ExplainError(LookupError):
 
 
 async def explain_pod(kubeconfig: Path | str, namespace: str, name: str,
-                      policy: str = "bestfit") -> list[str]:
+                      policy: str = "bestfit", scheduler_name: str = names.SCHEDULER_NAME,
+                      node_selector: dict[str, str] | None = None) -> list[str]:
     kube = await Kube.from_kubeconfig(kubeconfig)
     try:
         status, pod = await kube.request("GET", f"/api/v1/namespaces/{namespace}/pods/{name}")
@@ -32,7 +33,8 @@ async def explain_pod(kubeconfig: Path | str, namespace: str, name: str,
         if status != 200:
             raise ExplainError(f"cannot read pod {namespace}/{name}: HTTP {status}: "
                                f"{message(pod)}")
-        state = SchedulerState(policy=policy)
+        state = SchedulerState(policy=policy, scheduler_name=scheduler_name,
+                               node_selector=node_selector)
         runner = Runner(kube, state, None)
         for kind in PATHS:
             await runner.sync(kind)
@@ -51,14 +53,14 @@ def explain_from_state(state: SchedulerState, pod: dict, now: float) -> list[str
     if spec.get("nodeName"):
         alloc = (meta.get("annotations") or {}).get(names.ANN_ALLOCATION, "(no allocation record)")
         return [f"pod {key}: bound to node {spec['nodeName']}", f"allocation: {alloc}"]
-    if spec.get("schedulerName") != names.SCHEDULER_NAME:
+    if spec.get("schedulerName") != state.scheduler_name:
         raise ExplainError(f"pod {key} has schedulerName {spec.get('schedulerName')!r}, not "
-                           f"{names.SCHEDULER_NAME!r}: gpugov does not schedule it")
+                           f"{state.scheduler_name!r}: gpugov does not schedule it")
     plan = state.cycle(now)
     lines = [f"pod {key}: pending"]
     if any(b.key == key for b in plan.binds):
         lines.append("it fits now: the scheduler binds it in its next cycle "
-                     f"(is a scheduler with schedulerName {names.SCHEDULER_NAME} running?)")
+                     f"(is a scheduler with schedulerName {state.scheduler_name} running?)")
     cond = next((c for c in plan.conditions if c.key == key), None)
     job = state.job_for(key)
     if job is not None and state.cp is not None and not lines[1:]:

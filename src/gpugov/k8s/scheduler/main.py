@@ -36,6 +36,8 @@ class SchedulerOptions:
     concurrency: int = 64
     period: float = 1.0
     events: bool = True
+    scheduler_name: str = ""
+    node_selector: tuple[tuple[str, str], ...] = ()
 
 
 def default_identity() -> str:
@@ -67,8 +69,10 @@ async def serve(opts: SchedulerOptions) -> int:
             keeper = asyncio.create_task(elector.keep())
             lost = asyncio.create_task(elector.lost.wait())
             lost.add_done_callback(lambda _t: stop.set())
-        log.info("leading: scheduling pods with schedulerName %s", _scheduler_name())
-        state = SchedulerState(policy=opts.policy)
+        name = opts.scheduler_name or _scheduler_name()
+        log.info("leading: scheduling pods with schedulerName %s", name)
+        state = SchedulerState(policy=opts.policy, scheduler_name=name,
+                               node_selector=dict(opts.node_selector))
         runner = Runner(kube, state, Applier(kube, state, opts.concurrency, opts.events),
                         period=opts.period)
         await runner.run(stop)

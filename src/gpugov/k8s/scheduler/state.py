@@ -111,8 +111,13 @@ class _JobRec:
 class SchedulerState:
     """API objects by key, the control plane built from them, and the bookkeeping between."""
 
-    def __init__(self, policy: str = "bestfit", seed: int = 0, pdb_backoff: float = 30.0):
+    def __init__(self, policy: str = "bestfit", seed: int = 0, pdb_backoff: float = 30.0,
+                 scheduler_name: str = names.SCHEDULER_NAME,
+                 node_selector: dict[str, str] | None = None):
         self.policy, self.seed, self.pdb_backoff = policy, seed, pdb_backoff
+        #: pods with this schedulerName are ours; only nodes with these labels are used
+        self.scheduler_name = scheduler_name
+        self.node_selector = dict(node_selector or {})
         self.nodes: dict[str, NodeInfo] = {}
         self.pods: dict[str, PodInfo] = {}
         self.queue_objs: dict[str, dict[str, Any]] = {}
@@ -142,6 +147,10 @@ class SchedulerState:
     # -- watch events ------------------------------------------------------------------------
     def set_node(self, obj: dict[str, Any]) -> None:
         self.version += 1
+        labels = (obj.get("metadata") or {}).get("labels") or {}
+        if any(labels.get(k) != v for k, v in self.node_selector.items()):
+            self.delete_node((obj.get("metadata") or {}).get("name", ""))
+            return
         info = node_info(obj)
         if info.error:
             self._bad("node", info.error)
@@ -193,7 +202,7 @@ class SchedulerState:
         self.version += 1
         info = pod_info(obj, self.tenants)
         key = info.key
-        if not (info.ours or info.allocation is not None):
+        if not (info.scheduler == self.scheduler_name or info.allocation is not None):
             if key in self.pods:
                 self.delete_pod(key)
             return
@@ -458,7 +467,8 @@ class SchedulerState:
 
     def _pending_pods(self) -> list[PodInfo]:
         return [p for p in self.pods.values()
-                if p.ours and not p.node and not p.done and not p.terminating
+                if p.scheduler == self.scheduler_name and not p.node and not p.done
+                and not p.terminating
                 and p.key not in self.inflight]
 
     def _submit_pending(self, plan: Plan) -> None:

@@ -186,10 +186,6 @@ class PodInfo:
         if not self.trust_annotated:
             self.trust = tenant[1] if tenant else TrustTier.INTERNAL
 
-    @property
-    def ours(self) -> bool:
-        return self.scheduler == names.SCHEDULER_NAME
-
 
 def _container_request(pod: dict[str, Any], ann: dict[str, str]) -> GpuRequest | None:
     spec = pod.get("spec") or {}
