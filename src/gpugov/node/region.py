@@ -162,3 +162,20 @@ def read_region(path: str | Path) -> RegionSnapshot:
             slots.append(slot)
     return RegionSnapshot(h["version"][0], h["mem_limit"], h["core_limit"], h["used"],
                           h["recoveries"][0], h["reaped"][0], tuple(slots))
+
+
+def read_start_ticks(path: str | Path) -> dict[int, int]:
+    """Slot index -> the process start time the library recorded (/proc/<pid>/stat field 22),
+    for active slots. With the container PID it identifies the process on the host."""
+    lay = layout()
+    data = Path(path).read_bytes()
+    region = lay.structs["gg_region"]
+    if len(data) != region.size:
+        raise RegionError(f"{path}: {len(data)} bytes, layout needs {region.size}")
+    s = lay.structs["gg_slot"]
+    out: dict[int, int] = {}
+    for i in range(region.fields["slots"].count):
+        base = region.fields["slots"].offset + i * s.size
+        if _get(data, base, s.fields["state"])[0] == lay.constants["GG_SLOT_ACTIVE"]:
+            out[i] = _get(data, base, s.fields["start_ticks"])[0]
+    return out

@@ -1,0 +1,253 @@
+"""`gpugov node exporter`: GPU, pod and detection metrics read at scrape time.
+
+A prometheus_client custom collector: every scrape asks NVML (no background sampler), drains
+pending XID events, reads the pod regions and runs bypass/zombie detection. Device metrics use
+DCGM exporter names and labels; a driver that lacks a query gives fewer series, never an error.
+Anything that goes wrong is logged and counted in `gpugov_exporter_errors_total{reason}`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import threading
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from gpugov.node import metric_names as mn
+from gpugov.node.detect import Findings, detect
+from gpugov.node.nvml.discovery import catalog_model, discover
+from gpugov.node.nvml.health import DEFAULT_RECOVERY_S, HealthTracker
+from gpugov.node.nvml.library import Nvml
+from gpugov.node.nvml.samples import sample_all
+from gpugov.node.pod_regions import PodRegion, scan
+from gpugov.node.procs import ProcTable
+
+log = logging.getLogger(__name__)
+DEV_LABELS = ["gpu", "UUID", "modelName", "Hostname", "GPU_I_PROFILE", "GPU_I_ID",
+              "pod", "namespace", "container"]
+POD_LABELS = ["namespace", "pod", "container", "gpu", "UUID"]
+
+
+@dataclass
+class ExporterConfig:
+    hostname: str = ""
+    regions: Path | None = None  # <state>/regions folder of the device plugin
+    recovery_s: float = DEFAULT_RECOVERY_S
+    proc_root: Path = Path("/proc")
+
+
+class NodeCollector(Collector):
+    """Reads NVML, regions and /proc on each collect()."""
+
+    def __init__(self, nvml: Nvml, cfg: ExporterConfig) -> None:
+        self.nvml = nvml
+        self.cfg = cfg
+        self.hostname = cfg.hostname or socket.gethostname()
+        self.health = HealthTracker(nvml, cfg.recovery_s)
+        self.errors: Counter[str] = Counter()
+        self._nvml_errors_seen: Counter[str] = Counter()
+        self._lock = threading.Lock()
+        self.last_findings = Findings()
+
+    def _count_nvml_errors(self) -> None:
+        new = self.nvml.errors - self._nvml_errors_seen
+        for reason, n in new.items():
+            self.errors[f"nvml_{reason}"] += n
+        self._nvml_errors_seen = Counter(self.nvml.errors)
+
+    def collect(self) -> Iterator[Metric]:
+        with self._lock:  # one scrape at a time: NVML sessions and counters are shared
+            try:
+                yield from self._collect()
+            except Exception:  # never fail a scrape: report what broke
+                log.exception("scrape failed")
+                self.errors["scrape_failed"] += 1
+                yield self._errors_metric()
+
+    def _errors_metric(self) -> Metric:
+        m = CounterMetricFamily(mn.EXPORTER_ERRORS, "Errors of the exporter by reason",
+                                labels=["reason"])
+        for reason in sorted(self.errors):
+            m.add_metric([reason], self.errors[reason])
+        return m
+
+    def _collect(self) -> Iterator[Metric]:
+        self.health.poll()
+        samples = sample_all(self.nvml)
+        topo = {g.index: g for g in discover(self.nvml).gpus}
+        regions, problems = scan(self.cfg.regions)
+        for p in problems:
+            self.errors[p.reason] += 1
+        procs = ProcTable.read(self.cfg.proc_root) if self.cfg.proc_root.is_dir() else ProcTable()
+        findings = detect(samples, regions, procs)
+        self.last_findings = findings
+        for s in samples:
+            if s.lost:
+                self.errors["gpu_lost"] += 1
+        self._count_nvml_errors()
+
+        owners = _device_owners(regions, findings)
+        fams = {name: GaugeMetricFamily(name, help_, labels=DEV_LABELS) for name, help_ in (
+            (mn.DEV_GPU_UTIL, "GPU utilization (in %)."),
+            (mn.DEV_MEM_COPY_UTIL, "Memory utilization (in %)."),
+            (mn.DEV_FB_USED, "Framebuffer memory used (in MiB)."),
+            (mn.DEV_FB_FREE, "Framebuffer memory free (in MiB)."),
+            (mn.DEV_POWER_USAGE, "Power draw (in W)."),
+            (mn.DEV_GPU_TEMP, "GPU temperature (in C)."),
+            (mn.DEV_SM_CLOCK, "SM clock frequency (in MHz)."),
+            (mn.DEV_XID_ERRORS, "Value of the last XID error encountered."),
+            (mn.DEV_CLOCK_THROTTLE_REASONS, "Current clock throttle reasons (NVML bitmask)."),
+        )}
+        healthy = GaugeMetricFamily(mn.DEVICE_HEALTHY, "1 healthy, 0 not (XID / lost)",
+                                    labels=["gpu", "UUID", "modelName", "Hostname"])
+        models: Counter[str] = Counter()
+        for s in samples:
+            g = topo.get(s.index)
+            model = g.name if g else s.name
+            uuid = s.uuid or (g.uuid if g else "")
+            models[catalog_model(model) if model else "unknown"] += 1
+            healthy.add_metric([str(s.index), uuid, model, self.hostname],
+                               0.0 if s.lost or not self.health.healthy(s.index) else 1.0)
+            if s.lost:
+                continue
+            ns, pod = owners.get(s.index, ("", ""))
+            base = [str(s.index), uuid, model, self.hostname, "", "", pod, ns, ""]
+            dh = self.health.devices.get(s.index)
+            values = {
+                mn.DEV_GPU_UTIL: s.gpu_util, mn.DEV_MEM_COPY_UTIL: s.mem_copy_util,
+                mn.DEV_FB_USED: s.fb_used_mib, mn.DEV_FB_FREE: s.fb_free_mib,
+                mn.DEV_POWER_USAGE: s.power_w, mn.DEV_GPU_TEMP: s.temp_c,
+                mn.DEV_SM_CLOCK: s.sm_clock_mhz,
+                mn.DEV_XID_ERRORS: float(dh.last_xid) if dh else 0.0,
+                mn.DEV_CLOCK_THROTTLE_REASONS: s.throttle_reasons,
+            }
+            for name, v in values.items():
+                if v is not None:
+                    fams[name].add_metric(base, float(v))
+            # MIG rows: framebuffer per GPU instance (utilization is not defined for them)
+            profiles = {m.gi_id: m.profile for m in (g.mig if g else ())}
+            for m in s.mig:
+                row = [str(s.index), uuid, model, self.hostname, profiles.get(m.gi_id, ""),
+                       str(m.gi_id), "", "", ""]
+                if m.fb_used_mib is not None:
+                    fams[mn.DEV_FB_USED].add_metric(row, m.fb_used_mib)
+                if m.fb_free_mib is not None:
+                    fams[mn.DEV_FB_FREE].add_metric(row, m.fb_free_mib)
+        yield from fams.values()
+        yield healthy
+        gpus = GaugeMetricFamily(mn.NODE_GPUS, "GPUs on the node", labels=["modelName",
+                                                                         "Hostname"])
+        for model, n in sorted(models.items()):
+            gpus.add_metric([model, self.hostname], n)
+        yield gpus
+        yield from self._pod_metrics(regions, findings)
+        yield from self._detection_metrics(findings, topo)
+        yield self._errors_metric()
+
+    def _pod_metrics(self, regions: list[PodRegion], f: Findings) -> Iterator[Metric]:
+        used = GaugeMetricFamily(mn.POD_MEMORY_USED, "GPU memory charged by the enforcement "
+                                 "library (bytes)", labels=POD_LABELS)
+        limit = GaugeMetricFamily(mn.POD_MEMORY_LIMIT, "The library's memory limit (bytes)",
+                                  labels=POD_LABELS)
+        compute = GaugeMetricFamily(mn.POD_COMPUTE_LIMIT, "Compute quota (0-1)",
+                                    labels=POD_LABELS)
+        for ri, r in enumerate(regions):
+            reg = r.region
+            for k in range(len(reg.mem_limit)):
+                if not (reg.mem_limit[k] or reg.core_limit[k] or reg.used[k]):
+                    continue
+                gpu, uuid = f.placement.get((ri, k), ("", ""))
+                labels = [r.namespace, r.pod, "", str(gpu), uuid]
+                used.add_metric(labels, reg.used[k])
+                if reg.mem_limit[k]:
+                    limit.add_metric(labels, reg.mem_limit[k])
+                if reg.core_limit[k]:
+                    compute.add_metric(labels, reg.core_limit[k] / 100)
+        yield from (used, limit, compute)
+
+    def _detection_metrics(self, f: Findings, topo: dict) -> Iterator[Metric]:
+        un = GaugeMetricFamily(mn.DEVICE_UNACCOUNTED, "GPU memory of processes no region "
+                               "accounts for (bypass)", labels=["gpu", "UUID", "pid"])
+        for x in f.unaccounted:
+            un.add_metric([str(x.gpu), x.uuid, str(x.pid)], x.bytes)
+        zo = GaugeMetricFamily(mn.DEVICE_ZOMBIE, "GPU memory still held by a process or pod "
+                               "that is gone", labels=["gpu", "UUID", "pid", "namespace", "pod"])
+        for x in f.zombie:
+            zo.add_metric([str(x.gpu), x.uuid, str(x.pid), x.namespace, x.pod], x.bytes)
+        ov = GaugeMetricFamily(mn.DEVICE_DRIVER_OVERHEAD, "NVML memory minus the library's "
+                               "charge, over accounted processes", labels=["gpu", "UUID"])
+        for gpu, b in sorted(f.overhead.items()):
+            ov.add_metric([str(gpu), topo[gpu].uuid if gpu in topo else ""], b)
+        yield from (un, zo, ov)
+
+
+def _device_owners(regions: list[PodRegion], f: Findings) -> dict[int, tuple[str, str]]:
+    """gpu -> (namespace, pod) when exactly one pod region sits on the device."""
+    pods: dict[int, set[tuple[str, str]]] = {}
+    for (ri, _), (gpu, _) in f.placement.items():
+        pods.setdefault(gpu, set()).add((regions[ri].namespace, regions[ri].pod))
+    return {g: next(iter(p)) for g, p in pods.items() if len(p) == 1}
+
+
+def make_registry(collector: NodeCollector) -> CollectorRegistry:
+    reg = CollectorRegistry(auto_describe=False)
+    reg.register(collector)
+    return reg
+
+
+async def serve(host: str, port: int, collector: NodeCollector,
+                ready: asyncio.Event | None = None) -> None:
+    """Serve /metrics until cancelled (aiohttp; the scrape runs in a worker thread)."""
+    from aiohttp import web
+
+    registry = make_registry(collector)
+
+    async def metrics(_: web.Request) -> web.Response:
+        body = await asyncio.get_running_loop().run_in_executor(None, generate_latest, registry)
+        return web.Response(body=body, headers={"Content-Type":
+                                                "text/plain; version=0.0.4; charset=utf-8"})
+
+    async def healthz(_: web.Request) -> web.Response:
+        return web.Response(text="ok\n")
+
+    app = web.Application()
+    app.router.add_get("/metrics", metrics)
+    app.router.add_get("/healthz", healthz)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port)
+    await site.start()
+    log.info("exporter listening on %s:%d", host, port)
+    if ready is not None:
+        ready.set()
+    try:
+        await asyncio.Event().wait()
+    finally:
+        await runner.cleanup()
+
+
+def parse_listen(text: str) -> tuple[str, int]:
+    """HOST:PORT (IPv6 in brackets); ValueError names the value and the expected form."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"--listen {text!r}: expected HOST:PORT, e.g. 0.0.0.0:9400")
+    return host.strip("[]") or "0.0.0.0", int(port)
+
+
+def run(listen: str, cfg: ExporterConfig, library: str | None = None) -> None:
+    host, port = parse_listen(listen)
+    nv = Nvml(library)
+    try:
+        asyncio.run(serve(host, port, NodeCollector(nv, cfg)))
+    except KeyboardInterrupt:  # pragma: no cover - interactive stop
+        pass
+    finally:
+        nv.close()
