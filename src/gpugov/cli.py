@@ -376,6 +376,8 @@ def explain_cmd(
                                     help="a replay output folder (has snapshot.json)"),
     kubeconfig: Path | None = typer.Option(None, "--kubeconfig",
                                            help="with `pod`: the cluster to ask"),
+    scheduler_name: str = typer.Option("", "--scheduler-name",
+                                       help="with `pod`: the scheduler's --scheduler-name"),
 ) -> None:
     """Why is JOB pending (from a replay's --run), or `explain pod NS/NAME --kubeconfig K`
     (live): reason, position in its queue, its queue's share."""
@@ -384,7 +386,7 @@ def explain_cmd(
     from gpugov.control.explain import explain
 
     if job == "pod" and pod is not None:
-        _explain_pod(pod, kubeconfig)
+        _explain_pod(pod, kubeconfig, scheduler_name)
         return
     if run is None:
         raise _fail("give --run DIR (a replay's output), or `explain pod NS/NAME --kubeconfig K`")
@@ -398,7 +400,7 @@ def explain_cmd(
     typer.echo("\n".join(lines))
 
 
-def _explain_pod(target: str, kubeconfig: Path | None) -> None:
+def _explain_pod(target: str, kubeconfig: Path | None, scheduler_name: str = "") -> None:
     import asyncio
 
     from gpugov.k8s.scheduler.explain import ExplainError, explain_pod
@@ -408,8 +410,9 @@ def _explain_pod(target: str, kubeconfig: Path | None) -> None:
         raise _fail(f"pod {target!r}: expected NAMESPACE/NAME")
     if kubeconfig is None:
         raise _fail("explain pod needs --kubeconfig")
+    extra = {"scheduler_name": scheduler_name} if scheduler_name else {}
     try:
-        lines = asyncio.run(explain_pod(_kubeconfig_file(kubeconfig), ns, name))
+        lines = asyncio.run(explain_pod(_kubeconfig_file(kubeconfig), ns, name, **extra))
     except ExplainError as e:
         raise _fail(str(e)) from None
     typer.echo("\n".join(lines))
@@ -516,6 +519,11 @@ def scheduler_cmd(
     concurrency: int = typer.Option(64, "--concurrency", help="API writes in flight"),
     events: bool = typer.Option(True, "--events/--no-events",
                                 help="post Events for unschedulable and preempted pods"),
+    scheduler_name: str = typer.Option("", "--scheduler-name",
+                                       help="schedule pods with this schedulerName "
+                                            "(default: the one gpugov's webhook sets)"),
+    node_selector: str = typer.Option("", "--node-selector",
+                                      help="use only nodes with these labels: k=v[,k=v]"),
 ) -> None:
     """Schedule pods whose schedulerName is gpugov's: queues, quotas, gangs, preemption."""
     from gpugov.k8s.leader import LeaseTiming
@@ -529,8 +537,19 @@ def scheduler_cmd(
         raise _fail(f"--concurrency must be >= 1, got {concurrency}")
     code = run(SchedulerOptions(_kubeconfig_file(kubeconfig), _policy_name(policy), leader_elect,
                                 lease_name, lease_namespace, identity, timing, concurrency,
-                                events=events))
+                                events=events, scheduler_name=scheduler_name,
+                                node_selector=_label_pairs(node_selector)))
     raise typer.Exit(code)
+
+
+def _label_pairs(text: str) -> tuple[tuple[str, str], ...]:
+    pairs = []
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        key, eq, value = part.partition("=")
+        if not eq or not key:
+            raise _fail(f"--node-selector {text!r}: expected key=value[,key=value]")
+        pairs.append((key, value))
+    return tuple(pairs)
 
 
 @app.command("extender")
