@@ -1,0 +1,249 @@
+"""gpugov's device plugin over its own gRPC socket, as the kubelet calls it: topology-aware
+GetPreferredAllocation, Allocate claims with no lock, refusals; and the generated stubs."""
+
+from __future__ import annotations
+
+import asyncio
+import filecmp
+import sys
+from pathlib import Path
+
+import grpc
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+from kubelet_driver.scenario import (  # noqa: E402
+    gpu,
+    mig,
+    mig_uuid,
+    mixed_node,
+    running_plugin,
+    scheduled_pod,
+    short_dir,
+    soft,
+    uuid,
+    whole,
+)
+
+from gpugov.k8s.annotations import ALLOCATED, Inventory, decode_allocated  # noqa: E402
+from gpugov.model.devices import DeviceMode  # noqa: E402
+from gpugov.node.deviceplugin import MemoryPodSource  # noqa: E402
+from gpugov.node.deviceplugin.resources import plugin_devices, socket_name  # noqa: E402
+from gpugov.node.deviceplugin.response import core_percent  # noqa: E402
+from gpugov.node.proto import deviceplugin_pb2 as pb  # noqa: E402
+from gpugov.node.proto import deviceplugin_pb2_grpc as pb_grpc  # noqa: E402
+
+GPU = "nvidia.com/gpu"
+
+
+def with_plugin(tmp: Path, inventory: Inventory, pods: MemoryPodSource, body) -> None:
+    """Run `body(stub_for(resource), pods)` against a running plugin (no kubelet needed)."""
+    async def main() -> None:
+        with short_dir() as plugin_dir:
+            async with running_plugin(plugin_dir, tmp / "state", inventory, pods) as (mgr, _):
+                channels: list[grpc.aio.Channel] = []
+
+                def stub(resource: str) -> pb_grpc.DevicePluginStub:
+                    ch = grpc.aio.insecure_channel(f"unix://{plugin_dir / socket_name(resource)}")
+                    channels.append(ch)
+                    return pb_grpc.DevicePluginStub(ch)
+                try:
+                    await body(stub, pods)
+                finally:
+                    for ch in channels:
+                        await ch.close()
+    asyncio.run(main())
+
+
+async def preferred(stub: pb_grpc.DevicePluginStub, available: list[str], size: int,
+                    must: list[str] = ()) -> list[str]:
+    resp = await stub.GetPreferredAllocation(pb.PreferredAllocationRequest(container_requests=[
+        pb.ContainerPreferredAllocationRequest(available_deviceIDs=available,
+                                               must_include_deviceIDs=list(must),
+                                               allocation_size=size)]))
+    return list(resp.container_responses[0].deviceIDs)
+
+
+def nvswitch_node() -> Inventory:
+    """16 GPUs on two NVSwitch planes (0-7, 8-15), two NUMA nodes."""
+    return Inventory(tuple(gpu(i, nvlink=i // 8, numa=i // 8) for i in range(16)))
+
+
+def pcie_node() -> Inventory:
+    """8 PCIe GPUs, no NVLink: pairs behind one PCIe switch, 0-3 on NUMA 0, 4-7 on NUMA 1."""
+    return Inventory(tuple(gpu(i, pcie=i // 2, numa=i // 4) for i in range(8)))
+
+
+def test_preferred_allocation_keeps_a_set_inside_one_nvswitch_plane(tmp_path: Path) -> None:
+    async def body(stub, pods) -> None:
+        s = stub(GPU)
+        # plane 0 has 3 free, plane 1 has 5 free: 4 GPUs fit only in plane 1
+        avail = [uuid(i) for i in (0, 1, 2, 8, 9, 10, 11, 12)]
+        got = await preferred(s, avail, 4)
+        assert len(got) == 4 and all(uuid(8) <= g <= uuid(15) for g in got)
+        # 2 GPUs: best fit takes them from the fuller plane, keeping plane 1's block whole
+        got = await preferred(s, avail, 2)
+        assert set(got) <= {uuid(0), uuid(1), uuid(2)}
+        # must_include is honoured
+        got = await preferred(s, avail, 2, must=[uuid(12)])
+        assert uuid(12) in got and all(uuid(8) <= g for g in got)
+
+    with_plugin(tmp_path, nvswitch_node(), MemoryPodSource(), body)
+
+
+def test_preferred_allocation_on_pcie_prefers_switch_then_numa(tmp_path: Path) -> None:
+    async def body(stub, pods) -> None:
+        s = stub(GPU)
+        got = await preferred(s, [uuid(i) for i in (0, 2, 3, 5)], 2)
+        assert sorted(got) == [uuid(2), uuid(3)]  # same PCIe switch
+        got = await preferred(s, [uuid(i) for i in (0, 1, 4, 5, 6)], 3)
+        assert sorted(got) == [uuid(4), uuid(5), uuid(6)]  # one NUMA node, not across
+
+    with_plugin(tmp_path, pcie_node(), MemoryPodSource(), body)
+
+
+def test_preferred_allocation_steers_to_the_scheduler_choice(tmp_path: Path) -> None:
+    pods = MemoryPodSource()
+    pods.put(scheduled_pod("spread", [whole(0), whole(7)]))  # the scheduler's (odd) choice
+
+    async def body(stub, pods) -> None:
+        got = await preferred(stub(GPU), [uuid(i) for i in range(8)], 2)
+        assert sorted(got) == [uuid(0), uuid(7)]
+
+    with_plugin(tmp_path, pcie_node(), pods, body)
+
+
+def test_concurrent_allocates_claim_each_pod_once_without_a_lock(tmp_path: Path) -> None:
+    """20 identically shaped pods, 20 Allocate calls at once: the resourceVersion-conditional
+    PATCH lets exactly one claim win per pod; losers move on to the next pod."""
+    inventory = Inventory((gpu(0, DeviceMode.SOFT, replicas=20),))
+    pods = MemoryPodSource(list_delay_s=0.01)  # every call lists the same unclaimed pods
+    for k in range(20):
+        pods.put(scheduled_pod(f"w{k:02d}", [soft(0, 50, 2048)]))
+
+    async def body(stub, pods) -> None:
+        s = stub(GPU)
+        resps = await asyncio.gather(*(s.Allocate(pb.AllocateRequest(container_requests=[
+            pb.ContainerAllocateRequest(devices_ids=[f"{uuid(0)}::{n}"])])) for n in range(20)))
+        assert all(r.container_responses[0].envs["GPUGOV_MEMORY_LIMIT_0"] == "2048Mi"
+                   for r in resps)
+        claimed = [decode_allocated(pods.get("team-a", f"w{k:02d}")["metadata"]["annotations"]
+                                    [ALLOCATED])[0] for k in range(20)]
+        assert sorted(i for ids in claimed for i in ids) == sorted(
+            f"{uuid(0)}::{n}" for n in range(20))  # every replica claimed by exactly one pod
+        assert pods.conflicts > 0  # the claims really raced
+
+    with_plugin(tmp_path, inventory, pods, body)
+
+
+def test_allocate_again_for_the_same_devices_returns_the_same_answer(tmp_path: Path) -> None:
+    """After a kubelet restart the device manager may call Allocate again for a running
+    container: the pod that already claimed those IDs gets the same answer, nothing new."""
+    pods = MemoryPodSource()
+    pods.put(scheduled_pod("a", [soft(4, 500, 8192)]))
+    pods.put(scheduled_pod("b", [soft(4, 250, 4096)]))
+
+    async def body(stub, pods) -> None:
+        s = stub(GPU)
+        req = pb.AllocateRequest(container_requests=[
+            pb.ContainerAllocateRequest(devices_ids=[f"{uuid(4)}::2"])])
+        first = await s.Allocate(req)
+        rv = pods.get("team-a", "a")["metadata"]["resourceVersion"]
+        again = await s.Allocate(req)
+        assert again == first
+        assert first.container_responses[0].envs["GPUGOV_MEMORY_LIMIT_0"] == "8192Mi"
+        assert pods.get("team-a", "a")["metadata"]["resourceVersion"] == rv
+        assert ALLOCATED not in pods.get("team-a", "b")["metadata"]["annotations"]
+
+    with_plugin(tmp_path, mixed_node(), pods, body)
+
+
+def test_refusals_name_the_problem_and_the_server_keeps_serving(tmp_path: Path) -> None:
+    pods = MemoryPodSource()
+    pods.put(scheduled_pod("m", [mig(5, "1g.10gb", 4)]))
+    pods.put(scheduled_pod("gone-instance", [mig(5, "2g.20gb", 0)]))
+
+    async def body(stub, pods) -> None:
+        s = stub("nvidia.com/mig-1g.10gb")
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await s.Allocate(pb.AllocateRequest(container_requests=[
+                pb.ContainerAllocateRequest(devices_ids=["MIG-not-ours"])]))
+        assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+        assert "device IDs ['MIG-not-ours'] are not nvidia.com/mig-1g.10gb devices" in \
+            err.value.details()
+        with pytest.raises(grpc.aio.AioRpcError) as err:  # kubelet picked the other instance
+            await s.Allocate(pb.AllocateRequest(container_requests=[
+                pb.ContainerAllocateRequest(devices_ids=[mig_uuid(5, 5)])]))
+        details = err.value.details()
+        assert "team-a/m wants ['" + mig_uuid(5, 4) + "']" in details
+        assert "team-a/gone-instance: gpugov.io/allocation: devices[0]: no MIG instance " \
+               "2g.20gb at start 0" in details
+        ok = await s.Allocate(pb.AllocateRequest(container_requests=[
+            pb.ContainerAllocateRequest(devices_ids=[mig_uuid(5, 4)])]))
+        assert ok.container_responses[0].envs["NVIDIA_VISIBLE_DEVICES"] == mig_uuid(5, 4)
+
+    with_plugin(tmp_path, mixed_node(), pods, body)
+
+
+def test_soft_slices_on_two_gpus_get_per_ordinal_limits(tmp_path: Path) -> None:
+    inventory = Inventory(tuple(gpu(i, DeviceMode.SOFT, replicas=4) for i in range(3)))
+    pods = MemoryPodSource()
+    pods.put(scheduled_pod("two", [soft(2, 1000, 30000), soft(0, 200, 10000)],
+                           **{"gpugov.io/trust-tier": "trusted"}))
+
+    async def body(stub, pods) -> None:
+        s = stub(GPU)
+        ids = await preferred(s, [f"{uuid(i)}::{n}" for i in range(3) for n in range(4)], 2)
+        assert sorted(i.split("::")[0] for i in ids) == [uuid(0), uuid(2)]
+        r = (await s.Allocate(pb.AllocateRequest(container_requests=[
+            pb.ContainerAllocateRequest(devices_ids=ids)]))).container_responses[0]
+        assert r.envs["NVIDIA_VISIBLE_DEVICES"] == f"{uuid(0)},{uuid(2)}"  # PCI order
+        assert (r.envs["GPUGOV_MEMORY_LIMIT_0"], r.envs["GPUGOV_CORE_LIMIT_0"]) == ("10000Mi",
+                                                                                   "20")
+        assert (r.envs["GPUGOV_MEMORY_LIMIT_1"], r.envs["GPUGOV_CORE_LIMIT_1"]) == ("30000Mi",
+                                                                                   "100")
+        assert r.envs["GPUGOV_SCRUB"] == "0"  # trusted tier only
+
+    with_plugin(tmp_path, inventory, pods, body)
+
+
+def test_resource_names_and_ids() -> None:
+    inv = mixed_node()
+    res = plugin_devices(Inventory((*inv.devices, gpu(9, DeviceMode.MIG,
+                                                      mig=[("1g.10gb+me", 0)]))))
+    assert set(res) == {GPU, "nvidia.com/gpu.shared", "nvidia.com/mig-3g.40gb",
+                        "nvidia.com/mig-1g.10gb", "nvidia.com/mig-1g.10gb.me"}
+    assert all(len(d.id) <= 63 for devs in res.values() for d in devs)  # the API's limit
+    assert socket_name("nvidia.com/mig-1g.10gb") == "gpugov-mig-1g.10gb.sock"
+    assert [core_percent(m) for m in (1, 10, 11, 333, 1000)] == [1, 1, 2, 34, 100]
+
+
+def test_generated_stubs_match_the_proto(tmp_path: Path) -> None:
+    """The committed *_pb2*.py are what grpcio-tools makes of deviceplugin.proto today."""
+    pytest.importorskip("grpc_tools")
+    from gpugov.node.proto import generate
+
+    generate.generate(tmp_path)
+    here = Path(generate.__file__).parent
+    for name in ("deviceplugin_pb2.py", "deviceplugin_pb2.pyi", "deviceplugin_pb2_grpc.py"):
+        fresh = tmp_path / "gpugov" / "node" / "proto" / name
+        assert filecmp.cmp(fresh, here / name, shallow=False), (
+            f"{name} is stale: run `python -m gpugov.node.proto.generate` and commit")
+
+
+def test_proto_keeps_the_kubelet_field_numbers() -> None:
+    """The wire format depends on these numbers (data-plane-facts §3.3)."""
+    f = {m: {fd.name: fd.number for fd in getattr(pb, m).DESCRIPTOR.fields} for m in (
+        "RegisterRequest", "Device", "ContainerPreferredAllocationRequest",
+        "ContainerAllocateResponse", "Mount", "DeviceSpec")}
+    assert f["RegisterRequest"] == {"version": 1, "endpoint": 2, "resource_name": 3,
+                                    "options": 4}
+    assert f["Device"] == {"ID": 1, "health": 2, "topology": 3}
+    assert f["ContainerPreferredAllocationRequest"] == {
+        "available_deviceIDs": 1, "must_include_deviceIDs": 2, "allocation_size": 3}
+    assert f["ContainerAllocateResponse"] == {"envs": 1, "mounts": 2, "devices": 3,
+                                              "annotations": 4, "cdi_devices": 5}
+    assert f["Mount"] == {"container_path": 1, "host_path": 2, "read_only": 3}
+    assert f["DeviceSpec"] == {"container_path": 1, "host_path": 2, "permissions": 3}
+    assert pb.DESCRIPTOR.package == "v1beta1"
+    assert pb.DESCRIPTOR.services_by_name["DevicePlugin"].full_name == "v1beta1.DevicePlugin"
