@@ -9,6 +9,7 @@ CORE="${2:-30}"
 LIB="$(gpugov native path)"
 WORK="$(mktemp -d)"
 trap 'rm -rf "$WORK"' EXIT
+gpugov verify --json "$WORK/verify.json"  # node acceptance first: each isolation claim
 
 cat >"$WORK/probe.py" <<'PY'
 import json, sys, time
