@@ -46,3 +46,13 @@ def open_nvml(fakes: FakeLibs, monkeypatch: pytest.MonkeyPatch
     for nv in opened:
         nv.close()
     os.environ.pop("FAKE_NVML_CONFIG", None)
+
+
+@pytest.fixture
+def sleepers() -> Iterator[object]:
+    """Real processes standing in for container processes, stopped afterwards."""
+    from region_files import Sleepers
+
+    s = Sleepers()
+    yield s
+    s.stop()
