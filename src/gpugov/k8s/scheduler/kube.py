@@ -58,12 +58,15 @@ class Kube:
             parsed = {"message": data[:200].decode("utf-8", "replace")}
         return resp.status, parsed
 
-    async def list_all(self, path: str, page: int = 1000) -> tuple[list[dict[str, Any]], str]:
+    async def list_all(self, path: str, page: int = 1000, label_selector: str = ""
+                       ) -> tuple[list[dict[str, Any]], str]:
         """Every object of a collection (paginated) and the list's resourceVersion."""
         items: list[dict[str, Any]] = []
         token = ""
         while True:
             query = [("limit", str(page))] + ([("continue", token)] if token else [])
+            if label_selector:
+                query.append(("labelSelector", label_selector))
             status, doc = await self.request("GET", path, query=query)
             if status == 404:
                 return [], ""  # the resource (a CRD) is not installed

@@ -1,0 +1,355 @@
+"""gpugov's scheduler against a real kube-apiserver (+ etcd, kube-controller-manager, kwok).
+
+Each test runs its own `gpugov scheduler` process with its own schedulerName and node label
+(`--scheduler-name`, `--node-selector`), on its own kwok nodes and namespace, so tests
+sharing the session's control plane cannot see each other's pods or nodes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+from gpugov.k8s.annotations import decode_allocation
+from gpugov.k8s.scheduler import names
+from gpugov.k8s.scheduler.harness import (
+    bound,
+    create_all,
+    gpu_node,
+    gpu_pod,
+    install_podgroup_crd,
+    invariant_problems,
+    pods,
+    wait_until,
+)
+from gpugov.k8s.scheduler.kube import Kube
+
+_ids = itertools.count()
+TIMEOUT = 90.0
+QUEUES = f"/apis/{names.GROUP}/{names.VERSION}/{names.QUEUES}"
+TENANTS = f"/apis/{names.GROUP}/{names.VERSION}/{names.TENANTS}"
+
+
+def gpugov_argv(*args: str) -> list[str]:
+    return [sys.executable, "-c", "import sys; from gpugov.cli import app; "
+            "sys.argv[0] = 'gpugov'; app()", *args]
+
+
+class Env:
+    """One test's slice of the shared cluster: nodes, namespace, queues, its scheduler."""
+
+    def __init__(self, cluster, kube: Kube, uid: str, ns: str) -> None:
+        self.cluster, self.kube, self.uid, self.ns = cluster, kube, uid, ns
+        self.scheduler = f"gpugov-{uid}"
+        self.label = {"gpugov-test": uid}
+        self.nodes: dict[str, int] = {}
+        self.cluster_objs: list[str] = []
+        self.procs: list[str] = []
+
+    async def add_nodes(self, count: int, gpus: int, prefix: str = "n") -> list[str]:
+        made = [gpu_node(f"{self.uid}-{prefix}{i}", gpus, self.label) for i in range(count)]
+        await create_all(self.kube, "/api/v1/nodes", made)
+        for n in made:
+            self.nodes[n["metadata"]["name"]] = gpus
+        want = {n["metadata"]["name"] for n in made}
+
+        async def ready():
+            items, _ = await self.kube.list_all("/api/v1/nodes",
+                                                label_selector=f"gpugov-test={self.uid}")
+            ok = {n["metadata"]["name"] for n in items
+                  if any(c.get("type") == "Ready" and c.get("status") == "True"
+                         for c in (n.get("status") or {}).get("conditions") or [])}
+            return want <= ok
+
+        await wait_until(ready, TIMEOUT, f"kwok to mark {sorted(want)} Ready")
+        return sorted(want)
+
+    async def queue(self, name: str, **spec) -> str:
+        full = f"{self.uid}-{name}"
+        await create_all(self.kube, QUEUES, [{"apiVersion": "gpugov.io/v1alpha1", "kind": "Queue",
+                                             "metadata": {"name": full}, "spec": spec}])
+        self.cluster_objs.append(f"{QUEUES}/{full}")
+        return full
+
+    async def tenant(self, name: str, spec: dict) -> None:
+        full = f"{self.uid}-{name}"
+        await create_all(self.kube, TENANTS, [{"apiVersion": "gpugov.io/v1alpha1",
+                                              "kind": "Tenant", "metadata": {"name": full},
+                                              "spec": spec}])
+        self.cluster_objs.append(f"{TENANTS}/{full}")
+
+    async def pods(self, specs: list[dict]) -> None:
+        await create_all(self.kube, "/api/v1/namespaces/{ns}/pods", specs)
+
+    def pod(self, name: str, queue: str | None, **kw) -> dict:
+        ann = dict(kw.pop("annotations", {}))
+        if queue:
+            ann[names.ANN_QUEUE] = queue
+        return gpu_pod(name, kw.pop("namespace", self.ns), self.scheduler, annotations=ann,
+                       **kw)
+
+    def start_scheduler(self, tag: str = "", *extra: str) -> str:
+        name = f"sched-{self.uid}{tag}"
+        self.cluster.plane.start_process(name, gpugov_argv(
+            "scheduler", "--kubeconfig", str(self.cluster.kubeconfig),
+            "--scheduler-name", self.scheduler, "--node-selector", f"gpugov-test={self.uid}",
+            *extra))
+        self.procs.append(name)
+        return name
+
+    def kill(self, name: str) -> None:
+        proc = self.cluster.plane.procs.procs[name]
+        os.killpg(proc.pid, signal.SIGKILL)
+        if proc.popen is not None:
+            proc.popen.wait(timeout=10)
+
+    def log(self, name: str) -> str:
+        return Path(self.cluster.plane.procs.procs[name].log).read_text(errors="replace")
+
+    def alive(self, name: str) -> bool:
+        return self.cluster.plane.procs.procs[name].running()
+
+    async def list(self) -> list[dict]:
+        return await pods(self.kube, self.ns)
+
+    async def wait_bound(self, n: int, ns: str | None = None) -> list[dict]:
+        async def check():
+            items = await pods(self.kube, ns or self.ns)
+            return items if len(bound(items)) >= n else None
+
+        return await wait_until(check, TIMEOUT, f"{n} pods bound in {ns or self.ns}")
+
+    async def cleanup(self) -> None:
+        for name in self.procs:
+            with contextlib.suppress(KeyError):
+                self.cluster.plane.procs.stop(name, grace=5)
+        for path in self.cluster_objs:
+            await self.kube.request("DELETE", path)
+        for node in self.nodes:
+            await self.kube.request("DELETE", f"/api/v1/nodes/{node}")
+
+
+@contextlib.asynccontextmanager
+async def env(cluster) -> AsyncIterator[Env]:
+    kube = await Kube.from_kubeconfig(cluster.kubeconfig)
+    try:
+        from gpugov.k8s.devcluster.dev import install_crds
+
+        await install_crds(cluster.kubeconfig)
+        await install_podgroup_crd(kube)
+        ns = await cluster.unique_namespace("sched")
+        e = Env(cluster, kube, f"s{next(_ids)}{os.getpid() % 1000}", ns)
+        try:
+            yield e
+        finally:
+            await e.cleanup()
+    finally:
+        await kube.close()
+
+
+def condition(pod: dict) -> tuple[str, str] | None:
+    for c in (pod.get("status") or {}).get("conditions") or []:
+        if c.get("type") == "PodScheduled" and c.get("status") == "False":
+            return c.get("reason", ""), c.get("message", "")
+    return None
+
+
+def by_name(items: list[dict]) -> dict[str, dict]:
+    return {p["metadata"]["name"]: p for p in items}
+
+
+def test_binds_with_allocation_records_and_explains_pending_pods(k8s_control_plane) -> None:
+    async def main() -> None:
+        async with env(k8s_control_plane) as e:
+            await e.add_nodes(2, 2)
+            q = await e.queue("q", quota={"gpu": 2}, limit={"gpu": 3})
+            e.start_scheduler()
+            await e.pods([e.pod(f"p{i}", q) for i in range(5)])
+            items = await e.wait_bound(3)
+
+            async def two_pending():
+                got = [p for p in await e.list() if condition(p)]
+                return got if len(got) == 2 else None
+
+            pending = await wait_until(two_pending, TIMEOUT, "2 pods with PodScheduled=False")
+            items = await e.list()
+            assert len(bound(items)) == 3  # the queue's limit, never more
+            assert not invariant_problems(items, e.nodes)
+            for p in bound(items):
+                rec = decode_allocation(p["metadata"]["annotations"][names.ANN_ALLOCATION])
+                assert rec.node == p["spec"]["nodeName"] and len(rec.devices) == 1
+                assert rec.devices[0].milli == 1000 and rec.devices[0].memory_mib == 81920
+            for p in pending:
+                reason, message = condition(p)
+                assert reason == "Unschedulable"
+                assert message.startswith("gpugov: over-quota") and q in message
+            status, events = await e.kube.request(
+                "GET", f"/api/v1/namespaces/{e.ns}/events",
+                query=[("fieldSelector", "reason=FailedScheduling")])
+            assert status == 200 and len(events["items"]) >= 2
+
+            async def queue_status():
+                _, doc = await e.kube.request("GET", f"{QUEUES}/{q}")
+                st = doc.get("status") or {}
+                return st if st.get("admitted") == 3 and st.get("pending") == 2 else None
+
+            st = await wait_until(queue_status, TIMEOUT, "Queue status admitted=3 pending=2")
+            assert st["usage"]["gpu"] == 3
+
+            first = min(pending, key=lambda p: p["metadata"]["name"])["metadata"]["name"]
+            out = subprocess.run(gpugov_argv(
+                "explain", "pod", f"{e.ns}/{first}", "--kubeconfig",
+                str(k8s_control_plane.kubeconfig), "--scheduler-name", e.scheduler),
+                capture_output=True, text=True, timeout=120)
+            assert out.returncode == 0, out.stderr
+            assert "reason: over-quota" in out.stdout
+            assert "position: 1 of 2 pending" in out.stdout
+            missing = subprocess.run(gpugov_argv(
+                "explain", "pod", f"{e.ns}/nope", "--kubeconfig",
+                str(k8s_control_plane.kubeconfig)), capture_output=True, text=True, timeout=120)
+            assert missing.returncode == 2 and "not found" in missing.stderr
+
+    asyncio.run(main())
+
+
+def test_gang_binds_all_or_nothing(k8s_control_plane) -> None:
+    async def main() -> None:
+        async with env(k8s_control_plane) as e:
+            await e.add_nodes(2, 4)
+            q = await e.queue("q")
+            e.start_scheduler()
+            await create_all(e.kube, f"/apis/{names.PODGROUP_GROUP}/{names.PODGROUP_VERSION}/"
+                                     f"namespaces/{e.ns}/{names.PODGROUPS}",
+                             [{"apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup",
+                               "metadata": {"name": "g", "namespace": e.ns},
+                               "spec": {"minMember": 3}}])
+            # a 1-GPU pod takes room first, so the 3 x 4-GPU gang cannot fit on 2 x 4 GPUs
+            await e.pods([e.pod("filler", q)])
+            await e.wait_bound(1)
+            await e.pods([e.pod(f"g{i}", q, limits={names.GPU_RESOURCE: "4"},
+                                labels={names.PODGROUP_LABEL: "g"}) for i in range(3)])
+
+            async def gang_waits():
+                got = [p for p in await e.list() if condition(p)]
+                return got if len(got) == 3 else None
+
+            waiting = await wait_until(gang_waits, TIMEOUT, "3 gang pods with a condition")
+            assert all("gpugov: rejected" in condition(p)[1] or "gang" in condition(p)[1]
+                       for p in waiting), [condition(p) for p in waiting]
+            assert len(bound(await e.list())) == 1  # none of the gang is bound
+            await e.add_nodes(2, 4, prefix="more")
+            items = await e.wait_bound(4)
+            gang = [p for p in bound(items) if p["metadata"]["name"].startswith("g")]
+            assert len(gang) == 3
+            assert not invariant_problems(items, e.nodes)
+
+    asyncio.run(main())
+
+
+def test_reclaim_across_tenants_through_the_eviction_api(k8s_control_plane) -> None:
+    async def main() -> None:
+        async with env(k8s_control_plane) as e:
+            await e.add_nodes(1, 4)
+            qa = await e.queue("qa", quota={"gpu": 2})
+            qb = await e.queue("qb", quota={"gpu": 2})
+            ns_b = await k8s_control_plane.unique_namespace("tenant-b")
+            await e.tenant("a", {"namespaces": [e.ns], "queue": qa, "trust": "internal"})
+            await e.tenant("b", {"namespaces": [ns_b], "queue": qb, "trust": "internal"})
+            e.start_scheduler()
+            # tenant b borrows the whole node (no queue annotation: resolved from the Tenant)
+            await e.pods([e.pod(f"b{i}", None, namespace=ns_b) for i in range(4)])
+            await e.wait_bound(4, ns_b)
+            # a PodDisruptionBudget protects one of b's pods (eviction answers 429 for it)
+            await create_all(e.kube, "/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets", [{
+                "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+                "metadata": {"name": "keep-b3", "namespace": ns_b},
+                "spec": {"maxUnavailable": 0,
+                         "selector": {"matchLabels": {"keep": "yes"}}}}])
+            await e.kube.request("PATCH", f"/api/v1/namespaces/{ns_b}/pods/b3",
+                                 {"metadata": {"labels": {"keep": "yes"}}},
+                                 content_type="application/merge-patch+json")
+            await asyncio.sleep(2)  # the PDB controller computes disruptionsAllowed
+            await e.pods([e.pod(f"a{i}", None) for i in range(2)])
+            items_a = await e.wait_bound(2)
+            items_b = await pods(e.kube, ns_b)
+            live_b = [p for p in items_b if not p["metadata"].get("deletionTimestamp")]
+            assert "b3" in by_name(live_b), "the PDB-protected pod was evicted"
+            assert len(bound(live_b)) == 2  # b is back at its quota, a got its quota
+            assert not invariant_problems(items_a + live_b, e.nodes)
+            status, events = await e.kube.request(
+                "GET", f"/api/v1/namespaces/{ns_b}/events",
+                query=[("fieldSelector", "reason=Preempted")])
+            assert status == 200 and events["items"]
+            assert all("reclaim" in ev["message"] for ev in events["items"])
+
+    asyncio.run(main())
+
+
+def test_bad_input_gets_clear_conditions_and_the_scheduler_goes_on(k8s_control_plane) -> None:
+    async def main() -> None:
+        async with env(k8s_control_plane) as e:
+            await e.add_nodes(1, 2)
+            q = await e.queue("q")
+            await e.tenant("lost", {"namespaces": [e.ns], "queue": f"{e.uid}-missing"})
+            sched = e.start_scheduler()
+            await e.pods([
+                e.pod("garbled", q, annotations={names.ANN_REQUEST: "{not json"}),
+                e.pod("unknown", q, limits={"nvidia.com/gpux": "1"}),
+                e.pod("future", q, annotations={names.ANN_REQUEST: '{"v":2,"count":1}'}),
+                e.pod("no-queue", None),  # its Tenant points at a queue that does not exist
+                e.pod("good", q),
+            ])
+            await e.wait_bound(1)
+
+            async def four_conditions():
+                got = {p["metadata"]["name"]: condition(p) for p in await e.list()
+                       if condition(p)}
+                return got if len(got) == 4 else None
+
+            conds = await wait_until(four_conditions, TIMEOUT, "4 pods with a condition")
+            assert "gpugov: invalid-request" in conds["garbled"][1]
+            assert "not JSON" in conds["garbled"][1]
+            assert "nvidia.com/gpux" in conds["unknown"][1]
+            assert "version 2 is not known" in conds["future"][1]
+            assert "gpugov: no-queue" in conds["no-queue"][1]
+            assert f"{e.uid}-missing" in conds["no-queue"][1]
+            assert by_name(bound(await e.list()))["good"]
+            assert e.alive(sched)
+            # the scheduler keeps going: a new good pod still binds
+            await e.pods([e.pod("later", q)])
+            await e.wait_bound(2)
+
+    asyncio.run(main())
+
+
+def test_restart_after_sigkill_rebuilds_from_the_api(k8s_control_plane) -> None:
+    async def main() -> None:
+        async with env(k8s_control_plane) as e:
+            await e.add_nodes(2, 4)
+            q = await e.queue("q", limit={"gpu": 6})
+            first = e.start_scheduler("-a")
+            await e.pods([e.pod(f"p{i}", q) for i in range(4)])
+            await e.wait_bound(4)
+            e.kill(first)
+            second = e.start_scheduler("-b")
+            await e.pods([e.pod(f"r{i}", q) for i in range(4)])
+            items = await e.wait_bound(6)
+
+            async def two_pending():
+                got = [p for p in await e.list() if condition(p)]
+                return got if len(got) == 2 else None
+
+            await wait_until(two_pending, TIMEOUT, "2 pods held back by the queue's limit")
+            items = await e.list()
+            assert len(bound(items)) == 6  # the limit counts what the first one bound
+            assert not invariant_problems(items, e.nodes)
+            assert e.alive(second)
+
+    asyncio.run(main())
