@@ -370,14 +370,26 @@ def openb_jobs_cmd(
 
 @app.command("explain")
 def explain_cmd(
-    job: str = typer.Argument(..., help="job name"),
-    run: Path = typer.Option(..., "--run", help="a replay output folder (has snapshot.json)"),
+    job: str = typer.Argument(..., help="job name, or `pod` followed by NS/NAME"),
+    pod: str | None = typer.Argument(None, help="with `pod`: NAMESPACE/NAME"),
+    run: Path | None = typer.Option(None, "--run",
+                                    help="a replay output folder (has snapshot.json)"),
+    kubeconfig: Path | None = typer.Option(None, "--kubeconfig",
+                                           help="with `pod`: the cluster to ask"),
+    scheduler_name: str = typer.Option("", "--scheduler-name",
+                                       help="with `pod`: the scheduler's --scheduler-name"),
 ) -> None:
-    """Why is JOB pending: reason, position in its queue, its queue's share."""
+    """Why is JOB pending (from a replay's --run), or `explain pod NS/NAME --kubeconfig K`
+    (live): reason, position in its queue, its queue's share."""
     import json
 
     from gpugov.control.explain import explain
 
+    if job == "pod" and pod is not None:
+        _explain_pod(pod, kubeconfig, scheduler_name)
+        return
+    if run is None:
+        raise _fail("give --run DIR (a replay's output), or `explain pod NS/NAME --kubeconfig K`")
     try:
         snap = json.loads((run / "snapshot.json").read_text(encoding="utf-8"))
         lines = explain(snap, job)
@@ -385,6 +397,24 @@ def explain_cmd(
         raise _fail(f"cannot read {run / 'snapshot.json'}: {e}") from None
     except KeyError as e:
         raise _fail(str(e.args[0])) from None
+    typer.echo("\n".join(lines))
+
+
+def _explain_pod(target: str, kubeconfig: Path | None, scheduler_name: str = "") -> None:
+    import asyncio
+
+    from gpugov.k8s.scheduler.explain import ExplainError, explain_pod
+
+    ns, _, name = target.partition("/")
+    if not ns or not name:
+        raise _fail(f"pod {target!r}: expected NAMESPACE/NAME")
+    if kubeconfig is None:
+        raise _fail("explain pod needs --kubeconfig")
+    extra = {"scheduler_name": scheduler_name} if scheduler_name else {}
+    try:
+        lines = asyncio.run(explain_pod(_kubeconfig_file(kubeconfig), ns, name, **extra))
+    except ExplainError as e:
+        raise _fail(str(e)) from None
     typer.echo("\n".join(lines))
 
 
@@ -456,6 +486,130 @@ def reconcile_cmd(
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     run(Options(kubeconfig, prometheus, host, port, interval, window, idle_threshold, queues,
                 max_pods))
+
+
+# --- Kubernetes scheduler and extender ---
+def _kubeconfig_file(kubeconfig: Path) -> Path:
+    if not kubeconfig.is_file():
+        raise _fail(f"--kubeconfig {kubeconfig}: no such file")
+    return kubeconfig
+
+
+def _policy_name(policy: str) -> str:
+    from gpugov.placement.registry import get_policy
+
+    try:
+        return get_policy(policy).name
+    except KeyError as e:
+        raise _fail(str(e.args[0])) from None
+
+
+@app.command("scheduler")
+def scheduler_cmd(
+    kubeconfig: Path = typer.Option(..., "--kubeconfig", help="kubeconfig file"),
+    leader_elect: bool = typer.Option(False, "--leader-elect",
+                                      help="run as one of several replicas (Lease)"),
+    lease_name: str = typer.Option("gpugov-scheduler", "--lease-name"),
+    lease_namespace: str = typer.Option("kube-system", "--lease-namespace"),
+    identity: str = typer.Option("", "--identity", help="default: HOSTNAME_PID"),
+    lease_duration: float = typer.Option(15.0, "--lease-duration", help="seconds"),
+    renew_deadline: float = typer.Option(10.0, "--renew-deadline", help="seconds"),
+    retry_period: float = typer.Option(2.0, "--retry-period", help="seconds"),
+    policy: str = typer.Option("bestfit", "--policy", help="placement policy"),
+    concurrency: int = typer.Option(64, "--concurrency", help="API writes in flight"),
+    events: bool = typer.Option(True, "--events/--no-events",
+                                help="post Events for unschedulable and preempted pods"),
+    scheduler_name: str = typer.Option("", "--scheduler-name",
+                                       help="schedule pods with this schedulerName "
+                                            "(default: the one gpugov's webhook sets)"),
+    node_selector: str = typer.Option("", "--node-selector",
+                                      help="use only nodes with these labels: k=v[,k=v]"),
+) -> None:
+    """Schedule pods whose schedulerName is gpugov's: queues, quotas, gangs, preemption."""
+    from gpugov.k8s.leader import LeaseTiming
+    from gpugov.k8s.scheduler.main import SchedulerOptions, run
+
+    try:
+        timing = LeaseTiming(lease_duration, renew_deadline, retry_period)
+    except ValueError as e:
+        raise _fail(str(e)) from None
+    if concurrency < 1:
+        raise _fail(f"--concurrency must be >= 1, got {concurrency}")
+    code = run(SchedulerOptions(_kubeconfig_file(kubeconfig), _policy_name(policy), leader_elect,
+                                lease_name, lease_namespace, identity, timing, concurrency,
+                                events=events, scheduler_name=scheduler_name,
+                                node_selector=_label_pairs(node_selector)))
+    raise typer.Exit(code)
+
+
+def _label_pairs(text: str) -> tuple[tuple[str, str], ...]:
+    pairs = []
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        key, eq, value = part.partition("=")
+        if not eq or not key:
+            raise _fail(f"--node-selector {text!r}: expected key=value[,key=value]")
+        pairs.append((key, value))
+    return tuple(pairs)
+
+
+@app.command("extender")
+def extender_cmd(
+    kubeconfig: Path = typer.Option(..., "--kubeconfig", help="kubeconfig file"),
+    listen: str = typer.Option("127.0.0.1:8888", "--listen", help="HOST:PORT"),
+    policy: str = typer.Option("bestfit", "--policy", help="placement policy"),
+) -> None:
+    """kube-scheduler extender (filter/prioritize/bind) placing GPUs with gpugov's engine."""
+    import asyncio
+    import contextlib
+    import logging
+
+    from gpugov.k8s.extender import serve
+
+    host, port = _listen(listen)
+    path = _kubeconfig_file(kubeconfig)
+    name = _policy_name(policy)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(serve(path, host, port, name))
+
+
+node_app = typer.Typer(help="Node-side components: NVML discovery, node agent, exporter.",
+                       no_args_is_help=True)
+app.add_typer(node_app, name="node")
+
+
+@node_app.command("exporter")
+def node_exporter_cmd(
+    listen: str = typer.Option("0.0.0.0:9400", "--listen", help="HOST:PORT to serve /metrics"),
+    regions: Path | None = typer.Option(None, "--regions", help="the device plugin's regions "
+                                        "folder (<state>/regions); omit: no per-pod metrics"),
+    hostname: str = typer.Option("", "--hostname", help="Hostname label (default: this host)"),
+    recovery_s: float = typer.Option(300.0, "--recovery-seconds",
+                                     help="a GPU is healthy again this long after its last XID"),
+    nvml_library: Path | None = typer.Option(None, "--nvml-library", help="libnvidia-ml.so.1 "
+                                             "to load (default: the loader path)"),
+) -> None:
+    """GPU, pod and bypass/zombie metrics from NVML and the pod regions, read at scrape time."""
+    import logging
+
+    from gpugov.node.exporter import ExporterConfig, parse_listen, run
+    from gpugov.node.nvml.library import NvmlUnavailable
+
+    try:
+        parse_listen(listen)
+    except ValueError as e:
+        raise _fail(str(e)) from None
+    if regions is not None and not regions.is_dir():
+        raise _fail(f"--regions {regions}: not a folder")
+    if recovery_s < 0:
+        raise _fail(f"--recovery-seconds {recovery_s}: must be >= 0")
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    try:
+        run(listen, ExporterConfig(hostname, regions, recovery_s),
+            str(nvml_library) if nvml_library else None)
+    except NvmlUnavailable as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(1) from None
 
 
 @app.command("verify")
