@@ -30,7 +30,7 @@ def worlds(draw):
             if draw(st.booleans()):
                 child["borrowingLimit"] = {"gpu": draw(st.integers(0, 4))}
             if draw(st.booleans()):
-                child["lendingLimit"] = {"gpu": draw(st.integers(0, 3))}
+                child["lendingLimit"] = {"gpu": draw(st.integers(0, child["quota"]["gpu"]))}
             queues.append(child)
             leaves.append(child["name"])
         if not any(q.get("parent") == f"t{t}" for q in queues):

@@ -135,3 +135,63 @@ def build_tree(cfg: ControlConfig) -> QueueTree:
         priority=np.array([q.priority for q in qs], dtype=np.int64),
         paths=paths, tenants=tenants, governed=governed,
     )
+
+
+def _amount(r: int, v: float) -> str:
+    unit = {"gpu": "GPUs", "cpu": "cores", "memory": "GiB"}[RESOURCES[r]]
+    return f"{v / SCALE[r]:g} {unit}"
+
+
+def reserve_problems(tree: QueueTree) -> list[str]:
+    """Idle reserves (quota - lendingLimit) that a parent's cap cannot hold all at once.
+
+    A queue holds at least the reserves under it; if that is above its cap, the children
+    without a reserve could never be admitted anything, so the config is refused.
+    """
+    from gpugov.control.quota import Ledger
+
+    held = Ledger(tree, np.full(len(RESOURCES), INF)).held
+    out = []
+    for q in range(len(tree)):
+        for r in np.flatnonzero(tree.governed):
+            if tree.children[q] and held[q, r] > tree.cap[q, r] + 1e-6:
+                out.append(f"queues: the children of {tree.names[q]!r} keep "
+                           f"{_amount(r, held[q, r])} of idle reserve (quota - lendingLimit), "
+                           f"above its cap {_amount(r, tree.cap[q, r])}; allowed: reserves "
+                           f"that fit the parent's limit / quota + borrowingLimit")
+    return out
+
+
+def cluster_fit(tree: QueueTree, capacity: np.ndarray) -> tuple[list[str], list[str]]:
+    """(errors, warnings) for this config on a cluster of `capacity` (internal units).
+
+    Error: the top-level queues' idle reserves (never lent) exceed the cluster, so they
+    cannot all be honoured. Warnings: a queue's quota above the whole cluster (it can never
+    be reached), and top-level quotas that together exceed the cluster (not every queue can
+    get its quota at the same time).
+    """
+    from gpugov.control.quota import Ledger
+
+    errors: list[str] = []
+    warnings: list[str] = []
+    top = tree.top
+    held = Ledger(tree, capacity).top_held
+    for r in np.flatnonzero(tree.governed):
+        if held[r] > capacity[r] + 1e-6:
+            parts = ", ".join(f"{tree.names[q]} {_amount(r, tree.reserve[q, r])}"
+                              for q in range(len(tree)) if tree.reserve[q, r] > 0)
+            errors.append(f"queues: the idle reserves (quota - lendingLimit) add up to "
+                          f"{_amount(r, held[r])} ({parts}), more than the cluster's "
+                          f"{_amount(r, capacity[r])}; allowed: reserves that fit the cluster "
+                          f"together (raise lendingLimit)")
+        for q in range(len(tree)):
+            if tree.quota[q, r] > capacity[r] + 1e-6:
+                warnings.append(f"queue {tree.names[q]}: quota {_amount(r, tree.quota[q, r])}"
+                                f" is above the whole cluster ({_amount(r, capacity[r])}); it "
+                                f"can never be reached")
+        total = tree.quota[top, r].sum()
+        if total > capacity[r] + 1e-6:
+            warnings.append(f"queues: the top-level quotas add up to {_amount(r, total)}, "
+                            f"more than the cluster's {_amount(r, capacity[r])}; not every "
+                            f"queue can get its quota at the same time")
+    return errors, warnings

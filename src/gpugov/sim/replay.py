@@ -5,11 +5,20 @@ back to its queue and, when restarted, runs its full duration again (work is los
 a real eviction). The cycle runs after every batch of simultaneous events, at the optional
 `period`, and when a running job's minRuntime expires while work is pending (the moment a
 preemption may become allowed). Same inputs and seed, same outputs.
+
+Period ticks stop once no arrival or departure is left: then nothing runs, and on an idle
+cluster the cycle starts every job the quotas admit (the reservations are live, see
+control/cycle.py), so a job still pending then can never start and waiting longer would
+change nothing.
+
+Accounting: a job's time between submit and its end is exactly its waits plus its running
+episodes (`ReplayResult.episodes`); a job is never evicted in the cycle that started it.
 """
 
 from __future__ import annotations
 
 import heapq
+import math
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -39,6 +48,36 @@ class ReplayOptions:
     fast: bool = True  # the cycle's fast path; False runs the plain one (same decisions)
     progress: bool | None = None  # bar on stderr; None = only when stderr is a terminal
 
+    def problems(self) -> list[str]:
+        """Every bad option, as `--name: what is wrong (got value); allowed: ...`."""
+        out = []
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
+            out.append(f"--seed: must be a whole number >= 0 (got {self.seed!r}); "
+                       "allowed: 0, 1, 2, ...")
+        if not _finite(self.period) or self.period < 0:
+            out.append(f"--period: must be a finite number of seconds >= 0 (got "
+                       f"{self.period!r}); allowed: 0 (off) or a positive number")
+        if self.until is not None and (not _finite(self.until) or self.until < 0):
+            out.append(f"--until: must be a finite time in seconds >= 0 (got {self.until!r})")
+        if isinstance(self.samples, bool) or not isinstance(self.samples, int) \
+                or self.samples < 1:
+            out.append(f"samples: must be a whole number >= 1 (got {self.samples!r})")
+        return out
+
+    def check(self) -> None:
+        """Raise OptionError naming every bad option."""
+        bad = self.problems()
+        if bad:
+            raise OptionError("; ".join(bad))
+
+
+class OptionError(ValueError):
+    """Replay options out of range (negative seed, non-finite period or until, ...)."""
+
+
+def _finite(x: object) -> bool:
+    return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
+
 
 @dataclass
 class ReplayResult:
@@ -57,13 +96,20 @@ class ReplayResult:
     cycles: int = 0
     skipped_cycles: int = 0  # cycles the fast path proved would decide nothing new
     snapshot: dict = field(default_factory=dict)
+    #: per job, its running episodes [start, stop] (stop: eviction, end, or the replay's end)
+    episodes: dict[str, list[list[float]]] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)  # config vs cluster (see cluster_fit)
 
     def queue_names(self) -> list[str]:
         return [self.cp.tree.names[q] for q in self.leaves]
 
+    def submitted(self) -> list[Job]:
+        """Jobs that arrived by the end (with `--until`, later ones have not)."""
+        return [j for j in self.jobs if j.name in self.waits]
+
     def waits_of(self, leaf: int, started_only: bool = False) -> np.ndarray:
         return np.array([self.waits[j.name] for j in self.jobs
-                         if j.leaf == leaf and j.status != REJECTED
+                         if j.leaf == leaf and j.status != REJECTED and j.name in self.waits
                          and (not started_only or j.name in self.starts)])
 
     def summary(self) -> list[dict]:
@@ -74,7 +120,7 @@ class ReplayResult:
             w = self.waits_of(leaf)
             used = float((self.usage[:, k] * span).sum() / max(span.sum(), 1e-9))
             fair = float((self.fair[:, k] * span).sum() / max(span.sum(), 1e-9))
-            jobs = [j for j in self.jobs if j.leaf == leaf]
+            jobs = [j for j in self.submitted() if j.leaf == leaf]
             rows.append({
                 "queue": self.cp.tree.names[leaf], "jobs": len(jobs),
                 "started": sum(j.name in self.starts for j in jobs),
@@ -100,19 +146,30 @@ class ReplayResult:
 
 
 def replay(cfg: ControlConfig, nodes: Sequence[NodeSpec], specs: Sequence[JobSpec],
-           opts: ReplayOptions | None = None, source: str = "<jobs>") -> ReplayResult:
-    """Run the trace through the control plane and collect per-queue series."""
+           opts: ReplayOptions | None = None, source: str = "<jobs>",
+           config_source: str = "<config>") -> ReplayResult:
+    """Run the trace through the control plane and collect per-queue series.
+
+    Raises OptionError (bad options), ConfigError (reserves the cluster cannot honour,
+    naming `config_source`) or the loader's errors, all before any work is done.
+    """
     opts = opts or ReplayOptions()
-    from gpugov.control.tree import build_tree
+    opts.check()
+    from gpugov.control.config import ConfigError
+    from gpugov.control.tree import build_tree, cluster_fit
 
     jobs = to_jobs(specs, cfg, build_tree(cfg), source)  # raises before any work is done
     cp = new_control_plane(cfg, nodes, opts.policy, opts.seed, [j.request for j in jobs])
+    errors, warnings = cluster_fit(cp.tree, cp.capacity)
+    if errors:
+        raise ConfigError(config_source, errors)
     cp.fast = opts.fast
     events: list[tuple[float, int, int, Job | None, int]] = []
     for i, j in enumerate(sorted(jobs, key=lambda j: (j.submit, j.name))):
         events.append((j.submit, ARRIVE, i, j, 0))
     heapq.heapify(events)
     seq = len(events)
+    live = len(events)  # arrivals and departures still in `events` (ticks not counted)
     last = max((j.submit + j.duration for j in jobs), default=0.0)
     horizon = opts.until if opts.until is not None else float("inf")
     leaves = [int(q) for q in np.flatnonzero(cp.tree.is_leaf)]
@@ -123,6 +180,7 @@ def replay(cfg: ControlConfig, nodes: Sequence[NodeSpec], specs: Sequence[JobSpe
     pending_since: dict[str, float] = {}
     starts: dict[str, float] = {}
     ends: dict[str, float] = {}
+    episodes: dict[str, list[list[float]]] = {}
     preemptions: list[PreemptionEvent] = []
     next_sample = 0.0
     cycles = 0
@@ -150,10 +208,12 @@ def replay(cfg: ControlConfig, nodes: Sequence[NodeSpec], specs: Sequence[JobSpe
         sample_until(now)
         while events and events[0][0] == now:
             _, kind, _, job, attempt = heapq.heappop(events)
+            live -= kind != TICK
             if kind == FINISH and job is not None and job.status == RUNNING \
                     and job.attempt == attempt:
                 cp.finish(job)
                 ends[job.name] = now
+                episodes[job.name][-1][1] = now
             elif kind == ARRIVE and job is not None:
                 cp.submit(job)
                 waits[job.name] = 0.0
@@ -168,14 +228,21 @@ def replay(cfg: ControlConfig, nodes: Sequence[NodeSpec], specs: Sequence[JobSpe
         cycles += 1
         for v in result.preempted:
             preemptions.append(v)
-            pending_since[v.victim] = now
-        for j in result.started:
+            if v.victim in episodes:
+                episodes[v.victim][-1][1] = now
+            if cp.jobs[v.victim].status == PENDING:
+                pending_since.setdefault(v.victim, now)
+        for j in dict.fromkeys(result.started):  # once each, in order
+            if j.status != RUNNING:
+                continue  # started and evicted again in this cycle: still waiting
             waits[j.name] += now - pending_since.pop(j.name, now)
             starts[j.name] = now
+            episodes.setdefault(j.name, []).append([now, now])
             heapq.heappush(events, (now + j.duration, FINISH, seq, j, j.attempt))
             seq += 1
+            live += 1
         wake = []
-        if opts.period > 0 and any(cp.backlog):
+        if opts.period > 0 and any(cp.backlog) and live > 0:
             wake.append(now + opts.period)
         if min_runtime and any(cp.backlog):
             future = [j.start + j.pclass.min_runtime for q in leaves
@@ -193,13 +260,17 @@ def replay(cfg: ControlConfig, nodes: Sequence[NodeSpec], specs: Sequence[JobSpe
     sample_until(end)
     for name, since in pending_since.items():
         waits[name] += end - since
-    snap = snapshot(cp, end)
+    for name, eps in episodes.items():
+        if cp.jobs[name].status == RUNNING:
+            eps[-1][1] = end
+    snap = snapshot(cp, end, waits, ends)
     return ReplayResult(
         cp=cp, jobs=jobs, end=end, waits=waits, starts=starts, ends=ends,
         times=np.array(times), usage=np.array(usage).reshape(len(times), len(leaves)),
         fair=np.array(fair).reshape(len(times), len(leaves)),
         pending=np.array(pend).reshape(len(times), len(leaves)), leaves=leaves,
         preemptions=preemptions, cycles=cycles, skipped_cycles=cp.skipped, snapshot=snap,
+        episodes=episodes, warnings=warnings,
     )
 
 
@@ -232,9 +303,11 @@ class _Progress:
 
 
 def job_rows(res: ReplayResult) -> list[list]:
-    """Rows of jobs.csv: name,queue,submit_s,start_s,end_s,wait_s,preemptions,status,reason."""
+    """Rows of jobs.csv: name,queue,submit_s,start_s,end_s,wait_s,preemptions,status,reason.
+
+    Only jobs submitted by the end (with `--until`, later arrivals are not listed)."""
     rows = []
-    for j in sorted(res.jobs, key=lambda j: (j.submit, j.seq)):
+    for j in sorted(res.submitted(), key=lambda j: (j.submit, j.seq)):
         status = {RUNNING: "running", PENDING: "pending", REJECTED: "rejected"}.get(
             j.status, "finished")
         start = res.starts.get(j.name)
@@ -249,4 +322,4 @@ def job_rows(res: ReplayResult) -> list[list]:
     return rows
 
 
-__all__ = ["ReplayOptions", "ReplayResult", "job_rows", "reasons", "replay"]
+__all__ = ["OptionError", "ReplayOptions", "ReplayResult", "job_rows", "reasons", "replay"]

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from gpugov.sim.numbers import csv_number
-from gpugov.sim.replay import ReplayOptions, ReplayResult, job_rows, replay
+from gpugov.sim.replay import OptionError, ReplayOptions, ReplayResult, job_rows, replay
 
 JOBS_HEADER = ["name", "queue", "submit_s", "start_s", "end_s", "wait_s", "preemptions",
                "status", "reason"]
@@ -51,7 +51,7 @@ def summary(res: ReplayResult) -> dict:
     alloc = res.gpu_allocation()
     total = res.cp.state.total_gpu_milli / 1000
     return {
-        "end_s": res.end, "cycles": res.cycles, "jobs": len(res.jobs),
+        "end_s": res.end, "cycles": res.cycles, "jobs": len(res.submitted()),
         "preemptions": len(res.preemptions),
         "reclaims": sum(e.kind == "reclaim" for e in res.preemptions),
         "cluster_gpus": total,
@@ -145,6 +145,10 @@ def run_from_files(cluster: Path | None, jobs: Path | None, queues: Path | None,
     from gpugov.sim.scenario import scenario_config, scenario_jobs, scenario_nodes
     from gpugov.sim.trace import TraceError, load_nodes
 
+    try:
+        opts.check()
+    except OptionError as exc:
+        raise InputError(str(exc)) from None
     given = [p for p in (cluster, jobs, queues) if p is not None]
     if not given:
         return replay(scenario_config(), scenario_nodes(), scenario_jobs(), opts,
@@ -157,7 +161,7 @@ def run_from_files(cluster: Path | None, jobs: Path | None, queues: Path | None,
         cfg = load_config(queues)
         nodes = load_nodes(cluster)
         specs = load_job_file(jobs)
-        return replay(cfg, nodes, specs, opts, str(jobs))
+        return replay(cfg, nodes, specs, opts, str(jobs), str(queues))
     except (ConfigError, TraceError) as exc:
         raise InputError(str(exc)) from None
     except KeyError as exc:  # unknown placement policy
@@ -170,6 +174,10 @@ def print_summary(res: ReplayResult, summ: dict | None = None) -> None:
     from rich.table import Table
 
     summ = summ or summary(res)
+    if res.warnings:
+        warn = Console(stderr=True)
+        for w in res.warnings:
+            warn.print(f"warning: {w}", markup=False, highlight=False)
     table = Table(title=f"replay: {summ['jobs']} jobs, {summ['cycles']} cycles, "
                         f"{summ['preemptions']} preemptions ({summ['reclaims']} reclaims)")
     for col in ("queue", "jobs", "started", "rejected", "wait p50 s", "wait p95 s",
