@@ -1,0 +1,79 @@
+"""The extender's HTTP wire format (Go field names, no JSON tags) and its placement answers,
+served by the real aiohttp server; the nodes and bound pods come from watch-shaped objects."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+from aiohttp import ClientSession, web
+
+from gpugov.k8s.annotations import ALLOCATION
+from gpugov.k8s.extender import Extender
+from gpugov.k8s.scheduler.harness import gpu_node, gpu_pod
+
+
+def _ready(node: dict) -> dict:
+    node["status"]["conditions"] = [{"type": "Ready", "status": "True"}]
+    return node
+
+
+def _record(node: str, index: int) -> str:
+    return json.dumps({"v": 1, "node": node, "isolation": "hard", "devices": [
+        {"index": index, "uuid": "", "mode": "exclusive", "milli": 1000, "memoryMiB": 81920}]})
+
+
+async def _serve(ext: Extender):
+    runner = web.AppRunner(ext.app())
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    return runner, f"http://127.0.0.1:{port}"
+
+
+def test_filter_and_prioritize_speak_go_field_names() -> None:
+    async def main() -> None:
+        ext = Extender(kube=None)  # type: ignore[arg-type]  # filter/prioritize read no API
+        view = ext.st.view
+        view.set_node(_ready(gpu_node("small", 1)))
+        view.set_node(_ready(gpu_node("big", 4)))
+        busy = gpu_pod("busy", "ns", "default-scheduler")
+        busy["spec"]["nodeName"] = "small"
+        busy["metadata"]["annotations"][ALLOCATION] = _record("small", 0)
+        view.set_pod(busy)
+        runner, url = await _serve(ext)
+        try:
+            async with ClientSession() as http:
+                want = gpu_pod("w", "ns", "default-scheduler")
+                args = {"Pod": want, "NodeNames": ["small", "big", "ghost"], "Nodes": None}
+                async with http.post(f"{url}/filter", json=args) as r:
+                    assert r.status == 200
+                    res = await r.json()
+                assert res["NodeNames"] == ["big"]
+                assert set(res["FailedNodes"]) == {"small", "ghost"}
+                assert "not enough free GPU" in res["FailedNodes"]["small"]
+                assert res["Error"] == ""
+                # nodeCacheCapable: false sends whole Node objects and wants them back
+                nodes = {"items": [gpu_node("small", 1), gpu_node("big", 4)]}
+                async with http.post(f"{url}/filter", json={"Pod": want, "Nodes": nodes}) as r:
+                    res = await r.json()
+                assert [n["metadata"]["name"] for n in res["Nodes"]["items"]] == ["big"]
+                async with http.post(f"{url}/prioritize",
+                                     json={"Pod": want, "NodeNames": ["small", "big"]}) as r:
+                    prio = await r.json()
+                assert [p["Host"] for p in prio] == ["small", "big"]
+                assert all(0 <= p["Score"] <= 10 for p in prio) and prio[0]["Score"] == 0
+                bad = gpu_pod("bad", "ns", "x", limits={"nvidia.com/gpumem": "-5"})
+                async with http.post(f"{url}/filter",
+                                     json={"Pod": bad, "NodeNames": ["big"]}) as r:
+                    res = await r.json()
+                assert res["NodeNames"] == []  # a bad request: no node, and preemption cannot help
+                assert "nvidia.com/gpumem" in res["FailedAndUnresolvableNodes"]["big"]
+                async with http.post(f"{url}/filter", data=b"{garbage") as r:
+                    assert r.status == 400
+                    assert "bad request body" in (await r.json())["Error"]
+        finally:
+            await runner.cleanup()
+
+    asyncio.run(main())
