@@ -8,161 +8,23 @@ sharing the session's control plane cannot see each other's pods or nodes.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import itertools
-import os
-import signal
 import subprocess
-import sys
-from collections.abc import AsyncIterator
-from pathlib import Path
 
 from gpugov.k8s.annotations import decode_allocation
 from gpugov.k8s.scheduler import names
 from gpugov.k8s.scheduler.harness import (
+    QUEUES,
+    TIMEOUT,
     bound,
+    by_name,
+    condition,
     create_all,
-    gpu_node,
-    gpu_pod,
-    install_podgroup_crd,
+    env,
+    gpugov_argv,
     invariant_problems,
     pods,
     wait_until,
 )
-from gpugov.k8s.scheduler.kube import Kube
-
-_ids = itertools.count()
-TIMEOUT = 90.0
-QUEUES = f"/apis/{names.GROUP}/{names.VERSION}/{names.QUEUES}"
-TENANTS = f"/apis/{names.GROUP}/{names.VERSION}/{names.TENANTS}"
-
-
-def gpugov_argv(*args: str) -> list[str]:
-    return [sys.executable, "-c", "import sys; from gpugov.cli import app; "
-            "sys.argv[0] = 'gpugov'; app()", *args]
-
-
-class Env:
-    """One test's slice of the shared cluster: nodes, namespace, queues, its scheduler."""
-
-    def __init__(self, cluster, kube: Kube, uid: str, ns: str) -> None:
-        self.cluster, self.kube, self.uid, self.ns = cluster, kube, uid, ns
-        self.scheduler = f"gpugov-{uid}"
-        self.label = {"gpugov-test": uid}
-        self.nodes: dict[str, int] = {}
-        self.cluster_objs: list[str] = []
-        self.procs: list[str] = []
-
-    async def add_nodes(self, count: int, gpus: int, prefix: str = "n") -> list[str]:
-        made = [gpu_node(f"{self.uid}-{prefix}{i}", gpus, self.label) for i in range(count)]
-        await create_all(self.kube, "/api/v1/nodes", made)
-        for n in made:
-            self.nodes[n["metadata"]["name"]] = gpus
-        want = {n["metadata"]["name"] for n in made}
-
-        async def ready():
-            items, _ = await self.kube.list_all("/api/v1/nodes",
-                                                label_selector=f"gpugov-test={self.uid}")
-            ok = {n["metadata"]["name"] for n in items
-                  if any(c.get("type") == "Ready" and c.get("status") == "True"
-                         for c in (n.get("status") or {}).get("conditions") or [])}
-            return want <= ok
-
-        await wait_until(ready, TIMEOUT, f"kwok to mark {sorted(want)} Ready")
-        return sorted(want)
-
-    async def queue(self, name: str, **spec) -> str:
-        full = f"{self.uid}-{name}"
-        await create_all(self.kube, QUEUES, [{"apiVersion": "gpugov.io/v1alpha1", "kind": "Queue",
-                                             "metadata": {"name": full}, "spec": spec}])
-        self.cluster_objs.append(f"{QUEUES}/{full}")
-        return full
-
-    async def tenant(self, name: str, spec: dict) -> None:
-        full = f"{self.uid}-{name}"
-        await create_all(self.kube, TENANTS, [{"apiVersion": "gpugov.io/v1alpha1",
-                                              "kind": "Tenant", "metadata": {"name": full},
-                                              "spec": spec}])
-        self.cluster_objs.append(f"{TENANTS}/{full}")
-
-    async def pods(self, specs: list[dict]) -> None:
-        await create_all(self.kube, "/api/v1/namespaces/{ns}/pods", specs)
-
-    def pod(self, name: str, queue: str | None, **kw) -> dict:
-        ann = dict(kw.pop("annotations", {}))
-        if queue:
-            ann[names.ANN_QUEUE] = queue
-        return gpu_pod(name, kw.pop("namespace", self.ns), self.scheduler, annotations=ann,
-                       **kw)
-
-    def start_scheduler(self, tag: str = "", *extra: str) -> str:
-        name = f"sched-{self.uid}{tag}"
-        self.cluster.plane.start_process(name, gpugov_argv(
-            "scheduler", "--kubeconfig", str(self.cluster.kubeconfig),
-            "--scheduler-name", self.scheduler, "--node-selector", f"gpugov-test={self.uid}",
-            *extra))
-        self.procs.append(name)
-        return name
-
-    def kill(self, name: str) -> None:
-        proc = self.cluster.plane.procs.procs[name]
-        os.killpg(proc.pid, signal.SIGKILL)
-        if proc.popen is not None:
-            proc.popen.wait(timeout=10)
-
-    def log(self, name: str) -> str:
-        return Path(self.cluster.plane.procs.procs[name].log).read_text(errors="replace")
-
-    def alive(self, name: str) -> bool:
-        return self.cluster.plane.procs.procs[name].running()
-
-    async def list(self) -> list[dict]:
-        return await pods(self.kube, self.ns)
-
-    async def wait_bound(self, n: int, ns: str | None = None) -> list[dict]:
-        async def check():
-            items = await pods(self.kube, ns or self.ns)
-            return items if len(bound(items)) >= n else None
-
-        return await wait_until(check, TIMEOUT, f"{n} pods bound in {ns or self.ns}")
-
-    async def cleanup(self) -> None:
-        for name in self.procs:
-            with contextlib.suppress(KeyError):
-                self.cluster.plane.procs.stop(name, grace=5)
-        for path in self.cluster_objs:
-            await self.kube.request("DELETE", path)
-        for node in self.nodes:
-            await self.kube.request("DELETE", f"/api/v1/nodes/{node}")
-
-
-@contextlib.asynccontextmanager
-async def env(cluster) -> AsyncIterator[Env]:
-    kube = await Kube.from_kubeconfig(cluster.kubeconfig)
-    try:
-        from gpugov.k8s.devcluster.dev import install_crds
-
-        await install_crds(cluster.kubeconfig)
-        await install_podgroup_crd(kube)
-        ns = await cluster.unique_namespace("sched")
-        e = Env(cluster, kube, f"s{next(_ids)}{os.getpid() % 1000}", ns)
-        try:
-            yield e
-        finally:
-            await e.cleanup()
-    finally:
-        await kube.close()
-
-
-def condition(pod: dict) -> tuple[str, str] | None:
-    for c in (pod.get("status") or {}).get("conditions") or []:
-        if c.get("type") == "PodScheduled" and c.get("status") == "False":
-            return c.get("reason", ""), c.get("message", "")
-    return None
-
-
-def by_name(items: list[dict]) -> dict[str, dict]:
-    return {p["metadata"]["name"]: p for p in items}
 
 
 def test_binds_with_allocation_records_and_explains_pending_pods(k8s_control_plane) -> None:
