@@ -94,6 +94,17 @@ def _scheduler_name() -> str:
 
 
 def run(opts: SchedulerOptions) -> int:
+    """Serve until stopped. With GPUGOV_PROFILE=FILE set, the run is profiled (cProfile) and
+    the statistics written to FILE at a clean stop (bench/k8s_throughput.py --profile)."""
     logging.basicConfig(level=logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    return asyncio.run(serve(opts))
+    out = os.environ.get("GPUGOV_PROFILE")
+    if not out:
+        return asyncio.run(serve(opts))
+    import cProfile
+
+    prof = cProfile.Profile()
+    try:
+        return prof.runcall(asyncio.run, serve(opts))
+    finally:
+        prof.dump_stats(out)

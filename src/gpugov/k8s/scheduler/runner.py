@@ -134,6 +134,8 @@ class Runner:
         versions = {}
         for kind in PATHS:  # nodes and config before pods: the first cycle sees everything
             versions[kind] = await self._safe_sync(kind)
+        log.info("synced: %d nodes, %d pods, %d queues", len(self.state.nodes),
+                 len(self.state.pods), len(self.state.queue_objs))
         watches = [asyncio.create_task(self.watch_kind(k, versions[k])) for k in PATHS]
         try:
             while not stop.is_set():
