@@ -52,15 +52,61 @@ static int parse_log_level(const char *s) {
     return -1;
 }
 
-/* Splits "PREFIX" / "PREFIX_<index>"; returns -1 for the global form, the index, or -2 if bad. */
-static int suffix_index(const char *name, size_t prefix_len) {
-    const char *end;
-    uint64_t idx;
-    if (name[prefix_len] == '\0') return -1;
-    if (name[prefix_len] != '_' || parse_u64(name + prefix_len + 1, &end, &idx) != 0 || *end != '\0'
-        || idx >= GG_MAX_DEVICES)
-        return -2;
+/* Splits "PREFIX" / "PREFIX_<index>" (name of length n, not NUL-terminated at n): returns -1
+ * for the global form, the index, or -2 if bad. Any number of leading zeros is allowed. */
+static int suffix_index(const char *name, size_t n, size_t prefix_len) {
+    uint64_t idx = 0;
+    if (n == prefix_len) return -1;
+    if (name[prefix_len] != '_' || n == prefix_len + 1) return -2;
+    for (size_t i = prefix_len + 1; i < n; i++) {
+        if (name[i] < '0' || name[i] > '9') return -2;
+        idx = idx * 10 + (uint64_t)(name[i] - '0');
+        if (idx >= GG_MAX_DEVICES) return -2;
+    }
     return (int)idx;
+}
+
+static int name_is(const char *kv, size_t n, const char *want) {
+    return n == strlen(want) && memcmp(kv, want, n) == 0;
+}
+
+static int has_prefix(const char *kv, size_t n, const char *prefix) {
+    size_t p = strlen(prefix);
+    return n >= p && memcmp(kv, prefix, p) == 0;
+}
+
+/* Shown names are cut at 160 bytes so that an error message always fits. */
+#define SHOWN(n) (int)((n) > 160 ? 160 : (n))
+#define MORE(n) ((n) > 160 ? "..." : "")
+
+/* GPUGOV_DEVICE_UUIDS: the container's devices in index order, comma-separated, each
+ * GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx (or MIG-…); stored as 32 lowercase hex digits. */
+static int parse_uuids(const char *val, struct gg_config *cfg) {
+    const char *p = val;
+    cfg->n_uuids = 0;
+    while (*p) {
+        if (cfg->n_uuids >= GG_MAX_DEVICES) return -1;
+        if (strncmp(p, "GPU-", 4) != 0 && strncmp(p, "MIG-", 4) != 0) return -1;
+        p += 4;
+        char *out = cfg->uuids[cfg->n_uuids];
+        int hex = 0;
+        for (int k = 0; k < 36; k++, p++) {
+            if (k == 8 || k == 13 || k == 18 || k == 23) {
+                if (*p != '-') return -1;
+                continue;
+            }
+            char c = *p;
+            if (c >= 'A' && c <= 'F') c = (char)(c - 'A' + 'a');
+            if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return -1;
+            out[hex++] = c;
+        }
+        out[32] = '\0';
+        cfg->n_uuids++;
+        if (*p == ',') p++;
+        else if (*p) return -1;
+        else break;
+    }
+    return cfg->n_uuids ? 0 : -1;
 }
 
 int gg_config_parse(char *const *envp, struct gg_config *cfg, char *err, size_t errlen) {
@@ -72,50 +118,59 @@ int gg_config_parse(char *const *envp, struct gg_config *cfg, char *err, size_t 
     cfg->log_level = GG_LOG_WARN;
     for (char *const *e = envp; e && *e; e++) {
         const char *kv = *e, *eq = strchr(kv, '=');
-        char name[128];
-        size_t n;
         if (strncmp(kv, "GPUGOV_", 7) != 0 || !eq) continue;
-        n = (size_t)(eq - kv);
-        if (n >= sizeof(name)) continue;
-        memcpy(name, kv, n);
-        name[n] = '\0';
+        size_t n = (size_t)(eq - kv);
         const char *val = eq + 1;
-        if (strncmp(name, MEM_PREFIX, strlen(MEM_PREFIX)) == 0) {
-            int idx = suffix_index(name, strlen(MEM_PREFIX));
+        /* getenv would answer the first of several entries, other readers the last: a name
+         * given twice with different values is ambiguous, so it is refused. */
+        int dup = 0;
+        for (char *const *o = envp; o < e && !dup; o++)
+            if (strncmp(*o, kv, n + 1) == 0) {
+                if (strcmp(*o + n + 1, val) != 0) {
+                    snprintf(err, errlen, "%.*s%s appears more than once in the environment, with "
+                             "values '%s' and '%s'; give it once", SHOWN(n), kv, MORE(n), *o + n + 1, val);
+                    return -1;
+                }
+                dup = 1;
+            }
+        if (dup) continue;
+        if (has_prefix(kv, n, MEM_PREFIX)) {
+            int idx = suffix_index(kv, n, strlen(MEM_PREFIX));
             uint64_t bytes;
             if (idx == -2) {
-                snprintf(err, errlen, "%s: unknown variable; expected %s or %s_<index> with index < %d",
-                         name, MEM_PREFIX, MEM_PREFIX, GG_MAX_DEVICES);
+                snprintf(err, errlen, "%.*s%s: unknown variable; expected %s or %s_<index> with index < %d",
+                         SHOWN(n), kv, MORE(n), MEM_PREFIX, MEM_PREFIX, GG_MAX_DEVICES);
                 return -1;
             }
             if (gg_parse_bytes(val, &bytes) != 0) {
-                snprintf(err, errlen, "%s='%s': expected a positive byte count, optionally with a "
-                         "Ki, Mi or Gi suffix (e.g. 2048Mi)", name, val);
+                snprintf(err, errlen, "%.*s%s='%s': expected a positive byte count, optionally with a "
+                         "Ki, Mi or Gi suffix (e.g. 2048Mi)", SHOWN(n), kv, MORE(n), val);
                 return -1;
             }
             if (idx < 0) mem_all = bytes;
             else { mem_dev[idx] = bytes; mem_set[idx] = 1; }
-        } else if (strncmp(name, CORE_PREFIX, strlen(CORE_PREFIX)) == 0) {
-            int idx = suffix_index(name, strlen(CORE_PREFIX));
+        } else if (has_prefix(kv, n, CORE_PREFIX)) {
+            int idx = suffix_index(kv, n, strlen(CORE_PREFIX));
             uint32_t pct;
             if (idx == -2) {
-                snprintf(err, errlen, "%s: unknown variable; expected %s or %s_<index> with index < %d",
-                         name, CORE_PREFIX, CORE_PREFIX, GG_MAX_DEVICES);
+                snprintf(err, errlen, "%.*s%s: unknown variable; expected %s or %s_<index> with index < %d",
+                         SHOWN(n), kv, MORE(n), CORE_PREFIX, CORE_PREFIX, GG_MAX_DEVICES);
                 return -1;
             }
             if (parse_percent(val, &pct) != 0) {
-                snprintf(err, errlen, "%s='%s': expected an integer percent from 1 to 100", name, val);
+                snprintf(err, errlen, "%.*s%s='%s': expected an integer percent from 1 to 100",
+                         SHOWN(n), kv, MORE(n), val);
                 return -1;
             }
             if (idx < 0) core_all = pct;
             else { core_dev[idx] = pct; core_set[idx] = 1; }
-        } else if (strcmp(name, "GPUGOV_SCRUB") == 0) {
+        } else if (name_is(kv, n, "GPUGOV_SCRUB")) {
             if (strcmp(val, "0") != 0 && strcmp(val, "1") != 0) {
                 snprintf(err, errlen, "GPUGOV_SCRUB='%s': expected 0 or 1", val);
                 return -1;
             }
             cfg->scrub = val[0] == '1';
-        } else if (strcmp(name, "GPUGOV_LOG_LEVEL") == 0) {
+        } else if (name_is(kv, n, "GPUGOV_LOG_LEVEL")) {
             int lvl = parse_log_level(val);
             if (lvl < 0) {
                 snprintf(err, errlen, "GPUGOV_LOG_LEVEL='%s': expected error, warn, info, debug "
@@ -123,13 +178,20 @@ int gg_config_parse(char *const *envp, struct gg_config *cfg, char *err, size_t 
                 return -1;
             }
             cfg->log_level = lvl;
-        } else if (strcmp(name, "GPUGOV_SHARED_REGION") == 0) {
+        } else if (name_is(kv, n, "GPUGOV_SHARED_REGION")) {
             if (val[0] != '/' || strlen(val) >= sizeof(cfg->region_path)) {
-                snprintf(err, errlen, "GPUGOV_SHARED_REGION='%s': expected an absolute file path "
+                snprintf(err, errlen, "GPUGOV_SHARED_REGION='%.200s': expected an absolute file path "
                          "shorter than %zu bytes", val, sizeof(cfg->region_path));
                 return -1;
             }
             strcpy(cfg->region_path, val);
+        } else if (name_is(kv, n, "GPUGOV_DEVICE_UUIDS")) {
+            if (parse_uuids(val, cfg) != 0) {
+                snprintf(err, errlen, "GPUGOV_DEVICE_UUIDS='%.300s': expected at most %d comma-separated "
+                         "device UUIDs like GPU-5e1c0a6b-93f4-4c3d-9a7e-0123456789ab, in device index "
+                         "order", val, GG_MAX_DEVICES);
+                return -1;
+            }
         }
     }
     for (int i = 0; i < GG_MAX_DEVICES; i++) {

@@ -75,7 +75,22 @@
     X(cuEventElapsedTime, CUresult, (float *, CUevent, CUevent)) \
     X(cuEventDestroy_v2, CUresult, (CUevent)) \
     X(cuGetProcAddress, CUresult, (const char *, void **, int, cuuint64_t)) \
-    X(cuGetProcAddress_v2, CUresult, (const char *, void **, int, cuuint64_t, CUdriverProcAddressQueryResult *))
+    X(cuGetProcAddress_v2, CUresult, (const char *, void **, int, cuuint64_t, CUdriverProcAddressQueryResult *)) \
+    X(cuDeviceGetUuid, CUresult, (CUuuid *, CUdevice)) \
+    X(cuDeviceGetUuid_v2, CUresult, (CUuuid *, CUdevice)) \
+    X(cuDeviceGetDefaultMemPool, CUresult, (CUmemoryPool *, CUdevice)) \
+    X(cuDeviceGetAttribute, CUresult, (int *, int, CUdevice)) \
+    X(cuCtxSetLimit, CUresult, (int, size_t)) \
+    X(cuGraphAddMemAllocNode, CUresult, (CUgraphNode *, CUgraph, const CUgraphNode *, size_t, CUDA_MEM_ALLOC_NODE_PARAMS *)) \
+    X(cuGraphDestroy, CUresult, (CUgraph)) \
+    X(cuStreamEndCapture, CUresult, (CUstream, CUgraph *)) \
+    X(cuStreamEndCapture_ptsz, CUresult, (CUstream, CUgraph *)) \
+    X(cuStreamIsCapturing, CUresult, (CUstream, int *)) \
+    X(cuStreamIsCapturing_ptsz, CUresult, (CUstream, int *)) \
+    X(cuLaunch, CUresult, (CUfunction)) \
+    X(cuLaunchGrid, CUresult, (CUfunction, int, int)) \
+    X(cuLaunchGridAsync, CUresult, (CUfunction, int, int, CUstream)) \
+    X(cuLaunchCooperativeKernelMultiDevice, CUresult, (CUDA_LAUNCH_PARAMS *, unsigned int, unsigned int))
 
 #define GG_REAL_NVML(X) \
     X(nvmlDeviceGetIndex, nvmlReturn_t, (nvmlDevice_t, unsigned int *)) \
@@ -97,6 +112,8 @@ struct gg_config {
     int scrub;
     int log_level;
     char region_path[4096];
+    int n_uuids;                           /* 0: device index = CUDA ordinal */
+    char uuids[GG_MAX_DEVICES][33];        /* GPUGOV_DEVICE_UUIDS, 32 lowercase hex digits */
 };
 /* Parses env into cfg; on error writes a message into err and returns -1. */
 int gg_config_parse(char *const *envp, struct gg_config *cfg, char *err, size_t errlen);
@@ -138,7 +155,12 @@ uint64_t gg_export_drop(uint64_t ptr);
 
 /* ---- memory (mem.c, vmm.c) ---- */
 int gg_charge_or_oom(int dev, uint64_t bytes, const char *api);
+/* Region device index of the current context (-1: no context, -2: not accountable). */
 int gg_current_device(void);
+int gg_current_device_ord(CUdevice *ord);
+/* CUDA ordinal <-> region device index (by UUID when GPUGOV_DEVICE_UUIDS is set). */
+int gg_device_index(CUdevice ord);
+int gg_device_ordinal(int idx);
 void gg_vmm_after_fork(void);
 
 /* ---- allocation tracking (track.c) ---- */
@@ -146,7 +168,9 @@ enum { GG_KIND_LINEAR = 1, GG_KIND_ASYNC, GG_KIND_ARRAY, GG_KIND_MIPMAP, GG_KIND
        GG_KIND_VMM_IMPORT, /* imported VMM handle: bytes = charged so far (largest mapped extent) */
        GG_KIND_VMAP,       /* a VMM mapping: key = address, bytes = size, aux = handle */
        GG_KIND_IPC_SHARED, /* an import covered by a same-region export: aux = export ref */
-       GG_KIND_IPC_REF };  /* key = export ref: bytes = imports of it open in this process */
+       GG_KIND_IPC_REF,    /* key = export ref: bytes = imports of it open in this process */
+       GG_KIND_CAPTURE,    /* memory nodes captured on a stream: key = stream ^ device, bytes */
+       GG_KIND_GRAPH };    /* memory nodes of a graph: key = graph ^ device, bytes */
 struct gg_entry {
     uint64_t key;
     uint64_t bytes;
@@ -162,10 +186,11 @@ void gg_track_update(int kind, uint64_t key, uint64_t bytes);
 void gg_track_reset(void);
 
 /* ---- compute throttle (throttle.c) ---- */
-enum { GG_COST_KERNEL = 0, GG_COST_GRAPH = 1 };
-/* Called before a launch: waits for tokens, maybe starts a cost sample. Returns sample id or -1. */
-int gg_throttle_before(int dev, int kind, CUstream stream, int ptsz);
-void gg_throttle_after(int dev, int sample, CUstream stream, int ptsz, CUresult rc);
+/* Called before a launch of the work identified by key (function and shape, or graph):
+ * debits its estimated device time, waits for tokens, maybe starts a timing sample.
+ * Returns a sample id (>= 0) to hand to gg_throttle_after, or -1. */
+int gg_throttle_before(int dev, uint64_t key, CUstream stream);
+void gg_throttle_after(int dev, int sample, CUstream stream, CUresult rc);
 
 /* ---- test-only hooks, compiled in with -DGPUGOV_TEST_HOOKS ---- */
 void gg_test_hold_lock(void);

@@ -15,7 +15,11 @@
     X(cuMemGetInfo_v2) X(cuDeviceTotalMem_v2) \
     X(cuLaunchKernel) X(cuLaunchKernel_ptsz) X(cuLaunchKernelEx) X(cuLaunchKernelEx_ptsz) \
     X(cuLaunchCooperativeKernel) X(cuLaunchCooperativeKernel_ptsz) X(cuGraphLaunch) \
-    X(cuGraphLaunch_ptsz) X(nvmlDeviceGetMemoryInfo) X(nvmlDeviceGetMemoryInfo_v2)
+    X(cuGraphLaunch_ptsz) X(nvmlDeviceGetMemoryInfo) X(nvmlDeviceGetMemoryInfo_v2) \
+    X(cuMemPoolCreate) X(cuGraphAddMemAllocNode) X(cuGraphDestroy) X(cuStreamEndCapture) \
+    X(cuStreamEndCapture_ptsz) X(cuCtxSetLimit) X(cuLaunch) X(cuLaunchGrid) X(cuLaunchGridAsync) \
+    X(cuLaunchCooperativeKernelMultiDevice) X(cuMemAlloc) X(cuMemAllocPitch) X(cuArrayCreate) \
+    X(cuArray3DCreate) X(cuIpcOpenMemHandle) X(cuMemGetInfo) X(cuDeviceTotalMem)
 
 struct hook { const char *name; void *fn; };
 

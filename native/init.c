@@ -181,6 +181,9 @@ static const struct gg_versioned versioned[] = {
     {"cuInit", 0, 0}, {"cuMemMap", 0, 0}, {"cuMemImportFromShareableHandle", 0, 0},
     {"cuMemRetainAllocationHandle", 0, 0}, {"cuIpcGetMemHandle", 0, 0},
     {"cuMemPoolExportPointer", 0, 0}, {"cuMemPoolImportPointer", 0, 0},
+    {"cuMemPoolCreate", 0, 0}, {"cuGraphAddMemAllocNode", 0, 0}, {"cuGraphDestroy", 0, 0},
+    {"cuStreamEndCapture", 0, 1}, {"cuCtxSetLimit", 0, 0}, {"cuLaunch", 0, 0}, {"cuLaunchGrid", 0, 0},
+    {"cuLaunchGridAsync", 0, 0}, {"cuLaunchCooperativeKernelMultiDevice", 0, 0},
 };
 
 /* Replaces the driver's answer with our wrapper. A hooked function whose variant we

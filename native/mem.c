@@ -1,6 +1,7 @@
 /* Memory quota: every driver path that takes device memory is charged to the
  * shared region before the driver is asked, and credited back on its free. */
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "gg.h"
@@ -11,15 +12,68 @@
         if (rc_) return rc_;            \
     } while (0)
 
-int gg_current_device(void) {
-    CUdevice d = -1;
-    if (gg_real.cuCtxGetDevice(&d) != CUDA_SUCCESS || d < 0) return -1;
-    if (d >= GG_MAX_DEVICES) {
-        gg_log(GG_LOG_ERROR, "device %d is beyond the %d devices gpugov can account", d, GG_MAX_DEVICES);
+/* CUDA ordinal -> region device index. Without GPUGOV_DEVICE_UUIDS they are equal; with it
+ * the device is found by UUID, so a process that narrows CUDA_VISIBLE_DEVICES itself (Ray,
+ * custom launchers) still charges the device that owns the memory. Cached per ordinal:
+ * 0 unknown, k > 0 index k - 1, -1 not a device of this container. */
+#define GG_MAX_ORDINALS 64
+static int ord_map[GG_MAX_ORDINALS];
+
+static int lookup_index(CUdevice ord) {
+    CUuuid u;
+    CUresult (*get)(CUuuid *, CUdevice) = gg_real.cuDeviceGetUuid_v2 ? gg_real.cuDeviceGetUuid_v2
+                                                                     : gg_real.cuDeviceGetUuid;
+    char hex[33];
+    if (!get || get(&u, ord) != CUDA_SUCCESS) {
+        gg_log(GG_LOG_ERROR, "cannot read the UUID of device %d; refusing to account it", ord);
+        return -1;
+    }
+    for (int i = 0; i < 16; i++) snprintf(hex + 2 * i, 3, "%02x", (unsigned char)u.bytes[i]);
+    for (int i = 0; i < gg_cfg.n_uuids; i++)
+        if (strcmp(hex, gg_cfg.uuids[i]) == 0) return i;
+    gg_log(GG_LOG_ERROR, "device %d (UUID %.8s-%.4s-%.4s-%.4s-%.12s) is not one of this container's "
+           "devices (GPUGOV_DEVICE_UUIDS); refusing to account it", ord, hex, hex + 8, hex + 12,
+           hex + 16, hex + 20);
+    return -1;
+}
+
+int gg_device_index(CUdevice ord) {
+    if (ord < 0) return -1;
+    if (!gg_cfg.n_uuids) {
+        if (ord < GG_MAX_DEVICES) return ord;
+        gg_log(GG_LOG_ERROR, "device %d is beyond the %d devices gpugov can account", ord, GG_MAX_DEVICES);
         return -2;
     }
-    return d;
+    if (ord >= GG_MAX_ORDINALS) return -2;
+    int v = __atomic_load_n(&ord_map[ord], __ATOMIC_RELAXED);
+    if (!v) {
+        int idx = lookup_index(ord);
+        v = idx < 0 ? -1 : idx + 1;
+        __atomic_store_n(&ord_map[ord], v, __ATOMIC_RELAXED);
+    }
+    return v < 0 ? -2 : v - 1;
 }
+
+/* Region index -> a CUDA ordinal of it (for calls that need an ordinal), or -1. */
+int gg_device_ordinal(int idx) {
+    int n = 0;
+    if (!gg_cfg.n_uuids) return idx;
+    if (gg_real.cuDeviceGetCount && gg_real.cuDeviceGetCount(&n) == CUDA_SUCCESS)
+        for (int o = 0; o < n && o < GG_MAX_ORDINALS; o++)
+            if (gg_device_index(o) == idx) return o;
+    return -1;
+}
+
+/* The current context's device: its region index (ord gets the CUDA ordinal), -1 without a
+ * context, -2 for a device gpugov cannot account. */
+int gg_current_device_ord(CUdevice *ord) {
+    CUdevice d = -1;
+    if (gg_real.cuCtxGetDevice(&d) != CUDA_SUCCESS || d < 0) return -1;
+    if (ord) *ord = d;
+    return gg_device_index(d);
+}
+
+int gg_current_device(void) { return gg_current_device_ord(NULL); }
 
 static void refresh_pools(int dev, int locked);
 
@@ -45,6 +99,10 @@ static void scrub(CUdeviceptr p, uint64_t bytes) {
 }
 
 /* ---- linear allocations ---- */
+
+/* Bytes that cannot even be counted (the product overflows) are refused like bytes over the
+ * limit; the driver could not have given them either. */
+#define GG_TOO_BIG UINT64_MAX
 
 static CUresult alloc_linear(CUdeviceptr *dptr, size_t bytes, const char *api,
                              CUresult (*call)(CUdeviceptr *, size_t, unsigned int), unsigned int flags) {
@@ -81,14 +139,18 @@ GG_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t w
     if (dev == -2) return CUDA_ERROR_NOT_SUPPORTED;
     if (dev < 0 || !dptr || !pitch || !width || !height)
         return gg_real.cuMemAllocPitch_v2(dptr, pitch, width, height, elem);
-    uint64_t est = (((uint64_t)width + 511) & ~511ULL) * height;
+    uint64_t est;
+    if ((uint64_t)width > UINT64_MAX - 511
+        || __builtin_mul_overflow(((uint64_t)width + 511) & ~511ULL, (uint64_t)height, &est))
+        est = GG_TOO_BIG;
     if (charge_or_oom(dev, est, "cuMemAllocPitch")) return CUDA_ERROR_OUT_OF_MEMORY;
     CUresult rc = gg_real.cuMemAllocPitch_v2(dptr, pitch, width, height, elem);
     if (rc != CUDA_SUCCESS) {
         gg_uncharge(dev, est);
         return rc;
     }
-    uint64_t actual = (uint64_t)*pitch * height;
+    uint64_t actual;
+    if (__builtin_mul_overflow((uint64_t)*pitch, (uint64_t)height, &actual)) actual = GG_TOO_BIG;
     if (actual > est && charge_or_oom(dev, actual - est, "cuMemAllocPitch")) {
         gg_real.cuMemFree_v2(*dptr);
         gg_uncharge(dev, est);
@@ -100,23 +162,35 @@ GG_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t w
 }
 
 static int forget_import(CUdeviceptr p);
+static CUresult free_async_entry(CUdeviceptr dp, const struct gg_entry *e, CUstream s, int ptsz, int sync);
+
+/* A linear allocation is freed (by cuMemFree or, legally, cuMemFreeAsync): scrub, free, credit. */
+static CUresult free_linear_entry(CUdeviceptr p, const struct gg_entry *e, CUresult (*f)(CUdeviceptr, CUstream),
+                                  CUstream s, int ptsz) {
+    if (f && gg_cfg.scrub) { /* stream-ordered: the memset is ordered before the free */
+        CUresult (*ms)(CUdeviceptr, unsigned char, size_t, CUstream) =
+            ptsz ? gg_real.cuMemsetD8Async_ptsz : gg_real.cuMemsetD8Async;
+        if (ms) ms(p, 0, (size_t)e->bytes, s);
+    } else if (!f) {
+        scrub(p, e->bytes); /* the owner scrubs, even while same-container imports are open */
+    }
+    CUresult rc = f ? f(p, s) : gg_real.cuMemFree_v2(p);
+    if (rc == CUDA_SUCCESS) {
+        uint64_t kept = e->aux ? gg_export_drop(p) : 0; /* aux: exported with cuIpcGetMemHandle */
+        if (e->bytes > kept) gg_uncharge(e->dev, e->bytes - kept);
+    } else {
+        gg_track_put(GG_KIND_LINEAR, p, e->bytes, e->dev, e->aux);
+    }
+    return rc;
+}
 
 GG_EXPORT CUresult cuMemFree_v2(CUdeviceptr p) {
     READY();
     struct gg_entry e;
-    if (!gg_track_take(GG_KIND_LINEAR, p, &e)) {
-        CUresult rc = gg_real.cuMemFree_v2(p); /* pool pointers imported from another process */
-        if (rc == CUDA_SUCCESS) forget_import(p);
-        return rc;
-    }
-    scrub(p, e.bytes); /* the owner scrubs, even while same-container imports are open */
-    CUresult rc = gg_real.cuMemFree_v2(p);
-    if (rc == CUDA_SUCCESS) {
-        uint64_t kept = e.aux ? gg_export_drop(p) : 0; /* aux: exported with cuIpcGetMemHandle */
-        if (e.bytes > kept) gg_uncharge(e.dev, e.bytes - kept);
-    } else {
-        gg_track_put(GG_KIND_LINEAR, p, e.bytes, e.dev, e.aux);
-    }
+    if (gg_track_take(GG_KIND_LINEAR, p, &e)) return free_linear_entry(p, &e, NULL, NULL, 0);
+    if (gg_track_take(GG_KIND_ASYNC, p, &e)) return free_async_entry(p, &e, NULL, 0, 1);
+    CUresult rc = gg_real.cuMemFree_v2(p); /* pool pointers imported from another process */
+    if (rc == CUDA_SUCCESS) forget_import(p);
     return rc;
 }
 
@@ -126,6 +200,7 @@ GG_EXPORT CUresult cuMemFree_v2(CUdeviceptr p) {
 struct pool {
     CUmemoryPool handle;
     int dev;
+    int destroyed; /* cuMemPoolDestroy returned, allocations still live: the driver defers */
     uint64_t charged;
     uint64_t live;
 };
@@ -149,18 +224,55 @@ static struct pool *pool_find(CUmemoryPool h, int dev, int create) {
     if (!create || !free_slot) return NULL;
     free_slot->handle = h;
     free_slot->dev = dev;
+    free_slot->destroyed = 0;
     free_slot->charged = 0;
     free_slot->live = 0;
     return free_slot;
 }
 
-/* Brings a pool's charge to max(reserved, live). Caller holds pool_mu. */
+/* Brings a pool's charge to max(reserved, live) (a destroyed pool: live, its handle is gone);
+ * a destroyed pool with nothing live leaves the table. Caller holds pool_mu. */
 static void pool_settle(struct pool *p) {
-    uint64_t want = pool_reserved(p->handle), limit, in_use;
+    uint64_t want = p->destroyed ? 0 : pool_reserved(p->handle), limit, in_use;
     if (want < p->live) want = p->live;
     if (want > p->charged) gg_charge(p->dev, want - p->charged, 1, &limit, &in_use);
     else if (want < p->charged) gg_uncharge(p->dev, p->charged - want);
     p->charged = want;
+    if (p->destroyed && !p->live) memset(p, 0, sizeof(*p));
+}
+
+/* The device (region index) that owns a pool gpugov has not seen created: one of the
+ * devices' default or current pools, else the current device; -1 if none is known. */
+static int pool_device(CUmemoryPool h, int cur) {
+    int n = 0;
+    if (gg_real.cuDeviceGetCount && gg_real.cuDeviceGetCount(&n) == CUDA_SUCCESS)
+        for (int o = 0; o < n && o < 64; o++) {
+            CUmemoryPool q = NULL;
+            if ((gg_real.cuDeviceGetDefaultMemPool && gg_real.cuDeviceGetDefaultMemPool(&q, o) == CUDA_SUCCESS && q == h)
+                || (gg_real.cuDeviceGetMemPool(&q, o) == CUDA_SUCCESS && q == h))
+                return gg_device_index(o);
+        }
+    return cur;
+}
+
+GG_EXPORT CUresult cuMemPoolCreate(CUmemoryPool *out, const CUmemPoolProps *props) {
+    READY();
+    CUresult rc = gg_real.cuMemPoolCreate(out, props);
+    if (rc != CUDA_SUCCESS || !out || !props || props->location.type != CU_MEM_LOCATION_TYPE_DEVICE)
+        return rc;
+    int dev = gg_device_index(props->location.id);
+    pthread_mutex_lock(&pool_mu);
+    struct pool *p = dev >= 0 ? pool_find(*out, dev, 1) : NULL;
+    if (p) p->dev = dev;
+    pthread_mutex_unlock(&pool_mu);
+    if (!p) { /* unaccountable: no allocation could be charged correctly, so no pool */
+        if (gg_real.cuMemPoolDestroy) gg_real.cuMemPoolDestroy(*out);
+        *out = NULL;
+        gg_log(GG_LOG_ERROR, "cuMemPoolCreate: %s; refusing", dev < 0 ? "its device cannot be accounted"
+               : "more than 256 memory pools");
+        return dev < 0 ? CUDA_ERROR_NOT_SUPPORTED : CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    return rc;
 }
 
 static void refresh_pools(int dev, int locked) {
@@ -171,24 +283,88 @@ static void refresh_pools(int dev, int locked) {
     if (!locked) pthread_mutex_unlock(&pool_mu);
 }
 
+/* ---- graph-owned memory: memory nodes (cuGraphAddMemAllocNode, or cuMemAllocAsync captured
+ * from a stream) are charged when the graph declares them and credited when the graph that
+ * declared them is destroyed (GG_KIND_GRAPH: key = graph, bytes = its nodes' bytes per
+ * device; one entry per device, key mixed with the device). ---- */
+
+static uint64_t graph_key(uint64_t g, int dev) { return g ^ ((uint64_t)dev << 56); }
+
+static void graph_add(int kind, uint64_t key, int dev, uint64_t bytes) {
+    struct gg_entry e;
+    uint64_t k = graph_key(key, dev);
+    uint64_t have = gg_track_get(kind, k, &e) ? e.bytes : 0;
+    gg_track_put(kind, k, have + bytes, dev, key);
+}
+
+static void graph_release(int kind, uint64_t key, int move_to_kind, uint64_t to_key) {
+    for (int d = 0; d < GG_MAX_DEVICES; d++) {
+        struct gg_entry e;
+        if (!gg_track_take(kind, graph_key(key, d), &e)) continue;
+        if (move_to_kind) graph_add(move_to_kind, to_key, d, e.bytes);
+        else gg_uncharge(d, e.bytes);
+    }
+}
+
+static int stream_capturing(CUstream s, int ptsz) {
+    int status = 0;
+    CUresult (*f)(CUstream, int *) = ptsz && gg_real.cuStreamIsCapturing_ptsz ? gg_real.cuStreamIsCapturing_ptsz
+                                                                            : gg_real.cuStreamIsCapturing;
+    return f && f(s, &status) == CUDA_SUCCESS && status == 1; /* CU_STREAM_CAPTURE_STATUS_ACTIVE */
+}
+
+static CUresult alloc_captured(CUdeviceptr *dptr, size_t bytes, CUmemoryPool pool, CUstream s, int ptsz,
+                               int dev, const char *api) {
+    if (charge_or_oom(dev, bytes, api)) return CUDA_ERROR_OUT_OF_MEMORY;
+    CUresult rc = pool ? (ptsz ? gg_real.cuMemAllocFromPoolAsync_ptsz : gg_real.cuMemAllocFromPoolAsync)(dptr, bytes, pool, s)
+                       : (ptsz ? gg_real.cuMemAllocAsync_ptsz : gg_real.cuMemAllocAsync)(dptr, bytes, s);
+    if (rc != CUDA_SUCCESS) gg_uncharge(dev, bytes);
+    else graph_add(GG_KIND_CAPTURE, (uint64_t)(uintptr_t)s, dev, bytes);
+    return rc;
+}
+
 static CUresult alloc_async(CUdeviceptr *dptr, size_t bytes, CUmemoryPool pool, CUstream s,
                             int ptsz, const char *api) {
-    int dev = gg_current_device();
+    CUdevice ord = -1;
+    int dev = gg_current_device_ord(&ord);
     if (dev == -2) return CUDA_ERROR_NOT_SUPPORTED;
     CUresult (*from_pool)(CUdeviceptr *, size_t, CUmemoryPool, CUstream) =
         ptsz ? gg_real.cuMemAllocFromPoolAsync_ptsz : gg_real.cuMemAllocFromPoolAsync;
     CUresult (*plain)(CUdeviceptr *, size_t, CUstream) =
         ptsz ? gg_real.cuMemAllocAsync_ptsz : gg_real.cuMemAllocAsync;
     int explicit_pool = pool != NULL;
-    if (dev < 0 || !dptr || !bytes)
+    if (!dptr || !bytes)
         return explicit_pool ? from_pool(dptr, bytes, pool, s) : plain(dptr, bytes, s);
-    if (!explicit_pool && gg_real.cuDeviceGetMemPool(&pool, dev) != CUDA_SUCCESS) pool = NULL;
-    if (!pool) return CUDA_ERROR_NOT_SUPPORTED;
+    if (!explicit_pool) {
+        if (dev < 0) return CUDA_ERROR_INVALID_CONTEXT; /* the default pool is the context's device's */
+        if (gg_real.cuDeviceGetMemPool(&pool, ord) != CUDA_SUCCESS) pool = NULL;
+        if (!pool) return CUDA_ERROR_NOT_SUPPORTED;
+    }
     pthread_mutex_lock(&pool_mu);
-    struct pool *p = pool_find(pool, dev, 1);
-    if (!p) {
+    struct pool *p = pool_find(pool, 0, 0);
+    if (!p) { /* a pool not created through gpugov: find its device; the charge follows it */
+        int pdev = explicit_pool ? pool_device(pool, dev) : dev;
+        p = pdev >= 0 ? pool_find(pool, pdev, 1) : NULL;
+        if (!p) {
+            pthread_mutex_unlock(&pool_mu);
+            gg_log(GG_LOG_ERROR, "%s: %s; refusing", api, pdev < 0 ? "the pool's device is unknown and "
+                   "there is no current context" : "more than 256 memory pools");
+            return pdev < 0 ? CUDA_ERROR_INVALID_CONTEXT : CUDA_ERROR_OUT_OF_MEMORY;
+        }
+    }
+    if (p->destroyed) {
         pthread_mutex_unlock(&pool_mu);
-        gg_log(GG_LOG_ERROR, "%s: more than %d memory pools; refusing", api, GG_MAX_POOLS);
+        return CUDA_ERROR_INVALID_VALUE; /* the driver refuses allocations from a destroyed pool */
+    }
+    if (stream_capturing(s, ptsz)) { /* graph-owned memory, not the pool's */
+        int pdev = p->dev;
+        pthread_mutex_unlock(&pool_mu);
+        return alloc_captured(dptr, bytes, explicit_pool ? pool : NULL, s, ptsz, pdev, api);
+    }
+    if (bytes > UINT64_MAX - p->live) {
+        pthread_mutex_unlock(&pool_mu);
+        gg_log(GG_LOG_ERROR, "%s: out of memory on device %d: requested %llu bytes", api, p->dev,
+               (unsigned long long)bytes);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     uint64_t grow = p->live + bytes > p->charged ? p->live + bytes - p->charged : 0;
@@ -226,32 +402,39 @@ GG_EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *d, size_t b, CUmemo
     return alloc_async(d, b, p, s, 1, "cuMemAllocFromPoolAsync");
 }
 
-static CUresult free_async(CUdeviceptr dp, CUstream s, int ptsz) {
+/* A pool allocation is freed: by cuMemFreeAsync (sync = 0) or, legally, by cuMemFree (sync = 1). */
+static CUresult free_async_entry(CUdeviceptr dp, const struct gg_entry *e, CUstream s, int ptsz, int sync) {
     CUresult (*f)(CUdeviceptr, CUstream) = ptsz ? gg_real.cuMemFreeAsync_ptsz : gg_real.cuMemFreeAsync;
-    struct gg_entry e;
-    if (!gg_track_take(GG_KIND_ASYNC, dp, &e)) {
-        CUresult rc = f(dp, s);
-        if (rc == CUDA_SUCCESS) forget_import(dp);
-        return rc;
-    }
     if (__atomic_load_n(&pool_exports, __ATOMIC_RELAXED)) gg_export_drop(dp);
-    if (gg_cfg.scrub) {
+    if (gg_cfg.scrub && sync) {
+        scrub(dp, e->bytes);
+    } else if (gg_cfg.scrub) {
         CUresult (*ms)(CUdeviceptr, unsigned char, size_t, CUstream) =
             ptsz ? gg_real.cuMemsetD8Async_ptsz : gg_real.cuMemsetD8Async;
-        if (ms) ms(dp, 0, (size_t)e.bytes, s); /* ordered before the free on the same stream */
+        if (ms) ms(dp, 0, (size_t)e->bytes, s); /* ordered before the free on the same stream */
     }
-    CUresult rc = f(dp, s);
+    CUresult rc = sync ? gg_real.cuMemFree_v2(dp) : f(dp, s);
     if (rc != CUDA_SUCCESS) {
-        gg_track_put(GG_KIND_ASYNC, dp, e.bytes, e.dev, e.aux);
+        gg_track_put(GG_KIND_ASYNC, dp, e->bytes, e->dev, e->aux);
         return rc;
     }
     pthread_mutex_lock(&pool_mu);
-    struct pool *p = pool_find((CUmemoryPool)(uintptr_t)e.aux, e.dev, 0);
+    struct pool *p = pool_find((CUmemoryPool)(uintptr_t)e->aux, e->dev, 0);
     if (p) {
-        p->live = p->live > e.bytes ? p->live - e.bytes : 0;
+        p->live = p->live > e->bytes ? p->live - e->bytes : 0;
         pool_settle(p);
     }
     pthread_mutex_unlock(&pool_mu);
+    return rc;
+}
+
+static CUresult free_async(CUdeviceptr dp, CUstream s, int ptsz) {
+    CUresult (*f)(CUdeviceptr, CUstream) = ptsz ? gg_real.cuMemFreeAsync_ptsz : gg_real.cuMemFreeAsync;
+    struct gg_entry e;
+    if (gg_track_take(GG_KIND_ASYNC, dp, &e)) return free_async_entry(dp, &e, s, ptsz, 0);
+    if (gg_track_take(GG_KIND_LINEAR, dp, &e)) return free_linear_entry(dp, &e, f, s, ptsz);
+    CUresult rc = f(dp, s);
+    if (rc == CUDA_SUCCESS) forget_import(dp);
     return rc;
 }
 
@@ -268,6 +451,9 @@ GG_EXPORT CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t keep) {
     return rc;
 }
 
+/* With allocations still live the driver returns at once and releases the pool after the
+ * last one is freed: until then the live bytes stay charged (the reservation beyond them
+ * is released with the handle). */
 GG_EXPORT CUresult cuMemPoolDestroy(CUmemoryPool pool) {
     READY();
     CUresult rc = gg_real.cuMemPoolDestroy(pool);
@@ -275,28 +461,127 @@ GG_EXPORT CUresult cuMemPoolDestroy(CUmemoryPool pool) {
     pthread_mutex_lock(&pool_mu);
     struct pool *p = pool_find(pool, 0, 0);
     if (p) {
-        gg_uncharge(p->dev, p->charged);
-        memset(p, 0, sizeof(*p));
+        p->destroyed = 1;
+        pool_settle(p);
     }
     pthread_mutex_unlock(&pool_mu);
     return rc;
 }
 
+/* ---- graph memory nodes ---- */
+
+GG_EXPORT CUresult cuGraphAddMemAllocNode(CUgraphNode *node, CUgraph g, const CUgraphNode *deps, size_t n,
+                                          CUDA_MEM_ALLOC_NODE_PARAMS *prm) {
+    READY();
+    if (!prm || !g || !prm->bytesize || prm->poolProps.location.type != CU_MEM_LOCATION_TYPE_DEVICE)
+        return gg_real.cuGraphAddMemAllocNode(node, g, deps, n, prm); /* the driver refuses it */
+    int dev = gg_device_index(prm->poolProps.location.id);
+    if (dev < 0) return dev == -2 ? CUDA_ERROR_NOT_SUPPORTED : CUDA_ERROR_INVALID_VALUE;
+    if (charge_or_oom(dev, prm->bytesize, "cuGraphAddMemAllocNode")) return CUDA_ERROR_OUT_OF_MEMORY;
+    CUresult rc = gg_real.cuGraphAddMemAllocNode(node, g, deps, n, prm);
+    if (rc != CUDA_SUCCESS) gg_uncharge(dev, prm->bytesize);
+    else graph_add(GG_KIND_GRAPH, (uint64_t)(uintptr_t)g, dev, prm->bytesize);
+    return rc;
+}
+
+static CUresult end_capture(CUstream s, CUgraph *g, CUresult (*f)(CUstream, CUgraph *)) {
+    CUresult rc = f(s, g);
+    if (rc == CUDA_SUCCESS && g && *g) graph_release(GG_KIND_CAPTURE, (uint64_t)(uintptr_t)s, GG_KIND_GRAPH,
+                                                     (uint64_t)(uintptr_t)*g);
+    else graph_release(GG_KIND_CAPTURE, (uint64_t)(uintptr_t)s, 0, 0); /* capture failed: no graph */
+    return rc;
+}
+
+GG_EXPORT CUresult cuStreamEndCapture(CUstream s, CUgraph *g) {
+    READY();
+    return end_capture(s, g, gg_real.cuStreamEndCapture);
+}
+
+GG_EXPORT CUresult cuStreamEndCapture_ptsz(CUstream s, CUgraph *g) {
+    READY();
+    return end_capture(s, g, gg_real.cuStreamEndCapture_ptsz ? gg_real.cuStreamEndCapture_ptsz
+                                                             : gg_real.cuStreamEndCapture);
+}
+
+GG_EXPORT CUresult cuGraphDestroy(CUgraph g) {
+    READY();
+    CUresult rc = gg_real.cuGraphDestroy(g);
+    if (rc == CUDA_SUCCESS) graph_release(GG_KIND_GRAPH, (uint64_t)(uintptr_t)g, 0, 0);
+    return rc;
+}
+
+/* ---- context limits: the malloc heap and printf FIFO are device memory of the size asked;
+ * the stack is bytes per thread x every resident thread of the device ---- */
+
+static uint64_t limit_charged[GG_MAX_DEVICES][3];
+static pthread_mutex_t limit_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static uint64_t limit_bytes(int which, size_t value, CUdevice ord) {
+    int sms = 0, threads = 0;
+    uint64_t b;
+    if (which != CU_LIMIT_STACK_SIZE) return value;
+    if (!gg_real.cuDeviceGetAttribute
+        || gg_real.cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, ord) != CUDA_SUCCESS
+        || gg_real.cuDeviceGetAttribute(&threads, CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR, ord) != CUDA_SUCCESS
+        || sms <= 0 || threads <= 0)
+        sms = 1024, threads = 2048; /* unknown: more than any current part, the safe side */
+    if (__builtin_mul_overflow((uint64_t)value, (uint64_t)sms * (uint64_t)threads, &b)) return GG_TOO_BIG;
+    return b;
+}
+
+GG_EXPORT CUresult cuCtxSetLimit(int which, size_t value) {
+    READY();
+    CUdevice ord = -1;
+    int dev = gg_current_device_ord(&ord);
+    if (dev == -2) return CUDA_ERROR_NOT_SUPPORTED;
+    if (dev < 0 || which < CU_LIMIT_STACK_SIZE || which > CU_LIMIT_MALLOC_HEAP_SIZE)
+        return gg_real.cuCtxSetLimit(which, value); /* other limits are not memory */
+    uint64_t want = limit_bytes(which, value, ord);
+    pthread_mutex_lock(&limit_mu);
+    uint64_t have = limit_charged[dev][which];
+    if (want > have && charge_or_oom(dev, want - have, "cuCtxSetLimit")) {
+        pthread_mutex_unlock(&limit_mu);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    CUresult rc = gg_real.cuCtxSetLimit(which, value);
+    if (rc != CUDA_SUCCESS) {
+        if (want > have) gg_uncharge(dev, want - have);
+    } else {
+        if (want < have) gg_uncharge(dev, have - want);
+        limit_charged[dev][which] = want;
+    }
+    pthread_mutex_unlock(&limit_mu);
+    return rc;
+}
+
 /* ---- arrays ---- */
 
+/* Bytes per channel of the formats gpugov can size and scrub; 0 for any other (block-
+ * compressed, video and packed formats): those arrays are refused, not guessed at. */
 static uint64_t format_bytes(int format) {
     switch (format) {
     case 0x01: case 0x08: return 1;          /* (un)signed int8 */
     case 0x02: case 0x09: case 0x10: return 2; /* int16, half */
     case 0x03: case 0x0a: case 0x20: return 4; /* int32, float */
-    default: return 8;                        /* unknown: count generously, never zero */
+    default: return 0;
     }
 }
 
 static uint64_t dim(size_t v) { return v ? (uint64_t)v : 1; }
 
 static uint64_t array_bytes(size_t w, size_t h, size_t d, int format, unsigned int ch) {
-    return dim(w) * dim(h) * dim(d) * format_bytes(format) * (ch ? ch : 1);
+    uint64_t b = format_bytes(format) * (ch ? ch : 1);
+    if (__builtin_mul_overflow(b, dim(w), &b) || __builtin_mul_overflow(b, dim(h), &b)
+        || __builtin_mul_overflow(b, dim(d), &b))
+        return GG_TOO_BIG;
+    return b;
+}
+
+static int format_known(int format, const char *api) {
+    if (format_bytes(format)) return 1;
+    gg_log(GG_LOG_ERROR, "%s: array format %#x is not one gpugov can size and scrub (8/16/32-bit "
+           "integers, half, float); refused", api, format);
+    return 0;
 }
 
 static CUresult charged_create(int kind, uint64_t bytes, const char *api, int dev,
@@ -321,6 +606,7 @@ GG_EXPORT CUresult cuArrayCreate_v2(CUarray *out, const CUDA_ARRAY_DESCRIPTOR *d
     int dev = gg_current_device();
     if (dev == -2) return CUDA_ERROR_NOT_SUPPORTED;
     if (dev < 0 || !out || !d) return gg_real.cuArrayCreate_v2(out, d);
+    if (!format_known(d->Format, "cuArrayCreate")) return CUDA_ERROR_NOT_SUPPORTED;
     struct arr_ctx c = {out, d, NULL, 0};
     return charged_create(GG_KIND_ARRAY, array_bytes(d->Width, d->Height, 1, d->Format, d->NumChannels),
                           "cuArrayCreate", dev, do_arr2d, &c, key_arr, 0);
@@ -331,6 +617,7 @@ GG_EXPORT CUresult cuArray3DCreate_v2(CUarray *out, const CUDA_ARRAY3D_DESCRIPTO
     int dev = gg_current_device();
     if (dev == -2) return CUDA_ERROR_NOT_SUPPORTED;
     if (dev < 0 || !out || !d) return gg_real.cuArray3DCreate_v2(out, d);
+    if (!format_known(d->Format, "cuArray3DCreate")) return CUDA_ERROR_NOT_SUPPORTED;
     struct arr_ctx c = {out, d, NULL, 0};
     return charged_create(GG_KIND_ARRAY, array_bytes(d->Width, d->Height, d->Depth, d->Format, d->NumChannels),
                           "cuArray3DCreate", dev, do_arr3d, &c, key_arr, 0);
@@ -342,10 +629,13 @@ GG_EXPORT CUresult cuMipmappedArrayCreate(CUmipmappedArray *out, const CUDA_ARRA
     int dev = gg_current_device();
     if (dev == -2) return CUDA_ERROR_NOT_SUPPORTED;
     if (dev < 0 || !out || !d || !levels) return gg_real.cuMipmappedArrayCreate(out, d, levels);
+    if (!format_known(d->Format, "cuMipmappedArrayCreate")) return CUDA_ERROR_NOT_SUPPORTED;
     uint64_t total = 0;
     for (unsigned int l = 0; l < levels && l < 64; l++)
-        total += array_bytes(d->Width >> l ? d->Width >> l : 1, d->Height >> l ? d->Height >> l : (d->Height ? 1 : 0),
-                             d->Depth >> l ? d->Depth >> l : (d->Depth ? 1 : 0), d->Format, d->NumChannels);
+        if (__builtin_add_overflow(total, array_bytes(d->Width >> l ? d->Width >> l : 1, d->Height >> l ? d->Height >> l : (d->Height ? 1 : 0),
+                             d->Depth >> l ? d->Depth >> l : (d->Depth ? 1 : 0), d->Format, d->NumChannels),
+                                  &total))
+            total = GG_TOO_BIG;
     struct arr_ctx c = {NULL, d, out, levels};
     return charged_create(GG_KIND_MIPMAP, total, "cuMipmappedArrayCreate", dev, do_mip, &c, key_mip, levels);
 }
@@ -557,9 +847,9 @@ GG_EXPORT CUresult cuMemGetInfo_v2(size_t *free_b, size_t *total_b) {
 GG_EXPORT CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev) {
     READY();
     CUresult rc = gg_real.cuDeviceTotalMem_v2(bytes, dev);
-    if (rc == CUDA_SUCCESS && bytes && dev >= 0 && dev < GG_MAX_DEVICES && gg_device_limit(dev)
-        && gg_device_limit(dev) < *bytes)
-        *bytes = (size_t)gg_device_limit(dev);
+    int idx = rc == CUDA_SUCCESS ? gg_device_index(dev) : -1;
+    if (bytes && idx >= 0 && gg_device_limit(idx) && gg_device_limit(idx) < *bytes)
+        *bytes = (size_t)gg_device_limit(idx);
     return rc;
 }
 

@@ -1,6 +1,14 @@
 /* The shared accounting region: one file-backed mapping per container, a robust
  * process-shared mutex (a holder killed by SIGKILL is recovered, never waited on),
- * and one slot per process whose usage is released once the process is found dead. */
+ * and one slot per process whose usage is released once the process is found dead.
+ * A slot is alive while its process holds an open-file-description lock on the slot's
+ * byte of the region file: the kernel drops it when the process exits or execs (the
+ * descriptor is close-on-exec), whatever PID namespace the reader is in, and a zombie
+ * holds none. Every index read from the file is checked before use: the file is writable
+ * by every process of the container, so a corrupt one is refused, never trusted. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* F_OFD_*, memfd_create, dup3 */
+#endif
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -20,6 +28,7 @@ _Static_assert(sizeof(struct gg_header) % 8 == 0, "header must keep 8-byte align
 
 static struct gg_region *R;
 static int my_slot = -1;
+static int lock_fd = -1; /* this process's own open file description of the region */
 
 struct gg_region *gg_region_ptr(void) { return R; }
 static pthread_mutex_t *region_mutex(void) { return (pthread_mutex_t *)(void *)R->header.lock; }
@@ -40,10 +49,21 @@ static uint64_t start_ticks_of(pid_t pid) {
     return p ? strtoull(p + 1, NULL, 10) : 0;
 }
 
-static int process_alive(uint32_t pid, uint64_t ticks) {
-    if (kill((pid_t)pid, 0) != 0 && errno == ESRCH) return 0;
-    uint64_t now_ticks = start_ticks_of((pid_t)pid);
-    return !(ticks && now_ticks && now_ticks != ticks); /* a different start time: pid reused */
+/* Takes (F_OFD_SETLK) or tests (F_OFD_GETLK) the liveness lock of slot i. */
+static int slot_lock(int i, int cmd, struct flock *fl) {
+    memset(fl, 0, sizeof(*fl));
+    fl->l_type = F_WRLCK;
+    fl->l_whence = SEEK_SET;
+    fl->l_start = i;
+    fl->l_len = 1;
+    return fcntl(lock_fd, cmd, fl);
+}
+
+/* Alive while some open file description holds the slot's lock. */
+static int slot_alive(int i) {
+    struct flock fl;
+    if (lock_fd < 0 || slot_lock(i, F_OFD_GETLK, &fl) != 0) return 1; /* cannot tell: keep it */
+    return fl.l_type != F_UNLCK;
 }
 
 static void slot_begin(struct gg_slot *s) {
@@ -76,6 +96,51 @@ static void clear_export(struct gg_export *x) {
     x->gen = gen;
 }
 
+/* Every field used as an index or a state, as read from the (writable) file, is in range. */
+static int export_sane(const struct gg_export *x) {
+    if (x->state == GG_EXPORT_FREE) return 1;
+    return (x->state == GG_EXPORT_LIVE || x->state == GG_EXPORT_ORPHAN) && x->slot < GG_MAX_SLOTS
+           && x->dev < GG_MAX_DEVICES
+           && (x->kind == GG_EXPORT_KIND_IPC || x->kind == GG_EXPORT_KIND_POOL_PTR);
+}
+static int live_export(const struct gg_export *x) { return x->state != GG_EXPORT_FREE && export_sane(x); }
+
+/* A region whose header, slots or exports hold values no gpugov process writes is refused:
+ * one message, fail closed. Caller holds the lock. */
+static int region_sane_locked(char *err, size_t errlen, const char *path) {
+    const struct gg_header *h = &R->header;
+    if (h->header_bytes != sizeof(struct gg_header) || h->slot_bytes != sizeof(struct gg_slot)
+        || h->max_slots != GG_MAX_SLOTS || h->max_devices != GG_MAX_DEVICES) {
+        snprintf(err, errlen, "shared region %s is corrupt: header sizes %u/%u/%u/%u, expected "
+                 "%zu/%zu/%d/%d", path, h->header_bytes, h->slot_bytes, h->max_slots,
+                 h->max_devices, sizeof(struct gg_header), sizeof(struct gg_slot), GG_MAX_SLOTS,
+                 GG_MAX_DEVICES);
+        return -1;
+    }
+    for (int d = 0; d < GG_MAX_DEVICES; d++)
+        if (h->core_limit[d] > 100) {
+            snprintf(err, errlen, "shared region %s is corrupt: device %d core limit %llu, "
+                     "allowed 0..100", path, d, (unsigned long long)h->core_limit[d]);
+            return -1;
+        }
+    for (int i = 0; i < GG_MAX_SLOTS; i++)
+        if (R->slots[i].state != GG_SLOT_FREE && R->slots[i].state != GG_SLOT_ACTIVE) {
+            snprintf(err, errlen, "shared region %s is corrupt: slot %d has state %u, allowed 0 "
+                     "or 1", path, i, R->slots[i].state);
+            return -1;
+        }
+    for (int k = 0; k < GG_MAX_EXPORTS; k++) {
+        const struct gg_export *x = &R->exports[k];
+        if (!export_sane(x)) {
+            snprintf(err, errlen, "shared region %s is corrupt: export %d has state %u, slot %u, "
+                     "device %u, kind %u (allowed: state 0-2, slot < %d, device < %d, kind 1-2)",
+                     path, k, x->state, x->slot, x->dev, x->kind, GG_MAX_SLOTS, GG_MAX_DEVICES);
+            return -1;
+        }
+    }
+    return 0;
+}
+
 /* An orphan holds its bytes in header.used without a slot; the last import closing frees them. */
 static void release_orphan_if_unused(struct gg_export *x) {
     if (x->state != GG_EXPORT_ORPHAN || bits_any(x->importers)) return;
@@ -90,7 +155,7 @@ static void release_orphan_if_unused(struct gg_export *x) {
 static void slot_gone_locked(int i) {
     for (int k = 0; k < GG_MAX_EXPORTS; k++) {
         struct gg_export *x = &R->exports[k];
-        if (x->state == GG_EXPORT_FREE) continue;
+        if (!live_export(x)) continue;
         bit_clear(x->importers, i);
         if (x->state == GG_EXPORT_LIVE && x->slot == (uint32_t)i) {
             if (x->kind == GG_EXPORT_KIND_IPC && bits_any(x->importers)) {
@@ -109,7 +174,7 @@ static void reap_dead_locked(void) {
     for (int i = 0; i < GG_MAX_SLOTS; i++) {
         struct gg_slot *s = &R->slots[i];
         if (s->state != GG_SLOT_ACTIVE || i == my_slot) continue;
-        if (process_alive(s->pid, s->start_ticks)) continue;
+        if (slot_alive(i)) continue;
         for (int d = 0; d < GG_MAX_DEVICES; d++)
             R->header.used[d] = R->header.used[d] > s->used[d] ? R->header.used[d] - s->used[d] : 0;
         gg_log(GG_LOG_INFO, "released slot %d of dead process %u", i, s->pid);
@@ -127,7 +192,8 @@ static void rebuild_locked(void) {
         for (int i = 0; i < GG_MAX_SLOTS; i++)
             if (R->slots[i].state == GG_SLOT_ACTIVE) sum += R->slots[i].used[d];
         for (int k = 0; k < GG_MAX_EXPORTS; k++)
-            if (R->exports[k].state == GG_EXPORT_ORPHAN && R->exports[k].dev == (uint32_t)d)
+            if (live_export(&R->exports[k]) && R->exports[k].state == GG_EXPORT_ORPHAN
+                && R->exports[k].dev == (uint32_t)d)
                 sum += R->exports[k].bytes;
         R->header.used[d] = sum;
     }
@@ -226,7 +292,7 @@ static int map_file(const struct gg_config *cfg, char *err, size_t errlen) {
         return -1;
     }
     flock(fd, LOCK_UN);
-    close(fd);
+    lock_fd = fd; /* kept open (close-on-exec): its slot lock is this process's liveness */
     return 0;
 }
 
@@ -272,15 +338,20 @@ static int claim_slot(const struct gg_config *cfg, char *err, size_t errlen) {
     uint32_t pid = (uint32_t)getpid();
     uint64_t ticks = start_ticks_of((pid_t)pid);
     lock_region();
-    reap_dead_locked();
     my_slot = -1;
+    if (region_sane_locked(err, errlen, cfg->region_path[0] ? cfg->region_path : "(private)") != 0) {
+        unlock_region();
+        return -1;
+    }
+    reap_dead_locked();
     if (cfg->region_path[0] && reconcile_limits_locked(cfg, err, errlen) != 0) {
         unlock_region();
         return -1;
     }
     for (int i = 0; i < GG_MAX_SLOTS; i++) {
         struct gg_slot *s = &R->slots[i];
-        if (s->state != GG_SLOT_FREE) continue;
+        struct flock fl;
+        if (s->state != GG_SLOT_FREE || slot_lock(i, F_OFD_SETLK, &fl) != 0) continue;
         slot_begin(s);
         memset(s->used, 0, sizeof(s->used));
         memset(s->launches, 0, sizeof(s->launches));
@@ -305,12 +376,15 @@ int gg_region_open(const struct gg_config *cfg, char *err, size_t errlen) {
         if (cfg->region_path[0]) {
             if (map_file(cfg, err, errlen) != 0) return -1;
         } else {
-            void *p = mmap(NULL, sizeof(struct gg_region), PROT_READ | PROT_WRITE,
-                           MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+            int fd = memfd_create("gpugov-region", MFD_CLOEXEC); /* a file, for the slot locks */
+            void *p = fd < 0 || ftruncate(fd, sizeof(struct gg_region)) != 0 ? MAP_FAILED
+                      : mmap(NULL, sizeof(struct gg_region), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
             if (p == MAP_FAILED) {
                 snprintf(err, errlen, "cannot map a private region: %s", strerror(errno));
+                if (fd >= 0) close(fd);
                 return -1;
             }
+            lock_fd = fd;
             R = p;
             init_header(cfg);
             static int warned;
@@ -327,15 +401,18 @@ int gg_charge(int dev, uint64_t bytes, int force, uint64_t *limit, uint64_t *in_
     struct gg_slot *s = &R->slots[my_slot];
     lock_region();
     uint64_t lim = R->header.mem_limit[dev];
-    if (!force && lim && R->header.used[dev] + bytes > lim) {
+    /* used + bytes > lim, written so that no operand can wrap */
+#define GG_OVER(used) ((bytes) > UINT64_MAX - (used) || (lim && (!force) && ((bytes) > lim || (used) > lim - (bytes))))
+    if (GG_OVER(R->header.used[dev])) {
         reap_dead_locked();
-        if (R->header.used[dev] + bytes > lim) {
+        if (GG_OVER(R->header.used[dev])) {
             *limit = lim;
             *in_use = R->header.used[dev];
             unlock_region();
             return -1;
         }
     }
+#undef GG_OVER
     slot_begin(s);
     s->used[dev] += bytes;
     R->header.used[dev] += bytes;
@@ -364,8 +441,20 @@ void gg_count_launch(int dev) {
     if (my_slot >= 0) __atomic_add_fetch(&R->slots[my_slot].launches[dev], 1, __ATOMIC_RELAXED);
 }
 
-/* A forked child owns no device memory; it registers its own slot on first use. */
-void gg_region_after_fork(void) { my_slot = -1; }
+/* A forked child owns no device memory; it registers its own slot on first use. Its copy of
+ * the parent's descriptor shares the parent's open file description (and so its slot
+ * lock): the child reopens the file to get its own, so the parent's death is still seen. */
+void gg_region_after_fork(void) {
+    my_slot = -1;
+    if (lock_fd < 0) return;
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/self/fd/%d", lock_fd);
+    int fd = open(path, O_RDWR | O_CLOEXEC);
+    if (fd >= 0) {
+        dup3(fd, lock_fd, O_CLOEXEC); /* lock_fd now names the child's own description */
+        close(fd);
+    }
+}
 
 __attribute__((destructor)) static void release_slot(void) {
     if (!R || my_slot < 0 || R->slots[my_slot].pid != (uint32_t)getpid()) return;
@@ -384,7 +473,7 @@ __attribute__((destructor)) static void release_slot(void) {
 static struct gg_export *find_export(int kind, const void *handle) {
     for (int k = 0; k < GG_MAX_EXPORTS; k++) {
         struct gg_export *x = &R->exports[k];
-        if (x->state != GG_EXPORT_FREE && x->kind == (uint32_t)kind
+        if (live_export(x) && x->kind == (uint32_t)kind
             && memcmp(x->handle, handle, sizeof(x->handle)) == 0)
             return x;
     }
@@ -436,7 +525,7 @@ void gg_export_uncover(uint64_t ref) {
     if (my_slot < 0 || k >= GG_MAX_EXPORTS) return;
     lock_region();
     struct gg_export *x = &R->exports[k];
-    if (x->state != GG_EXPORT_FREE && (x->gen & 0xFFFFFFFFFFFFULL) == (ref & 0xFFFFFFFFFFFFULL)) {
+    if (live_export(x) && (x->gen & 0xFFFFFFFFFFFFULL) == (ref & 0xFFFFFFFFFFFFULL)) {
         bit_clear(x->importers, my_slot);
         release_orphan_if_unused(x);
     }
@@ -449,7 +538,8 @@ uint64_t gg_export_drop(uint64_t ptr) {
     lock_region();
     for (int k = 0; k < GG_MAX_EXPORTS; k++) {
         struct gg_export *x = &R->exports[k];
-        if (x->state != GG_EXPORT_LIVE || x->slot != (uint32_t)my_slot || x->ptr != ptr) continue;
+        if (!live_export(x) || x->state != GG_EXPORT_LIVE || x->slot != (uint32_t)my_slot || x->ptr != ptr)
+            continue;
         if (x->kind == GG_EXPORT_KIND_IPC && bits_any(x->importers) && !kept) {
             /* imports still map it: its bytes stay charged, now held by the orphan */
             struct gg_slot *s = &R->slots[my_slot];

@@ -5,6 +5,7 @@
  * importer when mapped: the driver does not say how large an imported handle is, a
  * mapping does (largest offset + size mapped). */
 #include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 #include "gg.h"
 
@@ -17,7 +18,6 @@
 #define REFS(aux) ((uint32_t)(aux))
 #define MAPS(aux) ((uint32_t)((aux) >> 32))
 #define PACK(refs, maps) ((uint64_t)(refs) | ((uint64_t)(maps) << 32))
-#define GG_MAX_UNMAP 64 /* mappings one cuMemUnmap may cover */
 
 /* Serialises handle bookkeeping (reference and mapping counts). */
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
@@ -42,7 +42,7 @@ static void drop(const struct gg_entry *e) {
 /* Zeroes an owned allocation that has no mapping, through a temporary one. */
 static void scrub_unmapped(CUmemGenericAllocationHandle h, uint64_t bytes, int dev) {
     CUdeviceptr va = 0;
-    CUmemAccessDesc acc = {{CU_MEM_LOCATION_TYPE_DEVICE, dev}, CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+    CUmemAccessDesc acc = {{CU_MEM_LOCATION_TYPE_DEVICE, gg_device_ordinal(dev)}, CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
     if (!gg_real.cuMemAddressReserve || !gg_real.cuMemMap || !gg_real.cuMemSetAccess
         || !gg_real.cuMemAddressFree || gg_real.cuMemAddressReserve(&va, bytes, 0, 0, 0) != CUDA_SUCCESS) {
         gg_log(GG_LOG_ERROR, "cuMemRelease: cannot map allocation %#llx to scrub it; it is freed "
@@ -67,8 +67,8 @@ GG_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *h, size_t bytes,
     READY();
     if (!h || !prop || !bytes || prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE)
         return gg_real.cuMemCreate(h, bytes, prop, flags); /* host-located memory is not device memory */
-    int dev = prop->location.id;
-    if (dev < 0 || dev >= GG_MAX_DEVICES) return CUDA_ERROR_NOT_SUPPORTED;
+    int dev = gg_device_index(prop->location.id);
+    if (dev < 0) return dev == -2 ? CUDA_ERROR_NOT_SUPPORTED : CUDA_ERROR_INVALID_VALUE;
     if (gg_charge_or_oom(dev, bytes, "cuMemCreate")) return CUDA_ERROR_OUT_OF_MEMORY;
     CUresult rc = gg_real.cuMemCreate(h, bytes, prop, flags);
     if (rc != CUDA_SUCCESS) gg_uncharge(dev, bytes);
@@ -91,10 +91,10 @@ GG_EXPORT CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *
         memset(&prop, 0, sizeof(prop));
         if (gg_real.cuMemGetAllocationPropertiesFromHandle
             && gg_real.cuMemGetAllocationPropertiesFromHandle(&prop, *h) == CUDA_SUCCESS)
-            dev = prop.location.type == CU_MEM_LOCATION_TYPE_DEVICE ? prop.location.id : -1;
+            dev = prop.location.type == CU_MEM_LOCATION_TYPE_DEVICE ? gg_device_index(prop.location.id) : -1;
         else
             dev = gg_current_device(); /* unknown: charge the current device, the safe side */
-        if (dev >= GG_MAX_DEVICES) dev = -1;
+        if (dev < 0) dev = -1;
         gg_track_put(GG_KIND_VMM_IMPORT, *h, 0, dev, PACK(1, 0));
     }
     pthread_mutex_unlock(&mu);
@@ -119,6 +119,10 @@ GG_EXPORT CUresult cuMemMap(CUdeviceptr va, size_t size, size_t offset, CUmemGen
     struct gg_entry e;
     int known = find_handle(h, &e);
     uint64_t grow = 0;
+    if (known && (uint64_t)offset > UINT64_MAX - size) {
+        pthread_mutex_unlock(&mu);
+        return CUDA_ERROR_INVALID_VALUE; /* no allocation reaches past 2^64 */
+    }
     if (known && e.kind == GG_KIND_VMM_IMPORT && e.dev >= 0 && (uint64_t)offset + size > e.bytes) {
         grow = (uint64_t)offset + size - e.bytes;
         if (gg_charge_or_oom(e.dev, grow, "cuMemMap (imported allocation)")) {
@@ -140,14 +144,30 @@ GG_EXPORT CUresult cuMemMap(CUdeviceptr va, size_t size, size_t offset, CUmemGen
 
 GG_EXPORT CUresult cuMemUnmap(CUdeviceptr va, size_t size) {
     READY();
-    struct gg_entry maps[GG_MAX_UNMAP];
-    int n = 0;
+    struct gg_entry one[8], *maps = one, *more;
+    size_t n = 0, cap = 8;
+    uint64_t end = (uint64_t)va + size < (uint64_t)va ? UINT64_MAX : (uint64_t)va + size;
     pthread_mutex_lock(&mu);
-    for (uint64_t at = va; at < (uint64_t)va + size && n < GG_MAX_UNMAP; at += maps[n++].bytes)
-        if (!gg_track_get(GG_KIND_VMAP, at, &maps[n]) || !maps[n].bytes) break;
+    /* every mapping the range covers, however many: each is scrubbed and credited */
+    for (uint64_t at = va; at < end; at += maps[n++].bytes) {
+        if (n == cap) {
+            more = malloc(2 * cap * sizeof(*maps));
+            if (!more) {
+                pthread_mutex_unlock(&mu);
+                if (maps != one) free(maps);
+                gg_log(GG_LOG_ERROR, "cuMemUnmap: out of host memory; refusing");
+                return CUDA_ERROR_OUT_OF_MEMORY;
+            }
+            memcpy(more, maps, n * sizeof(*maps));
+            if (maps != one) free(maps);
+            maps = more;
+            cap *= 2;
+        }
+        if (!gg_track_get(GG_KIND_VMAP, at, &maps[n]) || !maps[n].bytes || maps[n].bytes > end - at) break;
+    }
     /* Zero an owned allocation when this unmap is the last reference to it; an imported one
      * belongs to its exporter, which scrubs it at its own release. */
-    for (int i = 0; i < n && gg_cfg.scrub; i++) {
+    for (size_t i = 0; i < n && gg_cfg.scrub; i++) {
         struct gg_entry h;
         if (find_handle(maps[i].aux, &h) && h.kind == GG_KIND_VMM && REFS(h.aux) == 0 && MAPS(h.aux) == 1) {
             gg_real.cuMemsetD8_v2(maps[i].key, 0, (size_t)maps[i].bytes);
@@ -155,7 +175,7 @@ GG_EXPORT CUresult cuMemUnmap(CUdeviceptr va, size_t size) {
         }
     }
     CUresult rc = gg_real.cuMemUnmap(va, size);
-    for (int i = 0; rc == CUDA_SUCCESS && i < n; i++) {
+    for (size_t i = 0; rc == CUDA_SUCCESS && i < n; i++) {
         struct gg_entry m, h;
         gg_track_take(GG_KIND_VMAP, maps[i].key, &m);
         if (!find_handle(maps[i].aux, &h)) continue;
@@ -164,6 +184,7 @@ GG_EXPORT CUresult cuMemUnmap(CUdeviceptr va, size_t size) {
         else store(&h, REFS(h.aux), left);
     }
     pthread_mutex_unlock(&mu);
+    if (maps != one) free(maps);
     return rc;
 }
 

@@ -7,10 +7,18 @@
  *   util:KIND:US:SECONDS fillup:B barrier:PATH sleep:MS
  *   vmap:I (map VMM handle I) vretain:I (retain the handle of mapping I) vexport:I:PATH
  *   vimport:PATH ipcput:I:PATH ipcopen:PATH pexport:I:PATH pimport:PATH afill:I:V acheck:I
+ *   poolalloc:B:DEV (the explicit pool is created on DEV, default 0) pooldestroy (the explicit pool) xfree:I xfreeasync:I (cuMemFree / cuMemFreeAsync whatever I is)
+ *   vmany:N:B:V (N handles of B bytes mapped back to back in one range, filled with V, released;
+ *   free unmaps the whole range with one cuMemUnmap) arrayfmt:W:H:FORMAT
+ *   legacy:array|alloc|ipc (the pre-3.2 / pre-11.0 exports) setlimit:WHICH:BYTES (cuCtxSetLimit)
+ *   launchv:launch|grid|gridasync|multi:N:US graphmem:B (a graph with one memory node; free
+ *   destroys it) capture:B (cuMemAllocAsync captured into a graph) pattern:NAME:PCT-free:SECONDS
+ *   threads:N:ITERS (N threads allocating, freeing and launching) exec:PROGRAM:ARG
  * free:I releases whatever I is (cuMemFree, cuMemFreeAsync, cuArrayDestroy, cuMemRelease,
  * cuMemUnmap for a mapping, cuIpcCloseMemHandle); exported handles go through files.
  * Sizes accept Ki/Mi/Gi suffixes. */
 #include <dlfcn.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -52,7 +60,11 @@
     X(cuMemPoolImportPointer, (CUdeviceptr *, CUmemoryPool, CUmemPoolPtrExportData *)) \
     X(cuArray3DGetDescriptor_v2, (CUDA_ARRAY3D_DESCRIPTOR *, CUarray)) \
     X(cuMipmappedArrayGetLevel, (CUarray *, CUmipmappedArray, unsigned int)) \
-    X(cuMemcpy3D_v2, (const CUDA_MEMCPY3D *))
+    X(cuMemcpy3D_v2, (const CUDA_MEMCPY3D *)) X(cuMemPoolDestroy, (CUmemoryPool)) \
+    X(cuCtxSetLimit, (int, size_t)) X(cuGraphCreate, (CUgraph *, unsigned int)) \
+    X(cuGraphAddMemAllocNode, (CUgraphNode *, CUgraph, const CUgraphNode *, size_t, CUDA_MEM_ALLOC_NODE_PARAMS *)) \
+    X(cuGraphDestroy, (CUgraph)) X(cuStreamCreate, (CUstream *, unsigned int)) \
+    X(cuStreamBeginCapture_v2, (CUstream, int)) X(cuStreamEndCapture, (CUstream, CUgraph *))
 
 #define FIELD(name, args) CUresult(*name) args;
 static struct { API(FIELD) } api;
@@ -66,6 +78,8 @@ static void load_direct(void) {
 }
 
 static void *lib;
+static const char *mode;
+static CUresult (*gpa_fn)(const char *, void **, int, cuuint64_t, CUdriverProcAddressQueryResult *);
 static void load_dlsym(void) {
 #define VIA_DLSYM(name, args) *(void **)&api.name = dlsym(lib, #name);
     API(VIA_DLSYM)
@@ -79,6 +93,7 @@ static void load_procaddr(unsigned long long flags) {
     void *again = NULL; /* the runtime also re-resolves cuGetProcAddress through itself */
     gpa("cuGetProcAddress", &again, 12080, 0, NULL);
     if (again) *(void **)&gpa = again;
+    gpa_fn = gpa;
     char base[128];
 #define VIA_GPA(name, args)                                                     \
     do {                                                                        \
@@ -89,6 +104,14 @@ static void load_procaddr(unsigned long long flags) {
         if (r_ && !resolve_rc) resolve_rc = r_;                                \
     } while (0);
     API(VIA_GPA)
+}
+
+/* An entry point outside the API table, reached the way this mode reaches the driver. */
+static void *entry(const char *name, int version) {
+    if (strcmp(mode, "direct") == 0) return dlsym(RTLD_DEFAULT, name); /* what the linker binds */
+    if (strcmp(mode, "dlsym") == 0) return dlsym(lib, name);
+    void *f = NULL;
+    return gpa_fn && gpa_fn(name, &f, version, 0, NULL) == 0 ? f : NULL;
 }
 
 static uint64_t (*busy_ns)(int);
@@ -105,15 +128,15 @@ static uint64_t parse_size(const char *s) {
     return v;
 }
 
-enum { H_LINEAR, H_ASYNC, H_ARRAY, H_MIPMAP, H_VMM, H_IPC, H_VMAP, H_PIMPORT };
-struct handle { int kind; uint64_t v; uint64_t size; };
+enum { H_LINEAR, H_ASYNC, H_ARRAY, H_MIPMAP, H_VMM, H_IPC, H_VMAP, H_PIMPORT, H_VRANGE, H_GRAPH };
+struct handle { int kind; uint64_t v; uint64_t size; uint64_t chunk; };
 static struct handle handles[4096];
 static int nhandles;
 static CUmemoryPool explicit_pool;
 static CUcontext ctx;
 
 static int add(int kind, uint64_t v, uint64_t size) {
-    handles[nhandles] = (struct handle){kind, v, size};
+    handles[nhandles] = (struct handle){kind, v, size, size};
     return nhandles++;
 }
 
@@ -125,7 +148,8 @@ static CUresult release(int i) {
     case H_ARRAY: return api.cuArrayDestroy((CUarray)(uintptr_t)h->v);
     case H_MIPMAP: return api.cuMipmappedArrayDestroy((CUmipmappedArray)(uintptr_t)h->v);
     case H_VMM: return api.cuMemRelease(h->v);
-    case H_VMAP: return api.cuMemUnmap(h->v, h->size);
+    case H_VMAP: case H_VRANGE: return api.cuMemUnmap(h->v, h->size);
+    case H_GRAPH: return api.cuGraphDestroy((CUgraph)(uintptr_t)h->v);
     case H_PIMPORT: return api.cuMemFree_v2(h->v);
     default: return api.cuIpcCloseMemHandle(h->v);
     }
@@ -137,6 +161,62 @@ static void launch(const char *kind, CUfunction f, CUgraphExec g) {
     else if (strcmp(kind, "ex") == 0) api.cuLaunchKernelEx(&cfg, f, NULL, NULL);
     else if (strcmp(kind, "coop") == 0) api.cuLaunchCooperativeKernel(f, 1, 1, 1, 1, 1, 1, 0, NULL, NULL);
     else api.cuGraphLaunch(g, NULL);
+}
+
+/* Launches one of the throttle accuracy patterns for SECONDS (after 0.3 s of warm-up, except
+ * "first", measured from the first launch of the process) and returns the fraction of device
+ * time its launches took: submitted device time for "first", busy time otherwise. */
+static uint64_t (*submitted_ns)(int);
+static double pattern(const char *name, double seconds) {
+    static uint64_t one = 1;
+    uint64_t ns = 0;
+    void *dd[2] = {&one, &ns}; /* a data-dependent kernel: duration ns */
+    CUfunction f = make_function(500000), loop[4] = {make_function(2000000), make_function(100000),
+                                                       make_function(500000), make_function(50000)};
+    int first = strcmp(name, "first") == 0;
+    uint64_t warm = now_ns() + (first ? 0 : 300000000ULL), n = 0, b0 = 0, t0 = 0, end = 0;
+    unsigned int seed = 12345;
+    for (int phase = first ? 1 : 0; phase < 2; phase++) {
+        if (phase == 1) {
+            b0 = first ? submitted_ns(0) : busy_ns(0);
+            t0 = now_ns();
+            end = t0 + (uint64_t)(seconds * 1e9);
+        }
+        while (now_ns() < (phase ? end : warm)) {
+            if (strcmp(name, "uniform") == 0) {
+                api.cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL);
+            } else if (strcmp(name, "random") == 0) {
+                ns = 50000 + (uint64_t)(rand_r(&seed) % 1000) * 1000; /* 50 us .. 1 ms */
+                api.cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, NULL, dd, NULL);
+            } else if (strcmp(name, "periodic16") == 0) {
+                ns = n % 16 == 0 ? 10000 : 1000000; /* a short kernel every 16th launch */
+                api.cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, NULL, dd, NULL);
+            } else if (strcmp(name, "loop4") == 0) {
+                api.cuLaunchKernel(loop[n % 4], 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL);
+            } else { /* first: long kernels from the start */
+                ns = 10000000;
+                api.cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, NULL, dd, NULL);
+            }
+            n++;
+        }
+    }
+    uint64_t b1 = first ? submitted_ns(0) : busy_ns(0), t1 = now_ns();
+    return (double)(b1 - b0) / (double)(t1 - t0);
+}
+
+/* One stress thread: its own context binding, allocations, frees and launches. */
+static void *worker(void *arg) {
+    long iters = (long)arg, fails = 0;
+    CUcontext c = NULL;
+    if (api.cuDevicePrimaryCtxRetain(&c, 0) || api.cuCtxSetCurrent(c)) return (void *)1L;
+    CUfunction f = make_function(1000);
+    for (long i = 0; i < iters; i++) {
+        CUdeviceptr p = 0, q = 0;
+        if (api.cuMemAlloc_v2(&p, 64 << 10) == 0) fails += api.cuMemFree_v2(p) != 0;
+        if (api.cuMemAllocAsync(&q, 64 << 10, NULL) == 0) fails += api.cuMemFreeAsync(q, NULL) != 0;
+        fails += api.cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL) != 0;
+    }
+    return (void *)fails;
 }
 
 static int run(char *cmd) {
@@ -162,6 +242,7 @@ static int run(char *cmd) {
                 CUmemPoolProps props;
                 memset(&props, 0, sizeof(props));
                 props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+                props.location.id = a[2] ? atoi(a[2]) : 0;
                 api.cuMemPoolCreate(&explicit_pool, &props);
             }
             rc = api.cuMemAllocFromPoolAsync(&p, b, explicit_pool, NULL);
@@ -291,13 +372,121 @@ static int run(char *cmd) {
         }
         if (a[0][1] == 'f') printf("afill rc=%d\n", rc);
         else printf("acheck rc=%d nonzero=%zu\n", rc, dirty);
+    } else if (strcmp(a[0], "pooldestroy") == 0) {
+        printf("pooldestroy rc=%d\n", api.cuMemPoolDestroy(explicit_pool));
+    } else if (strcmp(a[0], "xfree") == 0) {
+        printf("xfree rc=%d\n", api.cuMemFree_v2(handles[atoi(a[1])].v));
+    } else if (strcmp(a[0], "xfreeasync") == 0) {
+        printf("xfreeasync rc=%d\n", api.cuMemFreeAsync(handles[atoi(a[1])].v, NULL));
+    } else if (strcmp(a[0], "vmany") == 0) {
+        int n = atoi(a[1]);
+        uint64_t b = parse_size(a[2]);
+        CUdeviceptr va = 0;
+        CUmemAllocationProp prop;
+        memset(&prop, 0, sizeof(prop));
+        prop.type = 1;
+        prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+        CUmemAccessDesc acc = {{CU_MEM_LOCATION_TYPE_DEVICE, 0}, CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+        rc = api.cuMemAddressReserve(&va, (size_t)(b * (uint64_t)n), 0, 0, 0);
+        for (int i = 0; i < n && !rc; i++) {
+            CUmemGenericAllocationHandle h = 0;
+            rc = api.cuMemCreate(&h, b, &prop, 0);
+            if (!rc) rc = api.cuMemMap(va + i * b, b, 0, h, 0);
+            if (!rc) rc = api.cuMemSetAccess(va + i * b, b, &acc, 1);
+            if (!rc && a[3]) rc = api.cuMemsetD8_v2(va + i * b, (unsigned char)atoi(a[3]), b);
+            if (!rc) rc = api.cuMemRelease(h);
+        }
+        int idx = rc ? -1 : add(H_VRANGE, va, b * (uint64_t)n);
+        if (idx >= 0) handles[idx].chunk = b;
+        printf("vmany rc=%d handle=%d\n", rc, idx);
+    } else if (strcmp(a[0], "arrayfmt") == 0) {
+        CUDA_ARRAY_DESCRIPTOR d = {parse_size(a[1]), parse_size(a[2]), (int)strtol(a[3], NULL, 0), 1};
+        CUarray arr = NULL;
+        rc = api.cuArrayCreate_v2(&arr, &d);
+        printf("arrayfmt rc=%d handle=%d\n", rc, rc ? -1 : add(H_ARRAY, (uintptr_t)arr, 0));
+    } else if (strcmp(a[0], "legacy") == 0) {
+        if (strcmp(a[1], "array") == 0) {
+            CUresult (*f)(CUarray *, const void *);
+            struct { unsigned int w, h; int fmt; unsigned int ch; } d = {1024, 1024, 0x20, 1};
+            CUarray arr = NULL;
+            *(void **)&f = entry("cuArrayCreate", 3000);
+            rc = f ? f(&arr, &d) : 500;
+        } else if (strcmp(a[1], "alloc") == 0) {
+            CUresult (*f)(unsigned int *, unsigned int);
+            unsigned int p = 0;
+            *(void **)&f = entry("cuMemAlloc", 3000);
+            rc = f ? f(&p, 4u << 20) : 500;
+        } else {
+            CUresult (*f)(CUdeviceptr *, CUipcMemHandle, unsigned int);
+            CUipcMemHandle h;
+            CUdeviceptr p = 0;
+            api.cuIpcGetMemHandle(&h, handles[0].v);
+            *(void **)&f = entry("cuIpcOpenMemHandle", 10000);
+            rc = f ? f(&p, h, 1) : 500;
+        }
+        printf("legacy rc=%d\n", rc);
+    } else if (strcmp(a[0], "setlimit") == 0) {
+        printf("setlimit rc=%d\n", api.cuCtxSetLimit(atoi(a[1]), (size_t)parse_size(a[2])));
+    } else if (strcmp(a[0], "launchv") == 0) {
+        CUfunction f = make_function(strtoull(a[3], NULL, 10) * 1000ULL);
+        CUresult (*l0)(CUfunction) = NULL;
+        CUresult (*lg)(CUfunction, int, int) = NULL;
+        CUresult (*la)(CUfunction, int, int, CUstream) = NULL;
+        CUresult (*lm)(CUDA_LAUNCH_PARAMS *, unsigned int, unsigned int) = NULL;
+        CUDA_LAUNCH_PARAMS lp = {f, 1, 1, 1, 1, 1, 1, 0, NULL, NULL};
+        if (strcmp(a[1], "launch") == 0) *(void **)&l0 = entry("cuLaunch", 12080);
+        else if (strcmp(a[1], "grid") == 0) *(void **)&lg = entry("cuLaunchGrid", 12080);
+        else if (strcmp(a[1], "gridasync") == 0) *(void **)&la = entry("cuLaunchGridAsync", 12080);
+        else *(void **)&lm = entry("cuLaunchCooperativeKernelMultiDevice", 12080);
+        uint64_t b0 = busy_ns(0), t0 = now_ns();
+        for (int i = 0; i < atoi(a[2]) && !rc; i++)
+            rc = l0 ? l0(f) : lg ? lg(f, 1, 1) : la ? la(f, 1, 1, NULL) : lm ? lm(&lp, 1, 0) : 500;
+        if (!rc) rc = api.cuCtxSynchronize();
+        printf("launchv rc=%d util=%.4f\n", rc, (double)(busy_ns(0) - b0) / (double)(now_ns() - t0));
+    } else if (strcmp(a[0], "graphmem") == 0 || strcmp(a[0], "capture") == 0) {
+        CUgraph g = NULL;
+        if (a[0][0] == 'g') {
+            CUDA_MEM_ALLOC_NODE_PARAMS prm;
+            memset(&prm, 0, sizeof(prm));
+            prm.poolProps.allocType = 1;
+            prm.poolProps.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+            prm.bytesize = parse_size(a[1]);
+            CUgraphNode node;
+            rc = api.cuGraphCreate(&g, 0);
+            if (!rc) rc = api.cuGraphAddMemAllocNode(&node, g, NULL, 0, &prm);
+        } else {
+            CUstream s = NULL;
+            CUdeviceptr p = 0;
+            rc = api.cuStreamCreate(&s, 0);
+            if (!rc) rc = api.cuStreamBeginCapture_v2(s, 0);
+            CUresult arc = rc ? rc : api.cuMemAllocAsync(&p, parse_size(a[1]), s);
+            if (!rc) rc = api.cuStreamEndCapture(s, &g);
+            if (!rc) rc = arc;
+        }
+        if (rc && g) api.cuGraphDestroy(g);
+        printf("%s rc=%d handle=%d\n", a[0], rc, !rc && g ? add(H_GRAPH, (uintptr_t)g, 0) : -1);
+    } else if (strcmp(a[0], "pattern") == 0) {
+        printf("pattern rc=0 util=%.4f\n", pattern(a[1], atof(a[2])));
+    } else if (strcmp(a[0], "threads") == 0) {
+        int n = atoi(a[1]);
+        pthread_t t[64];
+        long iters = atol(a[2]);
+        for (int i = 0; i < n && i < 64; i++) pthread_create(&t[i], NULL, worker, (void *)iters);
+        long fails = 0;
+        for (int i = 0; i < n && i < 64; i++) { void *r; pthread_join(t[i], &r); fails += (long)r; }
+        printf("threads rc=0 fails=%ld\n", fails);
+    } else if (strcmp(a[0], "exec") == 0) {
+        fflush(stdout);
+        execl(a[1], a[1], a[2], (char *)NULL);
+        printf("exec rc=1\n");
     } else if (strcmp(a[0], "fill") == 0) {
         struct handle *h = &handles[atoi(a[1])];
         printf("fill rc=%d\n", api.cuMemsetD8_v2(h->v, (unsigned char)atoi(a[2]), h->size));
     } else if (strcmp(a[0], "check") == 0) {
         struct handle *h = &handles[atoi(a[1])];
         unsigned char *buf = malloc(h->size);
-        rc = api.cuMemcpyDtoH_v2(buf, h->v, h->size);
+        for (uint64_t at = 0; at < h->size && !rc; at += h->chunk)
+            rc = api.cuMemcpyDtoH_v2(buf + at, h->v + at, h->chunk);
         size_t dirty = 0;
         for (size_t i = 0; i < h->size; i++) dirty += buf[i] != 0;
         free(buf);
@@ -365,6 +554,7 @@ static int run(char *cmd) {
 
 int main(int argc, char **argv) {
     if (argc < 2) return 2;
+    mode = argv[1];
     lib = dlopen("libcuda.so.1", RTLD_NOW);
     if (strcmp(argv[1], "direct") == 0) load_direct();
     else if (strcmp(argv[1], "dlsym") == 0) load_dlsym();
@@ -372,6 +562,7 @@ int main(int argc, char **argv) {
     else if (strcmp(argv[1], "procaddr-ptsz") == 0) load_procaddr(CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM);
     else return 2;
     *(void **)&busy_ns = dlsym(lib, "fakegpu_busy_ns");
+    *(void **)&submitted_ns = dlsym(lib, "fakegpu_submitted_ns");
     *(void **)&now_ns = dlsym(lib, "fakegpu_now_ns");
     *(void **)&make_function = dlsym(lib, "fakegpu_make_function");
     *(void **)&make_graph = dlsym(lib, "fakegpu_make_graph");

@@ -1,8 +1,15 @@
 /* A fake libcuda.so.1 on host memory, for testing libgpugov without a GPU.
  * Environment: FAKECUDA_DEVICES (default 1), FAKECUDA_MEM_BYTES (card size, default
  * 1 GiB), FAKECUDA_FAIL=<function> (that call returns 999), FAKECUDA_QUEUE_US (launch
- * queue depth in device time before launches block, default 20000).
- * Kernels are simulated: each function has a duration; a device runs one at a time. */
+ * queue depth in device time before launches block, default 20000), CUDA_VISIBLE_DEVICES
+ * (a list of device indexes: CUDA ordinal i is the i-th listed device, as in the driver).
+ * Kernels are simulated: each function has a duration (a kernel whose first parameter
+ * points to a uint64_t of 1 takes the duration in its second parameter instead: a
+ * data-dependent kernel); a device runs one at a time.
+ * Where libgpugov's correctness depends on it, the fake refuses what the real driver
+ * refuses: sizes that cannot fit (2^64-byte requests fail with CUDA_ERROR_OUT_OF_MEMORY,
+ * never wrap), destroying a pool with live allocations defers its release until the last
+ * one is freed, cuMemFree / cuMemFreeAsync accept each other's pointers. */
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -25,8 +32,8 @@ struct dev {
     CUmemoryPool default_pool, current_pool;
 };
 struct alloc { uint64_t base, size; unsigned char *mem; int dev, kind, live; };
-struct pool { int dev; uint64_t reserved, live; };
-struct ctx { int dev; };
+struct pool { int dev; uint64_t reserved, live; int destroyed; };
+struct ctx { int dev; }; /* physical device index */
 struct ev { int dev, recorded; uint64_t t; };
 struct func { uint64_t ns; };
 struct graph { uint64_t ns; };
@@ -41,6 +48,7 @@ static __thread struct ctx *current;
 static const char *fail_name;
 static uint64_t queue_ns = 20000000ULL;
 static pthread_once_t once = PTHREAD_ONCE_INIT;
+static int vis[MAX_DEV], nvis; /* CUDA ordinal -> physical device */
 
 EXPORT uint64_t fakegpu_now_ns(void) {
     struct timespec ts;
@@ -58,7 +66,22 @@ static void setup(void) {
     fail_name = getenv("FAKECUDA_FAIL");
     e = getenv("FAKECUDA_QUEUE_US");
     if (e) queue_ns = strtoull(e, NULL, 10) * 1000ULL;
+    e = getenv("CUDA_VISIBLE_DEVICES");
+    nvis = 0;
+    if (!e) for (; nvis < ndev; nvis++) vis[nvis] = nvis;
+    while (e && *e && nvis < MAX_DEV) {
+        char *end;
+        long v = strtol(e, &end, 10);
+        if (end == e || v < 0 || v >= ndev) break; /* the driver stops at the first bad entry */
+        vis[nvis++] = (int)v;
+        if (*end != ',') break;
+        e = end + 1;
+    }
 }
+
+/* ordinal -> physical index, or -1 */
+static int phys(CUdevice d) { pthread_once(&once, setup); return d >= 0 && d < nvis ? vis[d] : -1; }
+static int ordinal(int p) { for (int i = 0; i < nvis; i++) if (vis[i] == p) return i; return -1; }
 
 static int failing(const char *fn) {
     pthread_once(&once, setup);
@@ -92,7 +115,7 @@ static CUresult new_alloc(CUdeviceptr *out, uint64_t size, int dev, int kind, in
     if (dev < 0) return ERR_INVALID_CONTEXT;
     if (!out || !size) return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&mu);
-    if (charge && devs[dev].used + size > devs[dev].total) { pthread_mutex_unlock(&mu); return CUDA_ERROR_OUT_OF_MEMORY; }
+    if (charge && size > devs[dev].total - devs[dev].used) { pthread_mutex_unlock(&mu); return CUDA_ERROR_OUT_OF_MEMORY; }
     int slot = -1;
     for (int i = 0; i < nallocs && slot < 0; i++) if (!allocs[i].live && !allocs[i].mem) slot = i;
     if (slot < 0 && nallocs < MAX_ALLOCS) slot = nallocs++;
@@ -119,11 +142,16 @@ EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t n) { ENTER(); return new_al
 EXPORT CUresult cuMemAllocManaged(CUdeviceptr *p, size_t n, unsigned int f) { (void)f; ENTER(); return new_alloc(p, n, cur_dev(), 0, 1); }
 EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *p, size_t *pitch, size_t w, size_t h, unsigned int e) {
     (void)e; ENTER();
-    if (!pitch) return CUDA_ERROR_INVALID_VALUE;
+    uint64_t bytes;
+    if (!pitch || w > SIZE_MAX - 511 || __builtin_mul_overflow((uint64_t)((w + 511) & ~(size_t)511), (uint64_t)h, &bytes))
+        return CUDA_ERROR_INVALID_VALUE;
     *pitch = (w + 511) & ~(size_t)511;
-    return new_alloc(p, (uint64_t)*pitch * h, cur_dev(), 0, 1);
+    return new_alloc(p, bytes, cur_dev(), 0, 1);
 }
-EXPORT CUresult cuMemFree_v2(CUdeviceptr p) { ENTER(); return drop_alloc(p, 1); }
+static CUresult pool_free(CUdeviceptr p);
+static int is_pool_ptr(CUdeviceptr p);
+/* cuMemFree also frees stream-ordered pointers (synchronously), as the driver does. */
+EXPORT CUresult cuMemFree_v2(CUdeviceptr p) { ENTER(); return is_pool_ptr(p) ? pool_free(p) : drop_alloc(p, 1); }
 EXPORT CUresult cuMemAllocHost_v2(void **p, size_t n) { ENTER(); *p = malloc(n); return *p ? 0 : 2; }
 EXPORT CUresult cuMemFreeHost(void *p) { ENTER(); free(p); return 0; }
 
@@ -139,8 +167,8 @@ EXPORT CUresult cuMemGetInfo_v2(size_t *f, size_t *t) {
 }
 EXPORT CUresult cuDeviceTotalMem_v2(size_t *b, CUdevice d) {
     ENTER();
-    if (d < 0 || d >= ndev || !b) return CUDA_ERROR_INVALID_VALUE;
-    *b = devs[d].total;
+    if (phys(d) < 0 || !b) return CUDA_ERROR_INVALID_VALUE;
+    *b = devs[phys(d)].total;
     return 0;
 }
 EXPORT CUresult cuMemGetAddressRange_v2(CUdeviceptr *base, size_t *size, CUdeviceptr p) {
@@ -181,10 +209,11 @@ EXPORT CUresult cuMemcpyDtoH_v2(void *h, CUdeviceptr d, size_t n) {
 
 static CUresult pool_alloc(CUdeviceptr *p, size_t n, CUmemoryPool h) {
     struct pool *pl = (struct pool *)h;
-    if (!pl || !p || !n) return CUDA_ERROR_INVALID_VALUE;
+    if (!pl || !p || !n || pl->destroyed) return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&mu);
+    if (n > devs[pl->dev].total) { pthread_mutex_unlock(&mu); return CUDA_ERROR_OUT_OF_MEMORY; }
     uint64_t grow = pl->live + n > pl->reserved ? pl->live + n - pl->reserved : 0;
-    if (devs[pl->dev].used + grow > devs[pl->dev].total) { pthread_mutex_unlock(&mu); return CUDA_ERROR_OUT_OF_MEMORY; }
+    if (grow > devs[pl->dev].total - devs[pl->dev].used) { pthread_mutex_unlock(&mu); return CUDA_ERROR_OUT_OF_MEMORY; }
     devs[pl->dev].used += grow;
     pl->reserved += grow;
     pl->live += n;
@@ -194,6 +223,10 @@ static CUresult pool_alloc(CUdeviceptr *p, size_t n, CUmemoryPool h) {
     return rc;
 }
 static struct pool *pool_of(CUdeviceptr p);
+static void pool_release(struct pool *pl) { /* caller holds mu */
+    devs[pl->dev].used -= pl->reserved;
+    free(pl);
+}
 static CUresult pool_free(CUdeviceptr p) {
     struct pool *pl = pool_of(p);
     pthread_mutex_lock(&mu);
@@ -205,6 +238,7 @@ static CUresult pool_free(CUdeviceptr p) {
     drop_alloc(p, 0);
     pthread_mutex_lock(&mu);
     pl->live -= n;
+    if (pl->destroyed && pl->live == 0) pool_release(pl); /* the deferred destroy completes */
     pthread_mutex_unlock(&mu);
     return 0;
 }
@@ -215,6 +249,13 @@ static struct pool *pool_of(CUdeviceptr p) {
     pthread_mutex_lock(&mu);
     struct pool *r = NULL;
     for (int i = 0; i < MAX_ALLOCS && !r; i++) if (pool_map[i].base == p) { r = pool_map[i].pool; pool_map[i].base = 0; }
+    pthread_mutex_unlock(&mu);
+    return r;
+}
+static int is_pool_ptr(CUdeviceptr p) {
+    pthread_mutex_lock(&mu);
+    int r = 0;
+    for (int i = 0; i < MAX_ALLOCS && !r; i++) r = p && pool_map[i].base == p;
     pthread_mutex_unlock(&mu);
     return r;
 }
@@ -237,24 +278,33 @@ static CUmemoryPool device_pool(int d) {
     return r;
 }
 
+static int capturing(CUstream s);
+static CUresult capture_alloc(CUdeviceptr *p, size_t n, CUstream s);
 static CUresult alloc_from(CUdeviceptr *p, size_t n, CUmemoryPool h) {
     CUresult rc = pool_alloc(p, n, h);
     if (rc == 0) remember_pool(*p, (struct pool *)h);
     return rc;
 }
-EXPORT CUresult cuMemAllocAsync(CUdeviceptr *p, size_t n, CUstream s) { (void)s; ENTER(); return cur_dev() < 0 ? ERR_INVALID_CONTEXT : alloc_from(p, n, device_pool(cur_dev())); }
-EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr *p, size_t n, CUstream s) { (void)s; ENTER(); return cur_dev() < 0 ? ERR_INVALID_CONTEXT : alloc_from(p, n, device_pool(cur_dev())); }
+/* (internal calls never go through exported names: a preloaded library would interpose them) */
+static CUresult alloc_async(CUdeviceptr *p, size_t n, CUstream s) {
+    if (cur_dev() < 0) return ERR_INVALID_CONTEXT;
+    if (capturing(s)) return capture_alloc(p, n, s); /* becomes a memory node of the graph */
+    return alloc_from(p, n, device_pool(cur_dev()));
+}
+EXPORT CUresult cuMemAllocAsync(CUdeviceptr *p, size_t n, CUstream s) { ENTER(); return alloc_async(p, n, s); }
+EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr *p, size_t n, CUstream s) { ENTER(); return alloc_async(p, n, s); }
 EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr *p, size_t n, CUmemoryPool h, CUstream s) { (void)s; ENTER(); return alloc_from(p, n, h); }
 EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *p, size_t n, CUmemoryPool h, CUstream s) { (void)s; ENTER(); return alloc_from(p, n, h); }
-EXPORT CUresult cuMemFreeAsync(CUdeviceptr p, CUstream s) { (void)s; ENTER(); return pool_free(p); }
-EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr p, CUstream s) { (void)s; ENTER(); return pool_free(p); }
-EXPORT CUresult cuDeviceGetMemPool(CUmemoryPool *pl, CUdevice d) { ENTER(); if (d < 0 || d >= ndev) return 1; *pl = device_pool(d); return 0; }
+/* cuMemFreeAsync also frees cuMemAlloc pointers (stream-ordered), as the driver does. */
+EXPORT CUresult cuMemFreeAsync(CUdeviceptr p, CUstream s) { (void)s; ENTER(); return is_pool_ptr(p) ? pool_free(p) : drop_alloc(p, 1); }
+EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr p, CUstream s) { (void)s; ENTER(); return is_pool_ptr(p) ? pool_free(p) : drop_alloc(p, 1); }
+EXPORT CUresult cuDeviceGetMemPool(CUmemoryPool *pl, CUdevice d) { ENTER(); if (phys(d) < 0) return 1; *pl = device_pool(phys(d)); return 0; }
 EXPORT CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *pl, CUdevice d) { return cuDeviceGetMemPool(pl, d); }
 EXPORT CUresult cuMemPoolCreate(CUmemoryPool *out, const CUmemPoolProps *props) {
     ENTER();
-    if (!out || !props || props->location.id < 0 || props->location.id >= ndev) return CUDA_ERROR_INVALID_VALUE;
+    if (!out || !props || phys(props->location.id) < 0) return CUDA_ERROR_INVALID_VALUE;
     struct pool *pl = calloc(1, sizeof(*pl));
-    pl->dev = props->location.id;
+    pl->dev = phys(props->location.id);
     *out = (CUmemoryPool)pl;
     return 0;
 }
@@ -267,19 +317,24 @@ EXPORT CUresult cuMemPoolTrimTo(CUmemoryPool h, size_t keep) {
     pthread_mutex_unlock(&mu);
     return 0;
 }
+/* A pool with live allocations is released when its last allocation is freed (the
+ * driver returns at once and defers the release); a device's default pool is refused. */
 EXPORT CUresult cuMemPoolDestroy(CUmemoryPool h) {
     ENTER();
     struct pool *pl = (struct pool *)h;
+    if (!pl || pl->destroyed) return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&mu);
-    devs[pl->dev].used -= pl->reserved;
+    if (devs[pl->dev].default_pool == h) { pthread_mutex_unlock(&mu); return CUDA_ERROR_INVALID_VALUE; }
+    if (devs[pl->dev].current_pool == h) devs[pl->dev].current_pool = devs[pl->dev].default_pool;
+    pl->destroyed = 1;
+    if (pl->live == 0) pool_release(pl);
     pthread_mutex_unlock(&mu);
-    free(pl);
     return 0;
 }
 EXPORT CUresult cuMemPoolGetAttribute(CUmemoryPool h, int attr, void *v) {
     ENTER();
     struct pool *pl = (struct pool *)h;
-    if (!pl || !v || attr != CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT) return CUDA_ERROR_INVALID_VALUE;
+    if (!pl || !v || pl->destroyed || attr != CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT) return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&mu);
     *(cuuint64_t *)v = pl->reserved;
     pthread_mutex_unlock(&mu);
@@ -293,7 +348,7 @@ static uint64_t fmt_bytes(int f) { return f == 0x01 || f == 0x08 ? 1 : f == 0x02
 static uint64_t d1(size_t v) { return v ? v : 1; }
 struct farr { uint64_t size, row; CUDA_ARRAY3D_DESCRIPTOR d; unsigned char *mem; int dev; };
 struct fmip { unsigned int levels; struct farr *lv[32]; };
-#define MAX_SPARE 64
+#define MAX_SPARE 1024
 static struct { uint64_t size; unsigned char *mem; } spare[MAX_SPARE];
 
 static unsigned char *spare_take(uint64_t size) { /* caller holds mu */
@@ -310,10 +365,12 @@ static void spare_put(uint64_t size, unsigned char *m) { /* caller holds mu */
 static CUresult new_array(int dev, const CUDA_ARRAY3D_DESCRIPTOR *d, struct farr **out) {
     if (dev < 0) return ERR_INVALID_CONTEXT;
     if (!d || !out) return CUDA_ERROR_INVALID_VALUE;
-    uint64_t row = d1(d->Width) * fmt_bytes(d->Format) * (d->NumChannels ? d->NumChannels : 1);
-    uint64_t n = row * d1(d->Height) * d1(d->Depth);
+    uint64_t row, n;
+    if (__builtin_mul_overflow(d1(d->Width), fmt_bytes(d->Format) * (d->NumChannels ? d->NumChannels : 1), &row)
+        || __builtin_mul_overflow(row, d1(d->Height), &n) || __builtin_mul_overflow(n, d1(d->Depth), &n))
+        return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&mu);
-    if (devs[dev].used + n > devs[dev].total) { pthread_mutex_unlock(&mu); return CUDA_ERROR_OUT_OF_MEMORY; }
+    if (n > devs[dev].total - devs[dev].used) { pthread_mutex_unlock(&mu); return CUDA_ERROR_OUT_OF_MEMORY; }
     devs[dev].used += n;
     struct farr *a = malloc(sizeof(*a));
     *a = (struct farr){n, row, *d, spare_take(n), dev};
@@ -435,10 +492,10 @@ static void handle_unref(struct vmm *v) { /* caller holds mu */
 EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *h, size_t n, const CUmemAllocationProp *prop, unsigned long long f) {
     (void)f; ENTER();
     if (!h || !prop || !n) return CUDA_ERROR_INVALID_VALUE;
-    int dev = prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE ? prop->location.id : -1;
-    if (dev >= ndev) return CUDA_ERROR_INVALID_VALUE;
+    int dev = prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE ? phys(prop->location.id) : -1;
+    if (prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE && dev < 0) return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&mu);
-    if (dev >= 0 && devs[dev].used + n > devs[dev].total) { pthread_mutex_unlock(&mu); return CUDA_ERROR_OUT_OF_MEMORY; }
+    if (dev >= 0 && n > devs[dev].total - devs[dev].used) { pthread_mutex_unlock(&mu); return CUDA_ERROR_OUT_OF_MEMORY; }
     if (dev >= 0) devs[dev].used += n;
     struct phys *p = calloc(1, sizeof(*p));
     *p = (struct phys){n, spare_take(n), dev, 0, 1};
@@ -498,7 +555,7 @@ EXPORT CUresult cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp *prop
     memset(prop, 0, sizeof(*prop));
     prop->type = 1;
     prop->location.type = v->p->dev >= 0 ? CU_MEM_LOCATION_TYPE_DEVICE : 2;
-    prop->location.id = v->p->dev >= 0 ? v->p->dev : 0;
+    prop->location.id = v->p->dev >= 0 ? ordinal(v->p->dev) : 0;
     return 0;
 }
 EXPORT CUresult cuMemAddressReserve(CUdeviceptr *p, size_t n, size_t align, CUdeviceptr addr, unsigned long long f) {
@@ -513,7 +570,7 @@ EXPORT CUresult cuMemAddressFree(CUdeviceptr p, size_t n) { (void)p; (void)n; EN
 EXPORT CUresult cuMemMap(CUdeviceptr p, size_t n, size_t off, CUmemGenericAllocationHandle h, unsigned long long f) {
     (void)f; ENTER();
     struct vmm *v = (struct vmm *)(uintptr_t)h;
-    if (!v || off + n > v->p->size) return CUDA_ERROR_INVALID_VALUE;
+    if (!v || off > v->p->size || n > v->p->size - off) return CUDA_ERROR_INVALID_VALUE;
     CUresult rc = CUDA_ERROR_OUT_OF_MEMORY;
     pthread_mutex_lock(&mu);
     for (int i = 0; i < MAX_MAPS; i++)
@@ -577,17 +634,28 @@ EXPORT CUresult cuMemPoolImportPointer(CUdeviceptr *p, CUmemoryPool pool, CUmemP
 
 EXPORT CUresult cuInit(unsigned int f) { (void)f; ENTER(); return 0; }
 EXPORT CUresult cuDriverGetVersion(int *v) { ENTER(); *v = 12080; return 0; }
-EXPORT CUresult cuDeviceGetCount(int *n) { ENTER(); *n = ndev; return 0; }
-EXPORT CUresult cuDeviceGet(CUdevice *d, int i) { ENTER(); if (i < 0 || i >= ndev) return 101; *d = i; return 0; }
+EXPORT CUresult cuDeviceGetCount(int *n) { ENTER(); *n = nvis; return 0; }
+EXPORT CUresult cuDeviceGet(CUdevice *d, int i) { ENTER(); if (phys(i) < 0) return 101; *d = i; return 0; }
+/* UUID bytes: fa ce 00 .. 00 <physical index>, i.e. GPU-face0000-0000-0000-0000-0000000000NN */
+static CUresult get_uuid(CUuuid *u, CUdevice d) {
+    if (!u || phys(d) < 0) return CUDA_ERROR_INVALID_VALUE;
+    memset(u, 0, sizeof(*u));
+    u->bytes[0] = (char)0xfa;
+    u->bytes[1] = (char)0xce;
+    u->bytes[15] = (char)phys(d);
+    return 0;
+}
+EXPORT CUresult cuDeviceGetUuid(CUuuid *u, CUdevice d) { ENTER(); return get_uuid(u, d); }
+EXPORT CUresult cuDeviceGetUuid_v2(CUuuid *u, CUdevice d) { ENTER(); return get_uuid(u, d); }
 EXPORT CUresult cuDeviceGetName(char *name, int len, CUdevice d) { ENTER(); snprintf(name, (size_t)len, "Fake GPU %d", d); return 0; }
-EXPORT CUresult cuDeviceGetAttribute(int *v, int attr, CUdevice d) { (void)d; ENTER(); *v = attr == 16 ? 132 : 1; return 0; }
-EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *c, CUdevice d) { ENTER(); if (d < 0 || d >= ndev) return 101; *c = (CUcontext)&primary[d]; return 0; }
+EXPORT CUresult cuDeviceGetAttribute(int *v, int attr, CUdevice d) { (void)d; ENTER(); *v = attr == 16 ? 132 : attr == 39 ? 2048 : 1; return 0; }
+EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *c, CUdevice d) { ENTER(); if (phys(d) < 0) return 101; *c = (CUcontext)&primary[phys(d)]; return 0; }
 EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice d) { (void)d; ENTER(); return 0; }
 EXPORT CUresult cuCtxCreate_v2(CUcontext *c, unsigned int f, CUdevice d) {
     (void)f; ENTER();
-    if (d < 0 || d >= ndev) return 101;
+    if (phys(d) < 0) return 101;
     struct ctx *x = malloc(sizeof(*x));
-    x->dev = d;
+    x->dev = phys(d);
     current = x;
     *c = (CUcontext)x;
     return 0;
@@ -595,7 +663,7 @@ EXPORT CUresult cuCtxCreate_v2(CUcontext *c, unsigned int f, CUdevice d) {
 EXPORT CUresult cuCtxDestroy_v2(CUcontext c) { ENTER(); if (current == (struct ctx *)c) current = NULL; if (c != (CUcontext)&primary[((struct ctx *)c)->dev]) free(c); return 0; }
 EXPORT CUresult cuCtxSetCurrent(CUcontext c) { ENTER(); current = (struct ctx *)c; return 0; }
 EXPORT CUresult cuCtxGetCurrent(CUcontext *c) { ENTER(); *c = (CUcontext)current; return 0; }
-EXPORT CUresult cuCtxGetDevice(CUdevice *d) { ENTER(); if (!current) return ERR_INVALID_CONTEXT; *d = current->dev; return 0; }
+EXPORT CUresult cuCtxGetDevice(CUdevice *d) { ENTER(); if (!current) return ERR_INVALID_CONTEXT; *d = ordinal(current->dev); return 0; }
 
 /* ---- simulated execution: one timeline per device ---- */
 
@@ -639,6 +707,13 @@ EXPORT uint64_t fakegpu_busy_ns(int d) {
     pthread_mutex_unlock(&mu);
     return r;
 }
+/* Device time of all work submitted so far, finished or not. */
+EXPORT uint64_t fakegpu_submitted_ns(int d) {
+    pthread_mutex_lock(&mu);
+    uint64_t r = devs[d].busy_total;
+    pthread_mutex_unlock(&mu);
+    return r;
+}
 EXPORT uint64_t fakegpu_launches(int d) { return devs[d].launches; }
 EXPORT uint64_t fakegpu_used(int d) { pthread_once(&once, setup); return devs[d].used; }
 EXPORT uint64_t fakegpu_total(int d) { pthread_once(&once, setup); return devs[d].total; }
@@ -646,8 +721,25 @@ EXPORT uint64_t fakegpu_total(int d) { pthread_once(&once, setup); return devs[d
 #define KARGS CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx, \
               unsigned int by, unsigned int bz, unsigned int shm, CUstream s
 #define UNUSED_K (void)gx; (void)gy; (void)gz; (void)bx; (void)by; (void)bz; (void)shm; (void)s
-EXPORT CUresult cuLaunchKernel(KARGS, void **p, void **e) { UNUSED_K; (void)p; (void)e; ENTER(); return f ? run(((struct func *)f)->ns) : 1; }
-EXPORT CUresult cuLaunchKernel_ptsz(KARGS, void **p, void **e) { UNUSED_K; (void)p; (void)e; ENTER(); return f ? run(((struct func *)f)->ns) : 1; }
+/* A kernel's duration: its function's, or for a data-dependent launch (params[0] points to a
+ * uint64_t 1) the uint64_t nanoseconds params[1] points to. */
+static uint64_t kernel_ns(CUfunction f, void **p) {
+    if (p && p[0] && *(uint64_t *)p[0] == 1 && p[1]) return *(uint64_t *)p[1];
+    return ((struct func *)f)->ns;
+}
+EXPORT CUresult cuLaunchKernel(KARGS, void **p, void **e) { UNUSED_K; (void)e; ENTER(); return f ? run(kernel_ns(f, p)) : 1; }
+EXPORT CUresult cuLaunchKernel_ptsz(KARGS, void **p, void **e) { UNUSED_K; (void)e; ENTER(); return f ? run(kernel_ns(f, p)) : 1; }
+/* Legacy launch entry points (deprecated in the driver but still exported). */
+EXPORT CUresult cuLaunch(CUfunction f) { ENTER(); return f ? run(((struct func *)f)->ns) : 1; }
+EXPORT CUresult cuLaunchGrid(CUfunction f, int w, int h) { (void)w; (void)h; ENTER(); return f ? run(((struct func *)f)->ns) : 1; }
+EXPORT CUresult cuLaunchGridAsync(CUfunction f, int w, int h, CUstream s) { (void)w; (void)h; (void)s; ENTER(); return f ? run(((struct func *)f)->ns) : 1; }
+EXPORT CUresult cuLaunchCooperativeKernelMultiDevice(CUDA_LAUNCH_PARAMS *l, unsigned int n, unsigned int fl) {
+    (void)fl; ENTER();
+    if (!l || !n) return CUDA_ERROR_INVALID_VALUE;
+    for (unsigned int i = 0; i < n; i++) if (!l[i].function) return CUDA_ERROR_INVALID_VALUE;
+    for (unsigned int i = 0; i < n; i++) run(((struct func *)l[i].function)->ns);
+    return 0;
+}
 EXPORT CUresult cuLaunchCooperativeKernel(KARGS, void **p) { UNUSED_K; (void)p; ENTER(); return f ? run(((struct func *)f)->ns) : 1; }
 EXPORT CUresult cuLaunchCooperativeKernel_ptsz(KARGS, void **p) { UNUSED_K; (void)p; ENTER(); return f ? run(((struct func *)f)->ns) : 1; }
 EXPORT CUresult cuLaunchKernelEx(const CUlaunchConfig *c, CUfunction f, void **p, void **e) { (void)c; (void)p; (void)e; ENTER(); return f ? run(((struct func *)f)->ns) : 1; }
@@ -689,6 +781,143 @@ EXPORT CUresult cuEventElapsedTime(float *ms, CUevent a, CUevent b) {
 }
 EXPORT CUresult cuEventDestroy_v2(CUevent e) { ENTER(); free(e); return 0; }
 
+/* ---- context limits: the malloc heap and printf FIFO are device memory the driver
+ * allocates at the size the program asks; the stack is per thread x resident threads ---- */
+
+static uint64_t limits[MAX_DEV][3]; /* CU_LIMIT_STACK_SIZE 0, PRINTF_FIFO_SIZE 1, MALLOC_HEAP_SIZE 2 */
+static uint64_t limit_bytes(int which, uint64_t v) { return which == 0 ? v * 132 * 2048 : v; }
+EXPORT CUresult cuCtxSetLimit(int which, size_t value) {
+    ENTER();
+    int d = cur_dev();
+    if (d < 0) return ERR_INVALID_CONTEXT;
+    if (which < 0 || which > 2) return CUDA_ERROR_NOT_SUPPORTED;
+    uint64_t now_b = limit_bytes(which, limits[d][which]), want;
+    if (__builtin_mul_overflow((uint64_t)value, which == 0 ? 132 * 2048ULL : 1ULL, &want)) return CUDA_ERROR_OUT_OF_MEMORY;
+    pthread_mutex_lock(&mu);
+    uint64_t base = devs[d].used - now_b;
+    if (want > devs[d].total - base) { pthread_mutex_unlock(&mu); return CUDA_ERROR_OUT_OF_MEMORY; }
+    devs[d].used = base + want;
+    limits[d][which] = value;
+    pthread_mutex_unlock(&mu);
+    return 0;
+}
+EXPORT CUresult cuCtxGetLimit(size_t *v, int which) {
+    ENTER();
+    int d = cur_dev();
+    if (d < 0) return ERR_INVALID_CONTEXT;
+    if (!v || which < 0 || which > 2) return CUDA_ERROR_INVALID_VALUE;
+    *v = (size_t)limits[d][which];
+    return 0;
+}
+
+/* ---- graphs with memory nodes: a memory node's bytes are device memory from the moment
+ * the graph holds them (the fake reserves at node creation; the driver at instantiation or
+ * first launch); they return when the graph is destroyed ---- */
+
+struct fgraph { int dev; uint64_t bytes; };
+#define MAX_STREAMS 64
+static struct { CUstream s; struct fgraph *g; } captures[MAX_STREAMS];
+static int capturing(CUstream s) {
+    pthread_mutex_lock(&mu);
+    int r = 0;
+    for (int i = 0; i < MAX_STREAMS && !r; i++) r = s && captures[i].s == s;
+    pthread_mutex_unlock(&mu);
+    return r;
+}
+static CUresult graph_reserve(struct fgraph *g, uint64_t n, CUdeviceptr *p) {
+    CUresult rc = new_alloc(p, n, g->dev, 3, 1);
+    if (rc == 0) g->bytes += n;
+    return rc;
+}
+static CUresult capture_alloc(CUdeviceptr *p, size_t n, CUstream s) {
+    struct fgraph *g = NULL;
+    pthread_mutex_lock(&mu);
+    for (int i = 0; i < MAX_STREAMS; i++) if (captures[i].s == s) g = captures[i].g;
+    pthread_mutex_unlock(&mu);
+    if (!g || !p || !n) return CUDA_ERROR_INVALID_VALUE;
+    return graph_reserve(g, n, p);
+}
+EXPORT CUresult cuGraphCreate(CUgraph *g, unsigned int f) {
+    (void)f; ENTER();
+    if (!g) return CUDA_ERROR_INVALID_VALUE;
+    struct fgraph *x = calloc(1, sizeof(*x));
+    x->dev = cur_dev();
+    *g = (CUgraph)x;
+    return 0;
+}
+EXPORT CUresult cuGraphAddMemAllocNode(CUgraphNode *node, CUgraph g, const CUgraphNode *deps, size_t ndeps,
+                                       CUDA_MEM_ALLOC_NODE_PARAMS *prm) {
+    (void)deps; (void)ndeps; ENTER();
+    struct fgraph *x = (struct fgraph *)g;
+    if (!node || !x || !prm || !prm->bytesize || prm->poolProps.location.type != CU_MEM_LOCATION_TYPE_DEVICE
+        || phys(prm->poolProps.location.id) < 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    x->dev = phys(prm->poolProps.location.id);
+    CUresult rc = graph_reserve(x, prm->bytesize, &prm->dptr);
+    if (rc == 0) *node = (CUgraphNode)(uintptr_t)prm->dptr;
+    return rc;
+}
+EXPORT CUresult cuGraphDestroy(CUgraph g) {
+    ENTER();
+    struct fgraph *x = (struct fgraph *)g;
+    if (!x) return ERR_INVALID_HANDLE;
+    pthread_mutex_lock(&mu);
+    for (int i = 0; i < nallocs; i++) /* kind 3: graph memory; freed with its graph */
+        if (allocs[i].live && allocs[i].kind == 3 && allocs[i].dev == x->dev && x->bytes >= allocs[i].size) {
+            allocs[i].live = 0;
+            devs[x->dev].used -= allocs[i].size;
+            x->bytes -= allocs[i].size;
+        }
+    pthread_mutex_unlock(&mu);
+    free(x);
+    return 0;
+}
+EXPORT CUresult cuStreamBeginCapture_v2(CUstream s, int mode) {
+    (void)mode; ENTER();
+    if (!s || cur_dev() < 0) return CUDA_ERROR_INVALID_VALUE; /* the legacy stream cannot capture */
+    struct fgraph *x = calloc(1, sizeof(*x));
+    x->dev = cur_dev();
+    pthread_mutex_lock(&mu);
+    int ok = 0;
+    for (int i = 0; i < MAX_STREAMS && !ok; i++) if (!captures[i].s) { captures[i].s = s; captures[i].g = x; ok = 1; }
+    pthread_mutex_unlock(&mu);
+    if (!ok) { free(x); return CUDA_ERROR_OUT_OF_MEMORY; }
+    return 0;
+}
+EXPORT CUresult cuStreamEndCapture(CUstream s, CUgraph *g) {
+    ENTER();
+    CUresult rc = CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&mu);
+    for (int i = 0; i < MAX_STREAMS; i++)
+        if (s && captures[i].s == s) { if (g) *g = (CUgraph)captures[i].g; captures[i].s = NULL; rc = 0; break; }
+    pthread_mutex_unlock(&mu);
+    return rc;
+}
+EXPORT CUresult cuStreamIsCapturing(CUstream s, int *status) {
+    ENTER();
+    if (!status) return CUDA_ERROR_INVALID_VALUE;
+    *status = capturing(s) ? 1 : 0; /* CU_STREAM_CAPTURE_STATUS_ACTIVE */
+    return 0;
+}
+
+/* ---- legacy (pre-3.2, 32-bit) exports the driver still has: they allocate like the
+ * current ones, so a library that does not cover them is bypassed ---- */
+typedef struct { unsigned int Width, Height; int Format; unsigned int NumChannels; } ARRAY_DESC_V1;
+EXPORT CUresult cuArrayCreate(CUarray *a, const ARRAY_DESC_V1 *d) {
+    ENTER();
+    if (!d) return CUDA_ERROR_INVALID_VALUE;
+    CUDA_ARRAY3D_DESCRIPTOR d3 = {d->Width, d->Height, 0, d->Format, d->NumChannels, 0};
+    return new_array(cur_dev(), &d3, (struct farr **)a);
+}
+EXPORT CUresult cuMemAlloc(unsigned int *p, unsigned int n) {
+    ENTER();
+    CUdeviceptr q = 0;
+    CUresult rc = new_alloc(&q, n, cur_dev(), 0, 1);
+    if (rc == 0 && p) *p = (unsigned int)q; /* truncated: why the legacy API is unusable today */
+    return rc;
+}
+EXPORT CUresult cuIpcOpenMemHandle(CUdeviceptr *p, CUipcMemHandle h, unsigned int f) { (void)f; ENTER(); return import_token(p, h.reserved); }
+
 /* ---- cuGetProcAddress: versioned names from a static table, never through dlsym ---- */
 
 #define TABLE(X) X(cuInit) X(cuDriverGetVersion) X(cuDeviceGetCount) X(cuDeviceGet) X(cuDeviceGetName) \
@@ -708,7 +937,10 @@ EXPORT CUresult cuEventDestroy_v2(CUevent e) { ENTER(); free(e); return 0; }
     X(cuLaunchKernelEx) X(cuLaunchKernelEx_ptsz) X(cuLaunchCooperativeKernel) X(cuLaunchCooperativeKernel_ptsz) \
     X(cuGraphLaunch) X(cuGraphLaunch_ptsz) X(cuStreamCreate) X(cuStreamSynchronize) X(cuStreamDestroy_v2) \
     X(cuEventCreate) X(cuEventRecord) X(cuEventQuery) X(cuEventSynchronize) X(cuEventElapsedTime) X(cuEventDestroy_v2) \
-    X(cuGetProcAddress) X(cuGetProcAddress_v2)
+    X(cuGetProcAddress) X(cuGetProcAddress_v2) X(cuDeviceGetUuid) X(cuDeviceGetUuid_v2) X(cuCtxSetLimit) \
+    X(cuCtxGetLimit) X(cuGraphCreate) X(cuGraphAddMemAllocNode) X(cuGraphDestroy) X(cuStreamBeginCapture_v2) \
+    X(cuStreamEndCapture) X(cuStreamIsCapturing) X(cuLaunch) X(cuLaunchGrid) X(cuLaunchGridAsync) \
+    X(cuLaunchCooperativeKernelMultiDevice) X(cuArrayCreate) X(cuMemAlloc) X(cuIpcOpenMemHandle)
 
 EXPORT CUresult cuGetProcAddress(const char *sym, void **pfn, int ver, cuuint64_t flags);
 EXPORT CUresult cuGetProcAddress_v2(const char *sym, void **pfn, int ver, cuuint64_t flags, CUdriverProcAddressQueryResult *st);
