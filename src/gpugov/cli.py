@@ -26,139 +26,265 @@ def _fail(message: str) -> typer.Exit:
     return typer.Exit(2)
 
 
-def _run_and_report(nodes, pods, workload: str, policies: list[str], seeds: str, tune: float,
-                    out: Path, jobs: int, targets: Path | None) -> None:
+def _warn(message: str) -> None:
+    typer.echo(f"warning: {message}", err=True)
+
+
+def _renamed(new_value, old_value, old: str, new: str, default=None):  # type: ignore[no-untyped-def]
+    """A deprecated option spelling still works (hidden from --help) and says what to use."""
+    if old_value is None:
+        return new_value
+    _warn(f"{old} is deprecated; use {new}")
+    if new_value is not None and new_value != default and new_value != old_value:
+        raise _fail(f"give {new} or {old}, not both")
+    return old_value
+
+
+def _console():  # type: ignore[no-untyped-def]
+    """A console as wide as the terminal (tables wrap their cells instead of the screen)."""
     from rich.console import Console
+
+    return Console()
+
+
+def _check_out_folder(out: Path, inputs: list[Path | None], names=()) -> None:  # type: ignore[no-untyped-def]
+    from gpugov.sim.output_files import OutputError, check_folder
+
+    try:
+        check_folder(out, inputs, names)
+    except OutputError as e:
+        raise _fail(str(e)) from None
+
+
+def _check_out_file(out: Path, inputs: list[Path | None]) -> None:
+    from gpugov.sim.output_files import OutputError, check_file
+
+    try:
+        check_file(out, inputs)
+    except OutputError as e:
+        raise _fail(str(e)) from None
+
+
+def _run_and_report(nodes, pods, workload: str, policies: list[str], seeds: str, tune: float,
+                    out: Path, workers: int, targets: Path | None,
+                    inputs: list[Path | None]) -> None:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
-    from gpugov.sim.report import load_targets, summarise, write_study
+    from gpugov.sim.experiment import MAX_ARRIVALS, MAX_TUNE, expected_arrivals
+    from gpugov.sim.output_files import OutputError
+    from gpugov.sim.report import OUTPUT_FILES, load_targets, summarise, write_study
     from gpugov.sim.study import parse_seeds, resolve_policies, run_study
+    from gpugov.sim.text_input import InputFileError
 
+    if not 0 < tune <= MAX_TUNE:  # also refuses nan and inf
+        raise _fail(f"--tune must be within 0 (exclusive) and {MAX_TUNE:g}, got {tune}")
+    if not 1 <= workers <= 256:
+        raise _fail(f"--workers must be within 1..256, got {workers}")
     try:
         seed_list = parse_seeds(seeds)
         names = resolve_policies(policies)
         published = load_targets(targets, workload) if targets else {}
-    except (ValueError, KeyError, OSError) as e:
+    except InputFileError as e:
+        raise _fail(str(e)) from None
+    except (ValueError, KeyError) as e:
         raise _fail(str(e.args[0] if isinstance(e, KeyError) else e)) from None
-    if not tune > 0:
-        raise _fail(f"--tune must be > 0, got {tune}")
-    if jobs < 1:
-        raise _fail(f"--jobs must be >= 1, got {jobs}")
-    if out.exists() and not out.is_dir():
-        raise _fail(f"--out {out} exists and is not a folder")
+    if targets and not published:
+        _warn(f"{targets}: no published numbers for workload {workload!r}")
+    capacity = sum(n.gpu_count for n in nodes) * 1000
+    if expected_arrivals(pods, capacity, tune) > MAX_ARRIVALS:
+        raise _fail(f"--tune {tune:g} needs more than {MAX_ARRIVALS:,} arrivals on this "
+                    "cluster; use a smaller --tune")
+    _check_out_folder(out, inputs, OUTPUT_FILES)
+    from rich.console import Console
+
     console = Console(stderr=True)
     with Progress("[progress.description]{task.description}", BarColumn(),
                   MofNCompleteColumn(), TimeElapsedColumn(), console=console) as bar:
         task = bar.add_task(f"{workload}: {len(names)} policies x {len(seed_list)} seeds",
                             total=len(names) * len(seed_list))
-        result = run_study(nodes, pods, workload, names, seed_list, tune, jobs,
-                           on_done=lambda r: bar.advance(task))
+        try:
+            result = run_study(nodes, pods, workload, names, seed_list, tune, workers,
+                               on_done=lambda r: bar.advance(task))
+        except ValueError as e:  # e.g. a tune that would need too many arrivals
+            raise _fail(str(e)) from None
     try:
-        files = write_study(result, out)
-    except OSError as e:
-        raise _fail(f"cannot write results to {out}: {e.strerror or e}") from None
+        files = write_study(result, out, published)
+    except OutputError as e:
+        raise _fail(str(e)) from None
     _print_summary(result, summarise(result), published)
     for f in files:
         typer.echo(f"wrote {f}")
 
 
+def _stat_cells(s, total: int) -> tuple[str, str]:  # type: ignore[no-untyped-def]
+    """'mean', 'min–max' of a column; '—' where no seed got there, and how many did."""
+    if s.seeds == 0:
+        return "—", f"0/{total} seeds"
+    spread = f"{s.min:.2f}–{s.max:.2f}"
+    return f"{s.mean:.2f}", spread + ("" if s.seeds == total else f" ({s.seeds}/{total} seeds)")
+
+
 def _print_summary(result, rows, published: dict[str, tuple[float, float]]) -> None:
-    from rich.console import Console
+    from rich import box
     from rich.table import Table
 
     last = int(100 * result.tune + 0.999999)
-    table = Table(title=f"GPU allocation — {result.workload}, tune {result.tune}")
-    table.add_column("policy")
-    table.add_column("seeds", justify="right")
-    table.add_column("@100", justify="right")
-    table.add_column("min–max", justify="right", style="dim")
-    table.add_column(f"@{last}", justify="right")
-    table.add_column("min–max", justify="right", style="dim")
+    same_seeds = len({r.seeds for r in rows}) == 1
+    table = Table(title=f"GPU allocation — {result.workload}, tune {result.tune}"
+                  + (f", seeds: {rows[0].seeds}" if same_seeds and rows else ""),
+                  box=box.SIMPLE_HEAD, pad_edge=False)
+    table.add_column("policy", no_wrap=True)
+    if not same_seeds:
+        table.add_column("seeds", justify="right")
+    table.add_column("@100", justify="right", no_wrap=True)
+    table.add_column("min–max", justify="right", style="dim", no_wrap=True)
+    table.add_column(f"@{last}", justify="right", no_wrap=True)
+    table.add_column("min–max", justify="right", style="dim", no_wrap=True)
     if published:
         table.add_column("published @100 / @130 (Δ)", justify="right")
-    table.add_column(f"frag @{last}", justify="right")
-    table.add_column("failed (why)", justify="right", no_wrap=True)
+    table.add_column(f"frag @{last}", justify="right", no_wrap=True)
+    table.add_column("failed (why)", justify="left")
     for r in rows:
-        cells = [r.label, str(r.seeds),
-                 f"{r.at_100[0]:.2f}", f"{r.at_100[1]:.2f}–{r.at_100[2]:.2f}",
-                 f"{r.at_end[0]:.2f}", f"{r.at_end[1]:.2f}–{r.at_end[2]:.2f}"]
+        cells = [r.label, *([] if same_seeds else [str(r.seeds)]),
+                 *_stat_cells(r.at_100, r.seeds), *_stat_cells(r.at_end, r.seeds)]
         if published:
-            p = published.get(r.label)
-            cells.append(f"{p[0]:.2f} ({r.at_100[0] - p[0]:+.2f}) / {p[1]:.2f} "
-                         f"({r.at_end[0] - p[1]:+.2f})" if p else "—")
+            cells.append(_published_cell(published.get(r.label), r))
         why = " ".join(f"{k} {v:.0f}" for k, v in r.failed_by_reason.items())
-        cells += [f"{r.frag_end:.2f}", f"{r.failed_pods:.0f}" + (f" ({why})" if why else "")]
+        frag = "—" if r.frag_end != r.frag_end else f"{r.frag_end:.2f}"
+        cells += [frag, f"{r.failed_pods:.0f}" + (f" ({why})" if why else "")]
         table.add_row(*cells)
+    notes = []
+    if any(min(r.at_100.seeds, r.at_end.seeds) < r.seeds for r in rows):
+        notes.append("a column is averaged over the seeds whose arrivals reached it (n/N "
+                     "seeds); the others stopped short, so columns may not be comparable")
+    if published and last != 130:
+        notes.append("published @130 is compared with this run's @130 only when --tune "
+                     ">= 1.3")
     table.caption = ("allocated GPU as % of capacity when the arrived GPU request reaches 100 % "
                      f"and {last} % of capacity; frag = fragmented GPU (FGD measure), % of "
                      "capacity; failed = pods that fit nowhere (mean per seed), by the first "
-                     "constraint no node met: gpu-model, gpu, cpu, memory")
-    console = Console()
-    console.width = max(console.width, 140)
-    console.print(table)
+                     "constraint no node met: gpu-model, gpu, cpu, memory"
+                     + "".join(f". {n}" for n in notes))
+    _console().print(table)
+
+
+def _published_cell(p: tuple[float, float] | None, r) -> str:  # type: ignore[no-untyped-def]
+    """Published @100 and @130 beside this run's same columns (never another column)."""
+    if p is None:
+        return "—"
+
+    def delta(pub: float, s) -> str:  # type: ignore[no-untyped-def]
+        return f"({s.mean - pub:+.2f})" if s is not None and s.seeds else "(not reached)"
+    return f"{p[0]:.2f} {delta(p[0], r.at_100)} / {p[1]:.2f} {delta(p[1], r.at_130)}"
+
+
+def _load_study_inputs(nodes_path: Path, pods_path: Path):  # type: ignore[no-untyped-def]
+    """Nodes and pods, refused when they could only produce an empty or `nan` table; pods no
+    node could ever hold are reported on stderr."""
+    from gpugov.sim.input_checks import never_fit_warning, require_gpu_pods, require_gpus
+    from gpugov.sim.trace import TraceError, load_nodes, load_pods
+
+    try:
+        nodes = load_nodes(nodes_path)
+        pods = load_pods(pods_path)
+        require_gpus(nodes, nodes_path)
+        require_gpu_pods(pods, pods_path)
+    except TraceError as e:
+        raise _fail(str(e)) from None
+    warning = never_fit_warning(nodes, pods, pods_path)
+    if warning:
+        _warn(warning)
+    return nodes, pods
+
+
+POLICY_HELP = ("placement policy: random, dotprod, gpuclustering, gpupacking, bestfit, fgd or "
+               "all; repeat the option or separate with commas (best-fit, 06-FGD … work too)")
+WORKERS_HELP = "parallel worker processes"
+
+
+def _workload_file(trace_dir: Path, workload: str) -> tuple[Path, str]:
+    """`NAME`, `NAME.csv` or the suffix after `openb_pod_list_` -> (pod file, workload name)."""
+    name = workload[:-4] if workload.lower().endswith(".csv") else workload
+    for candidate in (name, f"openb_pod_list_{name}"):
+        if (trace_dir / f"{candidate}.csv").is_file():
+            return trace_dir / f"{candidate}.csv", candidate
+    return trace_dir / f"{name}.csv", name
 
 
 @experiment_app.command("fgd")
 def experiment_fgd(
     trace_dir: Path = typer.Option(..., "--trace-dir", help="folder with the openb CSV files"),
     workload: str = typer.Option("openb_pod_list_default", "--workload",
-                                 help="pod CSV name without .csv (or its suffix, e.g. default)"),
-    policy: list[str] = typer.Option(["all"], "--policy", help="policy name, repeatable, or all"),
-    seeds: str = typer.Option("42-51", "--seeds", help="e.g. 42-51 or 42,43"),
-    tune: float = typer.Option(1.3, "--tune", help="total GPU request / GPU capacity"),
-    out: Path = typer.Option(..., "--out", help="output folder"),
-    jobs: int = typer.Option(1, "--jobs", help="parallel processes"),
-    node_list: str = typer.Option(DEFAULT_NODE_LIST, "--node-list", help="node CSV in DIR"),
-    targets: Path | None = typer.Option(None, "--targets", help="published numbers to compare"),
+                                 help="pod CSV in the trace folder: its name with or without "
+                                 ".csv, or the part after openb_pod_list_ (e.g. default)"),
+    policy: list[str] = typer.Option(["all"], "--policy", help=POLICY_HELP),
+    seeds: str = typer.Option("42-51", "--seeds", help="seeds: a range 42-51 or a list 42,43"),
+    tune: float = typer.Option(1.3, "--tune", help="total GPU request / GPU capacity, "
+                               "0 < tune <= 10 (the study: 1.3)"),
+    out: Path = typer.Option(..., "--out", help="output folder (created; files appear all "
+                             "together)"),
+    workers: int | None = typer.Option(None, "--workers", help=WORKERS_HELP + " [default: 1]"),
+    nodes: str | None = typer.Option(None, "--nodes", help="node CSV: a file name in the trace "
+                                     f"folder or a path [default: {DEFAULT_NODE_LIST}]"),
+    targets: Path | None = typer.Option(None, "--targets", help="published numbers to compare "
+                                        "(CSV: workload,policy,alloc_at_100_mean,"
+                                        "alloc_at_130_mean)"),
+    jobs_old: int | None = typer.Option(None, "--jobs", hidden=True,
+                                        help="deprecated spelling of --workers"),
+    node_list_old: str | None = typer.Option(None, "--node-list", hidden=True,
+                                             help="deprecated spelling of --nodes"),
 ) -> None:
     """Reproduce the FGD (USENIX ATC'23) placement study on one trace.
 
     Arrivals only; pods that fit nowhere are dropped. Writes the study's *_discrete.csv files,
     a PNG of the curves and summary.json, and prints a table.
     """
-    from gpugov.sim.trace import TraceError, load_nodes, load_pods
-
-    pod_file = trace_dir / f"{workload}.csv"
-    if not pod_file.exists() and (trace_dir / f"openb_pod_list_{workload}.csv").exists():
-        workload = f"openb_pod_list_{workload}"
-        pod_file = trace_dir / f"{workload}.csv"
-    try:
-        nodes = load_nodes(trace_dir / node_list)
-        pods = load_pods(pod_file)
-    except TraceError as e:
-        raise _fail(str(e)) from None
-    _run_and_report(nodes, pods, workload, policy, seeds, tune, out, jobs, targets)
+    workers = _renamed(workers, jobs_old, "--jobs", "--workers") or 1
+    node_name = _renamed(nodes, node_list_old, "--node-list", "--nodes") or DEFAULT_NODE_LIST
+    if not trace_dir.is_dir():
+        raise _fail(f"--trace-dir {trace_dir}: not a folder")
+    node_file = trace_dir / node_name if not Path(node_name).is_absolute() else Path(node_name)
+    if not node_file.exists() and Path(node_name).exists():
+        node_file = Path(node_name)
+    pod_file, workload = _workload_file(trace_dir, workload)
+    node_specs, pods = _load_study_inputs(node_file, pod_file)
+    _run_and_report(node_specs, pods, workload, policy, seeds, tune, out, workers, targets,
+                    [node_file, pod_file, targets])
 
 
 @app.command("simulate")
 def simulate(
-    nodes_file: Path | None = typer.Option(None, "--nodes", help="node CSV (openb format)"),
-    pods_file: Path | None = typer.Option(None, "--pods", help="pod CSV (openb format)"),
-    policy: list[str] = typer.Option(["all"], "--policy", help="policy name, repeatable, or all"),
-    seeds: str = typer.Option("1-3", "--seeds"),
-    tune: float = typer.Option(1.3, "--tune"),
-    out: Path = typer.Option(Path("gpugov-report"), "--out"),
-    jobs: int = typer.Option(1, "--jobs"),
+    nodes_file: Path | None = typer.Option(None, "--nodes", help="node CSV (openb format: "
+                                           "sn,cpu_milli,memory_mib,gpu,model)"),
+    pods_file: Path | None = typer.Option(None, "--pods", help="pod CSV (openb format: name,"
+                                          "cpu_milli,memory_mib,num_gpu,gpu_milli[,gpu_spec])"),
+    policy: list[str] = typer.Option(["all"], "--policy", help=POLICY_HELP),
+    seeds: str = typer.Option("1-3", "--seeds", help="seeds: a range 1-3 or a list 1,2,5"),
+    tune: float = typer.Option(1.3, "--tune", help="total GPU request / GPU capacity, "
+                               "0 < tune <= 10"),
+    out: Path = typer.Option(Path("gpugov-report"), "--out", help="output folder (created; "
+                             "files appear all together)"),
+    workers: int | None = typer.Option(None, "--workers", help=WORKERS_HELP + " [default: 1]"),
+    jobs_old: int | None = typer.Option(None, "--jobs", hidden=True,
+                                        help="deprecated spelling of --workers"),
 ) -> None:
     """Compare placement policies on the built-in cluster and workload, or on your trace.
 
     With no arguments: a generated mixed fleet and workload, all policies, 3 seeds. With
     --nodes and --pods: your own files in the openb CSV format.
     """
-    from gpugov.sim.trace import TraceError, load_nodes, load_pods
     from gpugov.sim.workload import default_nodes, default_pods
 
+    workers = _renamed(workers, jobs_old, "--jobs", "--workers") or 1
     if (nodes_file is None) != (pods_file is None):
         raise _fail("give both --nodes and --pods, or neither for the built-in workload")
     if nodes_file is None or pods_file is None:
         nodes, pods, workload = default_nodes(), default_pods(), "builtin"
     else:
-        try:
-            nodes, pods = load_nodes(nodes_file), load_pods(pods_file)
-        except TraceError as e:
-            raise _fail(str(e)) from None
+        nodes, pods = _load_study_inputs(nodes_file, pods_file)
         workload = pods_file.stem
-    _run_and_report(nodes, pods, workload, policy, seeds, tune, out, jobs, None)
+    _run_and_report(nodes, pods, workload, policy, seeds, tune, out, workers, None,
+                    [nodes_file, pods_file])
 
 
 # --- MIG geometry and planning ---
@@ -168,17 +294,35 @@ app.add_typer(mig_app, name="mig")
 plan_app = typer.Typer(help="Plan device layouts from observed demand.", no_args_is_help=True)
 app.add_typer(plan_app, name="plan")
 
+MODEL_HELP = ("GPU model, e.g. A100-SXM4-40GB, H100-SXM5-80GB (NVML names such as "
+              "'NVIDIA H100 80GB HBM3' and any letter case work too)")
+
+
+def _mig_geometry(model: str):  # type: ignore[no-untyped-def]
+    """(catalog name, MIG geometry) of a model as the user spelled it; exit 2 if unknown."""
+    from gpugov.model.catalog import canonical_model
+    from gpugov.model.mig import get_geometry
+
+    name = canonical_model(model)
+    try:
+        return name, get_geometry(name)
+    except KeyError as e:
+        raise _fail(f"--model: {e.args[0]}") from None
+
 
 @mig_app.command("check")
 def mig_check(
-    profiles: list[str] = typer.Argument(..., help="profiles as nvidia-smi names them"),
-    model: str = typer.Option(..., "--model", help="e.g. A100-SXM4-40GB, H100-SXM5-80GB"),
+    profiles: list[str] = typer.Argument(..., help="profiles as nvidia-smi names them "
+                                         "(1g.10gb; MIG-1g.10gb and any case work too)"),
+    model: str = typer.Option(..., "--model", help=MODEL_HELP),
 ) -> None:
     """Exit 0 and print a placement if PROFILES fit on one GPU together, 1 if not, 2 if unknown."""
-    from gpugov.model.mig import find_placement, get_geometry, why_not
+    from gpugov.model.catalog import canonical_mig_profile
+    from gpugov.model.mig import find_placement, why_not
 
+    model, geometry = _mig_geometry(model)
+    profiles = [canonical_mig_profile(p) for p in profiles]
     try:
-        geometry = get_geometry(model)
         for p in profiles:
             geometry.profile(p)
     except KeyError as e:
@@ -192,27 +336,18 @@ def mig_check(
 
 @mig_app.command("layouts")
 def mig_layouts(
-    model: str = typer.Option(..., "--model"),
+    model: str = typer.Option(..., "--model", help=MODEL_HELP),
     maximal: bool = typer.Option(True, "--maximal/--all",
                                  help="only layouts nothing more can be added to"),
     include_media: bool = typer.Option(False, "--include-me", help="also +me profiles"),
-    as_json: bool = typer.Option(False, "--json"),
+    as_json: bool = typer.Option(False, "--json", help="print JSON instead of a table"),
 ) -> None:
     """List the profile combinations that fit on one GPU, each with one concrete placement."""
     import json
 
-    from gpugov.model.mig import (
-        feasible_layouts,
-        find_placement,
-        get_geometry,
-        layout_label,
-        maximal_layouts,
-    )
+    from gpugov.model.mig import feasible_layouts, find_placement, layout_label, maximal_layouts
 
-    try:
-        geometry = get_geometry(model)
-    except KeyError as e:
-        raise _fail(str(e.args[0])) from None
+    model, geometry = _mig_geometry(model)
     layouts = (maximal_layouts(model, include_media) if maximal
                else sorted(feasible_layouts(model, include_media)))
     rows = [{"profiles": list(lay),
@@ -222,7 +357,6 @@ def mig_layouts(
         typer.echo(json.dumps({"model": model, "maximal": maximal, "count": len(rows),
                                "layouts": rows}, indent=2))
         return
-    from rich.console import Console
     from rich.table import Table
 
     table = Table(title=f"{model}: {len(rows)} {'maximal ' if maximal else ''}layouts")
@@ -232,30 +366,51 @@ def mig_layouts(
     for n, (lay, row) in enumerate(zip(layouts, rows, strict=True), 1):
         table.add_row(str(n), layout_label(lay),
                       " ".join(f"{p}@{s}" for p, s in row["placement"]))
-    Console().print(table)
+    _console().print(table)
+
+
+PLAN_STARTS = ("disabled", "balanced", "1g")
 
 
 @plan_app.command("mig")
 def plan_mig(
-    cluster: Path = typer.Option(..., "--cluster", help="node list CSV (sn,...,gpu,model)"),
-    pods: Path = typer.Option(..., "--pods", help="pod list CSV (name,...,num_gpu,gpu_milli)"),
-    model: str = typer.Option("H100-SXM5-80GB", "--model", help="MIG model the GPUs become"),
+    nodes_file: Path | None = typer.Option(None, "--nodes", help="node CSV (openb format: "
+                                           "sn,cpu_milli,memory_mib,gpu,model)"),
+    pods: Path = typer.Option(..., "--pods", help="pod CSV (openb format: name,cpu_milli,"
+                              "memory_mib,num_gpu,gpu_milli)"),
+    model: str = typer.Option("H100-SXM5-80GB", "--model",
+                              help="MIG model the GPUs become; " + MODEL_HELP),
     start: str = typer.Option("disabled", "--from", help="current layout: disabled|balanced|1g"),
-    out: Path | None = typer.Option(None, "--out", help="write the mig-parted config here"),
+    out: Path | None = typer.Option(None, "--out", help="file for the mig-parted config (the "
+                                    "node labels go beside it as NAME.node-labels.yaml)"),
+    cluster_old: Path | None = typer.Option(None, "--cluster", hidden=True,
+                                            help="deprecated spelling of --nodes"),
 ) -> None:
     """Plan MIG layouts for the demand in a trace; compare with static layouts."""
     import yaml
-    from rich.console import Console
     from rich.table import Table
 
     from gpugov.model.mig import layout_label
     from gpugov.placement.mig_planner import mig_parted_config
     from gpugov.sim import mig_plan
+    from gpugov.sim.output_files import OutputError, write_files
 
+    cluster = _renamed(nodes_file, cluster_old, "--cluster", "--nodes")
+    if cluster is None:
+        raise _fail("missing option --nodes (the node CSV)")
+    model, _ = _mig_geometry(model)
+    if start not in PLAN_STARTS:
+        raise _fail(f"--from {start!r}: choose one of {', '.join(PLAN_STARTS)}")
+    labels_path = out.with_suffix(".node-labels.yaml") if out is not None else None
+    if out is not None and labels_path is not None:
+        if labels_path == out:
+            raise _fail(f"--out {out}: use a name ending in .yaml (the labels go beside it)")
+        _check_out_file(out, [cluster, pods])
+        _check_out_file(labels_path, [cluster, pods])
     try:
         report = mig_plan.run(cluster, pods, model, start)
-    except (KeyError, ValueError, OSError) as e:
-        raise _fail(str(e)) from None
+    except (KeyError, ValueError) as e:
+        raise _fail(str(e.args[0] if isinstance(e, KeyError) else e)) from None
     demand = ", ".join(f"{p}×{n}" for p, n in report.demand.most_common())
     table = Table(title=f"MIG plan on {report.gpus} × {model}; demand: {demand}")
     for col in ("layout policy", "instances served", "compute slices served", "% of demand",
@@ -266,37 +421,59 @@ def plan_mig(
                       f"{r.served_slices}/{r.demand_slices}",
                       f"{100 * r.served_slices / max(1, r.demand_slices):.1f}",
                       str(r.gpus_changed))
-    console = Console(width=140)
+    console = _console()
     console.print(table)
     from collections import Counter
 
     for lay, n in Counter(report.plan.layouts).most_common():
         console.print(f"  {n:6d} GPUs: {layout_label(lay) if lay else 'MIG disabled'}")
-    if out is not None:
+    if out is not None and labels_path is not None:
         config, labels = mig_parted_config(report.plan)
-        out.write_text(yaml.safe_dump({**config}, sort_keys=False))
-        labels_path = out.with_suffix(".node-labels.yaml")
-        labels_path.write_text(yaml.safe_dump(
-            {n: {"nvidia.com/mig.config": c} for n, c in labels.items()}, sort_keys=False))
+        try:
+            write_files({
+                out: yaml.safe_dump({**config}, sort_keys=False).encode(),
+                labels_path: yaml.safe_dump({n: {"nvidia.com/mig.config": c}
+                                             for n, c in labels.items()},
+                                            sort_keys=False).encode()})
+        except OutputError as e:
+            raise _fail(str(e)) from None
         console.print(f"wrote {out} ({len(config['mig-configs'])} configs) and {labels_path}")
 
 
 @app.command("modes")
 def modes(
-    pods: int = typer.Option(100, "--pods", help="pods in the generated workload"),
-    seed: int = typer.Option(0, "--seed"),
-    nodes: int = typer.Option(16, "--nodes"),
-    model: str = typer.Option("H100-SXM5-80GB", "--model"),
-    replicas: int = typer.Option(4, "--replicas", help="time-slice replicas / MPS clients"),
+    pod_count: int | None = typer.Option(None, "--pod-count", help="pods in the generated "
+                                         "workload, 1..1,000,000 [default: 100]"),
+    seed: int = typer.Option(0, "--seed", help="workload seed, 0..4294967295"),
+    node_count: int | None = typer.Option(None, "--node-count", help="nodes of 8 GPUs, "
+                                          "1..100,000 [default: 16]"),
+    model: str = typer.Option("H100-SXM5-80GB", "--model",
+                              help="MIG-capable GPU model; " + MODEL_HELP),
+    replicas: int = typer.Option(4, "--replicas", help="time-slice replicas / MPS clients "
+                                 "per GPU, 1..64"),
     mixed: bool = typer.Option(False, "--mixed", help="mixed-mode nodes, tenants of 3 trust "
-                               "tiers (--pods per tier; --nodes unused): isolation per tier"),
+                               "tiers (--pod-count per tier; --node-count unused): isolation "
+                               "per tier"),
+    pods_old: int | None = typer.Option(None, "--pods", hidden=True,
+                                        help="deprecated spelling of --pod-count"),
+    nodes_old: int | None = typer.Option(None, "--nodes", hidden=True,
+                                         help="deprecated spelling of --node-count"),
 ) -> None:
     """Same workload as whole GPUs, MIG, soft slices, time-slices and MPS: what each delivers."""
-    from rich.console import Console
     from rich.table import Table
 
-    from gpugov.sim.modes import compare
+    from gpugov.sim.modes import LIMITS, compare
 
+    pods = _renamed(pod_count, pods_old, "--pods", "--pod-count")
+    pods = 100 if pods is None else pods
+    nodes = _renamed(node_count, nodes_old, "--nodes", "--node-count")
+    nodes = 16 if nodes is None else nodes
+    for flag, value in (("--pod-count", pods), ("--node-count", nodes), ("--seed", seed),
+                        ("--replicas", replicas)):
+        lo, hi = LIMITS[flag.lstrip("-")]
+        if not lo <= value <= hi:
+            raise _fail(f"{flag} must be within {lo:,}..{hi:,}, got {value}")
+    model, _ = _mig_geometry(model)
     if mixed:
         from gpugov.sim.modes import MIXED_POOL, mixed_scenario, print_mixed
 
@@ -316,13 +493,45 @@ def modes(
         table.add_row(r.mode, str(r.isolation), f"{r.pods_placed}/{r.pods_total}",
                       f"{100 * r.compute_placed:.1f}%", f"{100 * r.stranded_memory:.1f}%",
                       "-" if r.mig_idle_slices is None else str(r.mig_idle_slices), risk)
-    Console(width=140).print(table)
+    _console().print(table)
 
 
 # --- control plane: replay and explain ---
+REPLAY_PLOTS = ("usage_vs_fair_share.png", "allocation_and_waits.png")
+REPLAY_FILES = ("jobs.csv", "queues.csv", "summary.json", "snapshot.json", *REPLAY_PLOTS)
+
+
+def _write_replay(res, out: Path, plots: bool) -> dict:  # type: ignore[no-untyped-def]
+    """Render the replay's files in a scratch folder beside `out`, then move them in together
+    (plots a previous run left there are removed under --no-plots)."""
+    import shutil
+    import tempfile
+
+    from gpugov.sim.output_files import OutputError, write_folder
+    from gpugov.sim.replay_report import write_outputs
+
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        scratch = Path(tempfile.mkdtemp(prefix=f".{out.name}.render-", dir=out.parent))
+    except OSError as e:
+        raise _fail(f"cannot write {out}: {e.strerror or e}") from None
+    try:
+        summ = write_outputs(res, scratch / "r", plots)
+        files = {p.name: p.read_bytes() for p in sorted((scratch / "r").iterdir())}
+        write_folder(out, files, stale=REPLAY_PLOTS)
+    except OSError as e:
+        raise _fail(f"cannot write {out}: {e.strerror or e}") from None
+    except OutputError as e:
+        raise _fail(str(e)) from None
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return summ
+
+
 @app.command("replay")
 def replay_cmd(
-    cluster: Path | None = typer.Option(None, "--cluster", help="openb node CSV"),
+    nodes_file: Path | None = typer.Option(None, "--nodes", help="node CSV (openb format: "
+                                           "sn,cpu_milli,memory_mib,gpu,model)"),
     jobs: Path | None = typer.Option(None, "--jobs", help="job file, or an openb pod CSV"),
     queues: Path | None = typer.Option(None, "--queues", help="queues/tenants YAML"),
     policy: str = typer.Option("fgd", "--policy"),
@@ -330,18 +539,26 @@ def replay_cmd(
     seed: int = typer.Option(0, "--seed"),
     period: float = typer.Option(0.0, "--period", help="extra cycle every N s while pending"),
     until: float | None = typer.Option(None, "--until", help="stop the clock at N s"),
-    plots: bool = typer.Option(True, "--plots/--no-plots"),
+    plots: bool = typer.Option(True, "--plots/--no-plots", help="also write the PNG plots "
+                               "(--no-plots removes plots an earlier run left in --out)"),
+    cluster_old: Path | None = typer.Option(None, "--cluster", hidden=True,
+                                            help="deprecated spelling of --nodes"),
 ) -> None:
     """Replay jobs through queues over time; no arguments runs the built-in scenario."""
     from gpugov.sim.replay import ReplayOptions
-    from gpugov.sim.replay_report import InputError, print_summary, run_from_files, write_outputs
+    from gpugov.sim.replay_report import InputError, print_summary, run_from_files
 
+    cluster = _renamed(nodes_file, cluster_old, "--cluster", "--nodes")
+    if out is not None:
+        _check_out_folder(out, [cluster, jobs, queues], REPLAY_FILES)
     try:
         res = run_from_files(cluster, jobs, queues,
                              ReplayOptions(policy=policy, seed=seed, period=period, until=until))
     except InputError as e:
         raise _fail(str(e)) from None
-    summ = write_outputs(res, out, plots) if out is not None else None
+    if not res.jobs:
+        raise _fail(f"{jobs}: no jobs (only a header?)")
+    summ = _write_replay(res, out, plots) if out is not None else None
     print_summary(res, summ)
     if out is not None:
         typer.echo(f"wrote {out}/jobs.csv, queues.csv, summary.json, snapshot.json"
@@ -351,20 +568,24 @@ def replay_cmd(
 @app.command("openb-jobs")
 def openb_jobs_cmd(
     pods: Path = typer.Argument(..., help="openb pod CSV (has creation_time/deletion_time)"),
-    out: Path = typer.Option(..., "--out", help="job file to write"),
+    out: Path = typer.Option(..., "--out", help="job file to write (never one of the inputs)"),
 ) -> None:
     """Turn an openb pod trace into a replay job file (tenants by QoS and a stable name hash)."""
-    from gpugov.sim.jobs import openb_jobs, write_job_file
+    from gpugov.sim.jobs import openb_jobs, render_job_file
+    from gpugov.sim.output_files import OutputError, write_file
     from gpugov.sim.trace import TraceError
 
+    _check_out_file(out, [pods])
     try:
         specs = openb_jobs(pods)
     except TraceError as e:
         raise _fail(str(e)) from None
+    if not specs:
+        raise _fail(f"{pods}: no pods (only a header?)")
     try:
-        write_job_file(specs, out)
-    except OSError as e:
-        raise _fail(f"cannot write {out}: {e.strerror or e}") from None
+        write_file(out, render_job_file(specs))
+    except OutputError as e:
+        raise _fail(str(e)) from None
     typer.echo(f"wrote {len(specs)} jobs to {out}")
 
 

@@ -102,17 +102,22 @@ def test_simulate_builtin_default_compares_all_policies(tmp_path: Path) -> None:
         assert label in res.output
 
 
-def test_empty_trace_and_gpu_less_cluster_run(tmp_path: Path) -> None:
+def test_empty_trace_and_gpu_less_cluster_are_refused_not_run(tmp_path: Path) -> None:
+    """Issue 13 item 11: header-only or GPU-less inputs used to print nan tables, exit 0."""
     d = tmp_path / "t"
     d.mkdir()
-    (d / "openb_node_list_gpu_node.csv").write_text("sn,cpu_milli,memory_mib,gpu,model\n"
-                                                    "c0,4000,4096,0,\n")
+    nodes = d / "openb_node_list_gpu_node.csv"
+    nodes.write_text("sn,cpu_milli,memory_mib,gpu,model\nc0,4000,4096,0,\n")
     (d / "openb_pod_list_empty.csv").write_text("name,cpu_milli,memory_mib,num_gpu,gpu_milli\n")
     (d / "openb_pod_list_cpu.csv").write_text("name,cpu_milli,memory_mib,num_gpu,gpu_milli\n"
                                               "a,1000,100,0,0\nb,1000,100,1,500\n")
     for workload in ("empty", "cpu"):
         res = runner.invoke(app, ["experiment", "fgd", "--trace-dir", str(d), "--workload",
                                   workload, "--seeds", "1", "--out", str(tmp_path / workload)])
-        assert res.exit_code == 0, res.output
-        rows = (tmp_path / workload / "alloc_discrete.csv").read_text().splitlines()
-        assert len(rows) == 1 + 6 and rows[1].split(",")[4] == "0"
+        assert res.exit_code == 2, res.output
+        assert str(nodes) in res.output and "none of the 1 nodes has a GPU" in res.output
+        assert not (tmp_path / workload).exists()
+    nodes.write_text("sn,cpu_milli,memory_mib,gpu,model\ng0,4000,4096,1,T4\n")
+    res = runner.invoke(app, ["experiment", "fgd", "--trace-dir", str(d), "--workload",
+                              "empty", "--seeds", "1", "--out", str(tmp_path / "e")])
+    assert res.exit_code == 2 and "openb_pod_list_empty.csv: no pods" in res.output

@@ -19,7 +19,7 @@ def write(tmp_path: Path, name: str, text: str) -> Path:
 
 def test_pods_follow_the_study_reduction(tmp_path: Path) -> None:
     p = write(tmp_path, "pods.csv", POD_HEADER + "\n"
-              "a,1000,512,1,1500,,LS,Running,0\n"      # milli > 1000 clamps to a whole GPU
+              "a,1000,512,1,1000,,LS,Running,0\n"
               "b,2000,512,0,500,T4,BE,Running,0\n"     # no GPU: GPU fields ignored
               "c,3000,512,1,250,V100M16|V100M32|,LS,Running,0\n"
               "d,4000,512,2,0,,LS,Running,0\n")        # zero milli: no GPU request

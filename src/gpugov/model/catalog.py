@@ -119,3 +119,39 @@ def get_model(name: str) -> GpuModel:
     """
     found = CATALOG.get(name)
     return found if found is not None else GpuModel(name, note="not in the catalog")
+
+
+def _alias_key(name: str) -> str:
+    """Spelling-insensitive key: case, spaces, dashes and underscores do not matter."""
+    key = name.strip().lower()
+    for prefix in ("nvidia ", "nvidia-", "tesla ", "tesla-"):
+        if key.startswith(prefix):
+            key = key[len(prefix):]
+    return "".join(ch for ch in key if ch.isalnum() or ch == ".")
+
+
+def _aliases() -> dict[str, str]:
+    out: dict[str, str] = {}
+    for m in CATALOG.values():
+        for spelling in (m.name, m.nvml_name):
+            if spelling:
+                out.setdefault(_alias_key(spelling), m.name)
+    return out
+
+
+def canonical_model(name: str) -> str:
+    """The catalog's spelling of a GPU model name people or NVML write differently
+    (`t4`, `Tesla T4`, `NVIDIA H100 80GB HBM3`, `a100_sxm4_80gb`); names the catalog does
+    not know come back unchanged (traces may name private models)."""
+    if name in CATALOG:
+        return name
+    return _aliases().get(_alias_key(name), name.strip())
+
+
+def canonical_mig_profile(name: str) -> str:
+    """A MIG profile as nvidia-smi lists it: `MIG-1g.10gb`, `mig 1G.10GB` -> `1g.10gb`."""
+    key = name.strip().lower()
+    for prefix in ("mig-", "mig ", "mig_", "nvidia.com/mig-"):
+        if key.startswith(prefix):
+            key = key[len(prefix):]
+    return key.strip()

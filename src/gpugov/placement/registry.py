@@ -23,10 +23,23 @@ POLICIES: dict[str, type[Policy]] = {
 }
 
 
+#: other spellings people type, after `_key` (lower case, letters and digits only)
+ALIASES = {"dotproduct": "dotprod", "fragmentation": "fgd", "fgdscore": "fgd",
+           "clustering": "gpuclustering", "packing": "gpupacking", "rand": "random"}
+
+
+def _key(text: str) -> str:
+    key = "".join(ch for ch in text.strip().lower() if ch.isalnum())
+    return key.lstrip("0123456789") or key  # "06-FGD" -> "fgd"
+
+
 def get_policy(name: str) -> type[Policy]:
-    """Look a policy up by name or label (e.g. "fgd" or "06-FGD"), case-insensitively."""
-    wanted = name.strip().lower()
+    """Look a policy up by name or label, however it is spelled: "fgd", "06-FGD",
+    "best-fit", "BestFit", "gpu_packing", "dot-product" all work."""
+    wanted = _key(name)
+    wanted = ALIASES.get(wanted, wanted)
     for p in POLICIES.values():
-        if wanted in (p.name, p.label.lower()):
+        if wanted in (p.name, _key(p.label)):
             return p
-    raise KeyError(f"unknown policy {name!r}; choose one of: {', '.join(POLICIES)}")
+    raise KeyError(f"unknown policy {name!r}; choose one of: {', '.join(POLICIES)} "
+                   "(or all; several: repeat --policy or separate with commas)")

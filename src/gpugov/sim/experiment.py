@@ -21,6 +21,21 @@ from gpugov.placement.fragmentation import FragmentationMeter, FragmentationMode
 from gpugov.placement.registry import get_policy
 
 
+#: `tune` is total GPU request / capacity; the study uses 1.3. Above 10 the table is meaningless
+#: and the clone sequence grows without bound (`--tune inf` never ended).
+MAX_TUNE = 10.0
+#: the most arrivals one experiment may have (about 1 GB of per-arrival series)
+MAX_ARRIVALS = 5_000_000
+
+
+def expected_arrivals(pods: Sequence[PodRequest], gpu_capacity_milli: int, tune: float) -> int:
+    """About how many arrivals `tuned_sequence` makes (to refuse a run before it starts)."""
+    total = sum(p.total_gpu_milli for p in pods)
+    if gpu_capacity_milli == 0 or total == 0:
+        return len(pods)
+    return int(len(pods) * max(1.0, tune * gpu_capacity_milli / total))
+
+
 def tuned_sequence(pods: Sequence[PodRequest], gpu_capacity_milli: int, tune: float,
                    rng: np.random.Generator) -> list[PodRequest]:
     """Shuffle, then top up with clones or thin down to ~`tune` x GPU capacity.
@@ -45,6 +60,9 @@ def tuned_sequence(pods: Sequence[PodRequest], gpu_capacity_milli: int, tune: fl
             order.append(replace(pod, name=f"{pod.name}-tuned-{i}"))
             total += pod.total_gpu_milli
             i += 1
+            if len(order) > MAX_ARRIVALS:
+                raise ValueError(f"tune {tune:g} needs more than {MAX_ARRIVALS:,} arrivals "
+                                 "on this cluster; use a smaller --tune")
     else:
         while total > target and order:
             gone = order.pop(int(rng.integers(len(order))))

@@ -10,6 +10,7 @@ on the fly by `openb_jobs`. Every error names the file, the line, the field and 
 from __future__ import annotations
 
 import csv
+import io
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -21,7 +22,15 @@ from gpugov.control.workload import Job
 from gpugov.model.catalog import MILLI_PER_GPU
 from gpugov.model.request import PodRequest
 from gpugov.sim.numbers import csv_number
-from gpugov.sim.trace import TraceError, load_pods, read_rows, unique_name
+from gpugov.sim.text_input import csv_rows, number, read_table, read_text
+from gpugov.sim.trace import (
+    MAX_CPU_MILLI,
+    MAX_GPUS_PER_NODE,
+    MAX_MEMORY_MIB,
+    TraceError,
+    load_pods,
+    unique_name,
+)
 
 JOB_COLUMNS = ("name", "queue", "priority", "submit_s", "duration_s", "pods", "gpu_per_pod",
                "gpu_milli", "cpu_milli", "memory_mib")
@@ -34,6 +43,17 @@ OPENB_QOS = {
     "Burstable": ("batch", "batch"),
 }
 OPENB_SPLIT = ("a", "b")
+
+#: accepted ranges of job-file fields (times in seconds: up to ~300 years)
+MAX_TIME_S = 1e10
+MAX_PODS_PER_JOB = 100_000
+RANGES: dict[str, tuple[float, float]] = {
+    "submit_s": (0, MAX_TIME_S), "duration_s": (0, MAX_TIME_S),
+    "creation_time": (0, MAX_TIME_S), "deletion_time": (0, MAX_TIME_S),
+    "pods": (1, MAX_PODS_PER_JOB), "gpu_per_pod": (0, MAX_GPUS_PER_NODE),
+    "gpu_milli": (0, MILLI_PER_GPU), "cpu_milli": (0, MAX_CPU_MILLI),
+    "memory_mib": (0, MAX_MEMORY_MIB),
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,42 +74,26 @@ class JobSpec:
     line: int = 0
 
 
-def _num(path: Path, line: int, row: dict[str, str], field: str, whole: bool,
-         minimum: float = 0.0) -> float:
-    raw = row.get(field, "")
-    try:
-        value = float(raw)
-    except ValueError:
-        raise TraceError(path, line, field, f"{raw!r} is not a number") from None
-    if value != value or value in (float("inf"), float("-inf")):
-        raise TraceError(path, line, field, f"{raw!r} is not a finite number")
-    if value < minimum:
-        raise TraceError(path, line, field, f"{raw} is below the minimum {minimum:g}")
-    if whole and value != int(value):
-        raise TraceError(path, line, field, f"{raw} must be a whole number")
-    return value
+def _num(path: Path, line: int, row: dict[str, str], field: str, whole: bool) -> float:
+    lo, hi = RANGES[field]
+    return number(path, line, row, field, lo=lo, hi=hi, whole=whole)
 
 
 def load_job_file(path: Path | str) -> list[JobSpec]:
     """Read a job file, or convert an openb pod trace if the header says it is one."""
     path = Path(path)
-    try:
-        with path.open(newline="", encoding="utf-8") as fh:
-            header = next(csv.reader(fh), None)
-    except OSError as exc:
-        raise TraceError(path, None, None, f"cannot read: {exc.strerror or exc}") from None
-    if header and "creation_time" in [h.strip() for h in header]:
+    text = read_text(path)
+    header = next(csv_rows(path, text), (0, []))[1]
+    if "creation_time" in header:
         return openb_jobs(path)
     specs: list[JobSpec] = []
     seen: set[str] = set()
-    for line, row in read_rows(path, JOB_COLUMNS):
+    for line, row in read_table(path, JOB_COLUMNS, text):
         name = unique_name(path, line, row, "name", seen, "job")
         if not row["queue"]:
             raise TraceError(path, line, "queue", "empty queue")
         gpus = int(_num(path, line, row, "gpu_per_pod", True))
         milli = int(_num(path, line, row, "gpu_milli", True))
-        if milli > MILLI_PER_GPU:
-            raise TraceError(path, line, "gpu_milli", f"{milli} is above {MILLI_PER_GPU}")
         if gpus > 1 and milli != MILLI_PER_GPU:
             raise TraceError(path, line, "gpu_milli", f"{milli}: a {gpus}-GPU pod must "
                              f"ask for whole GPUs ({MILLI_PER_GPU})")
@@ -99,7 +103,7 @@ def load_job_file(path: Path | str) -> list[JobSpec]:
         specs.append(JobSpec(
             name, row["queue"], row["priority"], _num(path, line, row, "submit_s", False),
             _num(path, line, row, "duration_s", False),
-            int(_num(path, line, row, "pods", True, 1)), gpus, milli,
+            int(_num(path, line, row, "pods", True)), gpus, milli,
             int(_num(path, line, row, "cpu_milli", True)),
             int(_num(path, line, row, "memory_mib", True)), line=line))
     return specs
@@ -118,22 +122,18 @@ def openb_jobs(path: Path | str) -> list[JobSpec]:
     path = Path(path)
     pods = {p.name: p for p in load_pods(path)}
     specs = []
-    with path.open(newline="", encoding="utf-8") as fh:
-        reader = csv.DictReader(fh)
-        for row in reader:
-            line = reader.line_num
-            name = (row.get("name") or "").strip()
-            if name not in pods:
-                continue
-            r = {k: (v or "").strip() for k, v in row.items() if k}
-            created = _num(path, line, r, "creation_time", False)
-            deleted = _num(path, line, r, "deletion_time", False) if r.get(
-                "deletion_time") else created + 1
-            queue, pclass = openb_queue(name, r.get("qos", ""))
-            p = pods[name]
-            specs.append(JobSpec(name, queue, pclass, created, max(1.0, deleted - created), 1,
-                                 p.gpu_count, p.gpu_milli, p.cpu_milli, p.memory_mib,
-                                 p.models, line))
+    for line, r in read_table(path, ("name", "creation_time")):
+        name = r["name"]
+        if name not in pods:
+            continue
+        created = _num(path, line, r, "creation_time", False)
+        deleted = _num(path, line, r, "deletion_time", False) if r.get(
+            "deletion_time") else created + 1
+        queue, pclass = openb_queue(name, r.get("qos", ""))
+        p = pods[name]
+        specs.append(JobSpec(name, queue, pclass, created, max(1.0, deleted - created), 1,
+                             p.gpu_count, p.gpu_milli, p.cpu_milli, p.memory_mib,
+                             p.models, line))
     return specs
 
 
@@ -157,11 +157,19 @@ def to_jobs(specs: Sequence[JobSpec], cfg: ControlConfig, tree: QueueTree,
     return jobs
 
 
+def render_job_file(specs: Sequence[JobSpec]) -> bytes:
+    """A job file's bytes (the CLI writes them through `sim.output_files`)."""
+    fh = io.StringIO()
+    w = csv.writer(fh, lineterminator="\r\n")
+    w.writerow(JOB_COLUMNS)
+    for s in specs:
+        w.writerow([s.name, s.queue, s.priority, csv_number(s.submit),
+                    csv_number(s.duration), s.pods, s.gpu_per_pod, s.gpu_milli, s.cpu_milli,
+                    s.memory_mib])
+    return fh.getvalue().encode("utf-8")
+
+
 def write_job_file(specs: Sequence[JobSpec], path: Path | str) -> None:
-    with Path(path).open("w", newline="", encoding="utf-8") as fh:
-        w = csv.writer(fh)
-        w.writerow(JOB_COLUMNS)
-        for s in specs:
-            w.writerow([s.name, s.queue, s.priority, csv_number(s.submit),
-                        csv_number(s.duration), s.pods, s.gpu_per_pod, s.gpu_milli, s.cpu_milli,
-                        s.memory_mib])
+    from gpugov.sim.output_files import write_file
+
+    write_file(Path(path), render_job_file(specs))

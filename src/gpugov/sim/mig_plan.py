@@ -25,6 +25,7 @@ from gpugov.placement.mig_planner import (
     served_slices,
     static_plan,
 )
+from gpugov.sim.input_checks import require_gpu_pods, require_gpus
 from gpugov.sim.trace import load_nodes, load_pods
 
 
@@ -63,9 +64,11 @@ def run(nodes_path: Path | str, pods_path: Path | str, model: str,
     g = get_geometry(model)
     initial = {"disabled": (), "balanced": balanced_layout(model),
                "1g": (g.base_profiles()[0].name,) * g.compute_slices}[start]
-    slots = [GpuSlot(n.name, i, initial) for n in load_nodes(nodes_path)
-             for i in range(n.gpu_count)]
-    demand = demand_from_pods(model, load_pods(pods_path))
+    nodes, pods = load_nodes(nodes_path), load_pods(pods_path)
+    require_gpus(nodes, nodes_path)
+    require_gpu_pods(pods, pods_path)
+    slots = [GpuSlot(n.name, i, initial) for n in nodes for i in range(n.gpu_count)]
+    demand = demand_from_pods(model, pods)
     one_g = min(g.base_profiles(), key=lambda p: (p.memory_slices, p.compute_slices)).name
     plans = {
         f"static {g.compute_slices}×{one_g}": static_plan(

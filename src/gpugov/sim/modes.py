@@ -94,9 +94,22 @@ def _whole_take(node_free: list[int], topo, pod: Pod) -> tuple[int, ...] | None:
     return best_device_set(topo, node_free, pod.count)
 
 
+#: accepted ranges of `gpugov modes` options (inclusive)
+LIMITS = {"pod-count": (1, 1_000_000), "node-count": (1, 100_000), "seed": (0, 2**32 - 1),
+          "replicas": (1, 64)}
+
+
 def simulate(mode: DeviceMode, pods: list[Pod], nodes: int = 16, gpus_per_node: int = 8,
-             model: str = "H100-SXM5-80GB", replicas: int = 4) -> ModeResult:
-    """Place `pods` in order on a fresh cluster where every GPU is in `mode`."""
+             model: str = "H100-SXM5-80GB", replicas: int = 4, prune: bool = True
+             ) -> ModeResult:
+    """Place `pods` in order on a fresh cluster where every GPU is in `mode`.
+
+    First fit over nodes. With `prune` (the default) nodes that provably cannot take the pod
+    are skipped with numpy instead of being tried one by one: the cluster only fills up, so a
+    node that refused a pod refuses every pod at least as large (same MIG profile; compute
+    and memory both >= for soft slices and MPS; any pod for time-slices), and whole-GPU pods
+    need as many untouched devices. Decisions are identical to `prune=False`.
+    """
     card = get_model(model).memory_mib or 0
     topo = hgx_topology(gpus_per_node)
     states: list[list] = []
@@ -115,53 +128,83 @@ def simulate(mode: DeviceMode, pods: list[Pod], nodes: int = 16, gpus_per_node: 
     claimed = np.zeros((nodes, gpus_per_node))  # memory claimed by pods per GPU
     touched = np.zeros((nodes, gpus_per_node))  # for timeslice risk
     occupied = np.zeros((nodes, gpus_per_node), dtype=bool)
+    untouched = np.full(nodes, gpus_per_node)  # devices neither occupied nor whole-owned
+    # refused[key][n]: smallest memory a pod of class `key` was refused with on node n
+    refused: dict[object, np.ndarray] = {}
     workload = [PodType(m, int(gib * GIB), w) for _, m, gib, c, w in WORKLOAD_MIX if c == 1]
     g = get_geometry(model) if mode is DeviceMode.MIG else None
-    placed = 0
-    compute = 0
-    for pod in pods:
-        done = False
-        for n in range(nodes):
-            st = states[n]
-            if pod.count > 1 or mode is DeviceMode.EXCLUSIVE:
-                free = [i for i in range(gpus_per_node)
-                        if not occupied[n, i] and not whole_owner[n][i]]
-                chosen = _whole_take(free, topo, pod)
-                if chosen is None:
-                    continue
-                for i in chosen:
-                    whole_owner[n][i] = True
-                    occupied[n, i] = True
-                    claimed[n, i] += pod.memory_mib
-                    touched[n, i] += pod.memory_mib
-                    if mode is DeviceMode.MIG:
-                        st[i] = place_on_gpus([st[i]], g.whole.name, pod.name)[1]  # type: ignore
-                done = True
-            else:
-                free_idx = [i for i in range(gpus_per_node) if not whole_owner[n][i]]
-                sub = [st[i] for i in free_idx]
-                got = None
-                if mode is DeviceMode.MIG:
-                    profile = _mig_profile(g, pod)  # type: ignore[arg-type]
-                    got = place_on_gpus(sub, profile, pod.name)
-                elif mode is DeviceMode.SOFT:
-                    got = place_soft(sub, pod.name, pod.milli, pod.memory_mib, workload)
-                elif mode is DeviceMode.TIMESLICE:
-                    got = place_timeslice(sub, pod.name, pod.memory_mib)
-                elif mode is DeviceMode.MPS:
-                    got = place_mps(sub, pod.name, pod.milli, pod.memory_mib)
-                if got is None:
-                    continue
-                k, new = got
-                i = free_idx[k]
-                st[i] = new
+
+    def whole(pod: Pod) -> bool:
+        return pod.count > 1 or mode is DeviceMode.EXCLUSIVE
+
+    def shape(pod: Pod) -> tuple[object, int]:
+        """(refusal class, memory that counts) of a sharing pod."""
+        if mode is DeviceMode.MIG:
+            return _mig_profile(g, pod), 0
+        if mode is DeviceMode.TIMESLICE:
+            return 0, 0
+        return pod.milli, pod.memory_mib
+
+    def candidates(pod: Pod) -> np.ndarray:
+        if whole(pod):
+            return np.flatnonzero(untouched >= pod.count)
+        key, mem = shape(pod)
+        ok = np.ones(nodes, dtype=bool)
+        for k, smallest in refused.items():
+            if k == key or (mode is not DeviceMode.MIG and k <= key):  # type: ignore[operator]
+                ok &= smallest > mem
+        return np.flatnonzero(ok)
+
+    def try_node(n: int, pod: Pod) -> bool:
+        st = states[n]
+        if whole(pod):
+            free = [i for i in range(gpus_per_node)
+                    if not occupied[n, i] and not whole_owner[n][i]]
+            chosen = _whole_take(free, topo, pod)
+            if chosen is None:
+                return False
+            for i in chosen:
+                whole_owner[n][i] = True
                 occupied[n, i] = True
                 claimed[n, i] += pod.memory_mib
                 touched[n, i] += pod.memory_mib
-                done = True
-            if done:
-                break
-        if done:
+                if mode is DeviceMode.MIG:
+                    st[i] = place_on_gpus([st[i]], g.whole.name, pod.name)[1]  # type: ignore
+            untouched[n] -= len(chosen)
+            return True
+        free_idx = [i for i in range(gpus_per_node) if not whole_owner[n][i]]
+        sub = [st[i] for i in free_idx]
+        got = None
+        if mode is DeviceMode.MIG:
+            profile = _mig_profile(g, pod)  # type: ignore[arg-type]
+            got = place_on_gpus(sub, profile, pod.name)
+        elif mode is DeviceMode.SOFT:
+            got = place_soft(sub, pod.name, pod.milli, pod.memory_mib, workload)
+        elif mode is DeviceMode.TIMESLICE:
+            got = place_timeslice(sub, pod.name, pod.memory_mib)
+        elif mode is DeviceMode.MPS:
+            got = place_mps(sub, pod.name, pod.milli, pod.memory_mib)
+        if got is None:
+            if prune:
+                key, mem = shape(pod)
+                row = refused.setdefault(key, np.full(nodes, np.inf))
+                row[n] = min(row[n], mem)
+            return False
+        k, new = got
+        i = free_idx[k]
+        st[i] = new
+        if not occupied[n, i]:
+            untouched[n] -= 1
+        occupied[n, i] = True
+        claimed[n, i] += pod.memory_mib
+        touched[n, i] += pod.memory_mib
+        return True
+
+    placed = 0
+    compute = 0
+    for pod in pods:
+        order = candidates(pod) if prune else range(nodes)
+        if any(try_node(int(n), pod) for n in order):
             placed += 1
             compute += pod.count * pod.milli
     total_gpus = nodes * gpus_per_node
@@ -192,10 +235,11 @@ def _mig_profile(geometry, pod: Pod) -> str:
 
 
 def compare(n_pods: int = 100, seed: int = 0, nodes: int = 16, gpus_per_node: int = 8,
-            model: str = "H100-SXM5-80GB", replicas: int = 4) -> list[ModeResult]:
+            model: str = "H100-SXM5-80GB", replicas: int = 4, prune: bool = True
+            ) -> list[ModeResult]:
     """Run every mode on the same seeded workload (same order)."""
     pods = generate_workload(n_pods, seed)
-    return [simulate(m, pods, nodes, gpus_per_node, model, replicas)
+    return [simulate(m, pods, nodes, gpus_per_node, model, replicas, prune)
             for m in (DeviceMode.EXCLUSIVE, DeviceMode.MIG, DeviceMode.SOFT,
                       DeviceMode.TIMESLICE, DeviceMode.MPS)]
 

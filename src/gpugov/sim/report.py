@@ -1,15 +1,14 @@
 """Study outputs: the artifact's three `*_discrete.csv` files, a PNG of allocation curves and a
-summary table. Files are written to a temporary folder and moved into place only when all of
-them are complete, so a failure never leaves half-written results behind."""
+summary table. Everything is rendered to bytes first and written by `sim.output_files` (a
+temporary folder beside the destination, renamed into place only when all files are complete),
+so a failure never leaves half-written results behind."""
 
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
-import os
-import shutil
-import tempfile
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,7 +16,9 @@ from pathlib import Path
 import numpy as np
 
 from gpugov.sim.curves import columns
+from gpugov.sim.output_files import write_folder
 from gpugov.sim.study import StudyResult
+from gpugov.sim.text_input import InputFileError, number, read_table
 
 CURVE_FILES = {"alloc": "alloc_discrete.csv", "frag": "frag_discrete.csv",
                "frag_ratio": "frag_ratio_discrete.csv"}
@@ -29,26 +30,39 @@ def _cell(v: float) -> str:
     return "" if math.isnan(v) else repr(float(v))
 
 
-def _write_curves(result: StudyResult, kind: str, path: Path) -> None:
+def _curves_csv(result: StudyResult, kind: str) -> bytes:
     cols = columns(result.tune)
-    with path.open("w", newline="") as f:
-        w = csv.writer(f, lineterminator="\n")
-        w.writerow(["workload", "sc_policy", "tune", "seed", "total_gpus", *map(str, cols)])
-        for r in result.runs:
-            w.writerow([result.workload, r.label, result.tune, r.seed, r.total_gpus,
-                        *(_cell(v) for v in r.curves[kind])])
+    f = io.StringIO()
+    w = csv.writer(f, lineterminator="\n")
+    w.writerow(["workload", "sc_policy", "tune", "seed", "total_gpus", *map(str, cols)])
+    for r in result.runs:
+        w.writerow([result.workload, r.label, result.tune, r.seed, r.total_gpus,
+                    *(_cell(v) for v in r.curves[kind])])
+    return f.getvalue().encode()
 
 
-def _plot(result: StudyResult, path: Path) -> None:
+#: one clearly different colour per policy (FGD and GpuPacking used to look alike)
+POLICY_COLORS = {"01-Random": "#7f7f7f", "02-DotProd": "#ff7f0e", "03-GpuClustering": "#2ca02c",
+                 "04-GpuPacking": "#1f77b4", "05-BestFit": "#9467bd", "06-FGD": "#d62728"}
+_SPARE_COLORS = ("#8c564b", "#e377c2", "#17becf", "#bcbd22", "#000000")
+
+
+def policy_color(label: str, i: int) -> str:
+    return POLICY_COLORS.get(label, _SPARE_COLORS[i % len(_SPARE_COLORS)])
+
+
+def plot_figure(result: StudyResult, published: dict[str, tuple[float, float]] | None = None):
+    """The curves figure: allocation, a zoom, fragmentation; published @100/@130 as markers."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    published = published or {}
     cols = np.array(columns(result.tune))
     fig, axes = plt.subplots(1, 3, figsize=(17, 4.8))
     for i, (label, runs) in enumerate(result.by_policy().items()):
-        color = f"C{i}"
+        color = policy_color(label, i)
         for ax, kind in ((axes[0], "alloc"), (axes[1], "alloc"), (axes[2], "frag")):
             curves = np.array([r.curves[kind] for r in runs], dtype=float)
             with warnings.catch_warnings():  # columns no run reached are NaN: leave gaps
@@ -57,42 +71,69 @@ def _plot(result: StudyResult, path: Path) -> None:
                 lo, hi = np.nanmin(curves, axis=0), np.nanmax(curves, axis=0)
             ax.plot(cols, mean, color=color, label=label if ax is axes[0] else None)
             ax.fill_between(cols, lo, hi, color=color, alpha=0.2, lw=0)
+        if label in published:
+            at100, at130 = published[label]
+            for ax in axes[:2]:
+                ax.plot([100, 130], [at100, at130], linestyle="none", marker="D", ms=6,
+                        mfc="none", color=color,
+                        label=f"{label} published" if ax is axes[0] else None)
     axes[0].plot(cols, np.minimum(cols, 100), "k:", lw=0.8, label="ideal")
     axes[0].set_title(f"GPU allocation — {result.workload}")
-    axes[1].set_xlim(min(80, cols[-1]), cols[-1])
+    right = max(cols[-1], 130 if published else 0)
+    axes[1].set_xlim(min(80, cols[-1]), right)
     axes[1].set_ylim(80, 100)
-    axes[1].set_title("zoom (bands: min–max over seeds)")
+    axes[1].set_title("zoom (bands: min–max over seeds"
+                      + ("; ◇ published)" if published else ")"))
     axes[2].set_title("fragmented GPU (FGD measure)")
     for ax in axes:
         ax.set_xlabel("arrived GPU request (% of capacity)")
         ax.set_ylabel("% of GPU capacity")
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("allocated GPU (% of capacity)")
+    axes[1].set_ylabel("allocated GPU (% of capacity)")
+    axes[2].set_ylabel("fragmented GPU (% of capacity)")
     axes[0].legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    return fig
+
+
+def _plot_png(result: StudyResult, published: dict[str, tuple[float, float]] | None) -> bytes:
+    import matplotlib.pyplot as plt
+
+    fig = plot_figure(result, published)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110)
     plt.close(fig)
+    return buf.getvalue()
 
 
-def write_study(result: StudyResult, outdir: Path | str) -> list[Path]:
+OUTPUT_FILES = (*CURVE_FILES.values(), PLOT_FILE, SUMMARY_FILE)
+
+
+def write_study(result: StudyResult, outdir: Path | str,
+                published: dict[str, tuple[float, float]] | None = None) -> list[Path]:
     """Write all outputs into `outdir` atomically (all files appear, or none)."""
-    outdir = Path(outdir)
-    outdir.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".gpugov-", dir=outdir))
-    try:
-        names = []
-        for kind, name in CURVE_FILES.items():
-            _write_curves(result, kind, tmp / name)
-            names.append(name)
-        _plot(result, tmp / PLOT_FILE)
-        names.append(PLOT_FILE)
-        _write_summary(result, tmp / SUMMARY_FILE)
-        names.append(SUMMARY_FILE)
-        for name in names:
-            os.replace(tmp / name, outdir / name)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return [outdir / n for n in names]
+    files = {name: _curves_csv(result, kind) for kind, name in CURVE_FILES.items()}
+    files[PLOT_FILE] = _plot_png(result, published)
+    files[SUMMARY_FILE] = _summary_json(result)
+    return write_folder(Path(outdir), files)
+
+
+@dataclass(frozen=True)
+class ColumnStats:
+    """Allocation at one column over the seeds that reached it (a seed whose arrivals stop
+    short of a column has no value there: it is not averaged in, it is counted out)."""
+
+    mean: float
+    min: float
+    max: float
+    seeds: int  # how many seeds reached the column
+
+    def as_dict(self) -> dict:
+        def clean(v: float) -> float | None:
+            return None if math.isnan(v) else v
+        return {"mean": clean(self.mean), "min": clean(self.min), "max": clean(self.max),
+                "seeds": self.seeds}
 
 
 @dataclass(frozen=True)
@@ -101,59 +142,75 @@ class PolicyRow:
 
     label: str
     seeds: int
-    at_100: tuple[float, float, float]  # mean, min, max
-    at_end: tuple[float, float, float]
+    at_100: ColumnStats
+    at_end: ColumnStats
     frag_end: float
     failed_pods: float
     failed_by_reason: dict[str, float]  # mean per seed, by the first constraint nobody met
+    at_130: ColumnStats | None = None  # when the run reaches 130 % (the published column)
 
 
-def _stats(values: list[float]) -> tuple[float, float, float]:
+def _stats(values: list[float]) -> ColumnStats:
     vals = [v for v in values if not math.isnan(v)]
     if not vals:
-        return (math.nan, math.nan, math.nan)
-    return (round(float(np.mean(vals)), 2), min(vals), max(vals))
+        return ColumnStats(math.nan, math.nan, math.nan, 0)
+    return ColumnStats(round(float(np.mean(vals)), 2), min(vals), max(vals), len(vals))
+
+
+def _at(runs, kind: str, col: int) -> list[float]:
+    return [float(r.curves[kind][col]) if col < len(r.curves[kind]) else math.nan
+            for r in runs]
 
 
 def summarise(result: StudyResult) -> list[PolicyRow]:
     last = columns(result.tune)[-1]
     rows = []
     for label, runs in result.by_policy().items():
-        at100 = [float(r.curves["alloc"][100]) if last >= 100 else math.nan for r in runs]
         rows.append(PolicyRow(
-            label, len(runs), _stats(at100), _stats([float(r.curves["alloc"][last]) for r in runs]),
-            _stats([float(r.curves["frag"][last]) for r in runs])[0],
+            label, len(runs), _stats(_at(runs, "alloc", 100)), _stats(_at(runs, "alloc", last)),
+            _stats(_at(runs, "frag", last)).mean,
             float(np.mean([r.pods - r.placed for r in runs])),
             {reason: sum(r.failures.get(reason, 0) for r in runs) / len(runs)
              for reason in sorted({k for r in runs for k in r.failures})},
+            _stats(_at(runs, "alloc", 130)) if last >= 130 else None,
         ))
     return rows
 
 
-def _write_summary(result: StudyResult, path: Path) -> None:
-    """The printed table, machine-readable (NaN, for columns no run reached, becomes null)."""
+def _summary_json(result: StudyResult) -> bytes:
+    """The printed table, machine-readable (columns no run reached: null, seeds 0)."""
     def clean(v: float) -> float | None:
         return None if math.isnan(v) else v
 
     rows = [{"policy": r.label, "seeds": r.seeds,
-             "alloc_at_100": dict(zip(("mean", "min", "max"), map(clean, r.at_100),
-                                      strict=True)),
-             "alloc_at_end": dict(zip(("mean", "min", "max"), map(clean, r.at_end),
-                                      strict=True)),
+             "alloc_at_100": r.at_100.as_dict(), "alloc_at_end": r.at_end.as_dict(),
+             **({"alloc_at_130": r.at_130.as_dict()} if r.at_130 else {}),
              "frag_at_end": clean(r.frag_end), "failed_pods": r.failed_pods,
              "failed_by_reason": r.failed_by_reason}
             for r in summarise(result)]
     doc = {"workload": result.workload, "tune": result.tune,
            "end_column": columns(result.tune)[-1], "policies": rows}
-    path.write_text(json.dumps(doc, indent=2) + "\n")
+    return (json.dumps(doc, indent=2) + "\n").encode()
+
+
+TARGET_COLUMNS = ("workload", "policy", "alloc_at_100_mean", "alloc_at_130_mean")
 
 
 def load_targets(path: Path | str, workload: str) -> dict[str, tuple[float, float]]:
-    """Published (alloc@100, alloc@130) means per policy label from a targets CSV."""
+    """Published (alloc@100, alloc@130) means per policy label from a targets CSV.
+
+    Policy cells may be labels (`06-FGD`) or names (`fgd`); they are keyed by label."""
+    from gpugov.placement.registry import get_policy
+
+    path = Path(path)
     out = {}
-    with Path(path).open(newline="") as f:
-        for row in csv.DictReader(f):
-            if row.get("workload") == workload:
-                out[row["policy"]] = (float(row["alloc_at_100_mean"]),
-                                      float(row["alloc_at_130_mean"]))
+    for line, row in read_table(path, TARGET_COLUMNS):
+        if row["workload"] != workload:
+            continue
+        try:
+            label = get_policy(row["policy"]).label
+        except KeyError as exc:
+            raise InputFileError(path, line, "policy", exc.args[0]) from None
+        out[label] = (number(path, line, row, "alloc_at_100_mean", lo=0, hi=100),
+                      number(path, line, row, "alloc_at_130_mean", lo=0, hi=100))
     return out

@@ -49,6 +49,10 @@ class StudyResult:
         return out
 
 
+MAX_SEED = 2**32 - 1  # numpy's seed range is wider; this is what people use
+MAX_SEEDS = 10_000
+
+
 def parse_seeds(text: str) -> list[int]:
     """'42-51', '42,43,50' or '7' -> list of seeds (ranges inclusive)."""
     seeds: list[int] = []
@@ -60,23 +64,34 @@ def parse_seeds(text: str) -> list[int]:
         try:
             if sep:
                 a, b = int(lo), int(hi)
-                if b < a:
+                if b < a or b - a >= MAX_SEEDS:
                     raise ValueError
                 seeds.extend(range(a, b + 1))
             else:
                 seeds.append(int(part))
         except ValueError:
-            raise ValueError(f"bad seed list {text!r}: use e.g. 42-51 or 42,43,44") from None
+            raise ValueError(f"bad seed list {text!r}: use e.g. 42-51 or 42,43,44 "
+                             f"(seeds 0..{MAX_SEED})") from None
+        if len(seeds) > MAX_SEEDS:
+            raise ValueError(f"bad seed list {text!r}: more than {MAX_SEEDS} seeds")
     if not seeds:
         raise ValueError(f"bad seed list {text!r}: no seeds")
+    bad = [s for s in seeds if not 0 <= s <= MAX_SEED]
+    if bad:
+        raise ValueError(f"bad seed list {text!r}: seed {bad[0]} is outside 0..{MAX_SEED}")
+    dupes = sorted({s for s in seeds if seeds.count(s) > 1})
+    if dupes:
+        raise ValueError(f"bad seed list {text!r}: seed {dupes[0]} is listed twice")
     return seeds
 
 
 def resolve_policies(names: Sequence[str]) -> list[str]:
-    """Policy names in the study's order; 'all' expands to every registered policy."""
-    if not names or any(n.strip().lower() == "all" for n in names):
+    """Policy names in the study's order; 'all' expands to every registered policy; an item
+    may be a comma list (`fgd,best-fit`)."""
+    items = [part.strip() for n in names for part in n.split(",") if part.strip()]
+    if not items or any(n.lower() == "all" for n in items):
         return list(POLICIES)
-    chosen = {get_policy(n).name for n in names}
+    chosen = {get_policy(n).name for n in items}
     return [p for p in POLICIES if p in chosen]
 
 
