@@ -142,9 +142,20 @@ class ReconcilerMetrics(Collector):
         over = GaugeMetricFamily(m.TIMESLICE_OVERCOMMIT, "sum of the memory limits of a "
                                  "time-sliced device's tenants / card memory",
                                  labels=["node", "gpu", "UUID"])
+        dev_labels = ["node", "gpu", "UUID", "mode"]
+        dev_compute = GaugeMetricFamily(m.DEVICE_ALLOCATED_COMPUTE, "compute allocated on a "
+                                        "device, 1.0 = the whole device", labels=dev_labels)
+        dev_memory = GaugeMetricFamily(m.DEVICE_ALLOCATED_MEMORY, "memory limits allocated "
+                                       "on a device, bytes", labels=dev_labels)
         for d in rec.devices:
-            over.add_metric([d.node, str(d.index), d.uuid], d.overcommit)
+            labels = [d.node, str(d.index), d.uuid, d.mode]
+            dev_compute.add_metric(labels, d.compute)
+            dev_memory.add_metric(labels, d.memory_bytes)
+            if d.overcommit is not None:
+                over.add_metric(labels[:3], d.overcommit)
         yield over
+        yield dev_compute
+        yield dev_memory
         missing = GaugeMetricFamily(m.NODE_AGENT_MISSING, "1 for a node running GPU pods "
                                     "without an exporter reporting", labels=["node"])
         for node in rec.nodes_without_agent:

@@ -50,6 +50,8 @@ QUEUE_USAGE = "gpugov_queue_usage_gpus"
 QUEUE_PENDING = "gpugov_queue_pending_pods"
 QUOTA_REFUSALS = "gpugov_quota_refusals_total"
 TIMESLICE_OVERCOMMIT = "gpugov_timeslice_memory_overcommit_ratio"
+DEVICE_ALLOCATED_COMPUTE = "gpugov_device_allocated_compute_ratio"
+DEVICE_ALLOCATED_MEMORY = "gpugov_device_allocated_memory_bytes"
 NODE_AGENT_MISSING = "gpugov_node_agent_missing"
 RECONCILER_PROBLEMS = "gpugov_reconciler_input_problems"
 RECONCILER_ERRORS = "gpugov_reconciler_errors_total"
@@ -58,7 +60,8 @@ RECONCILER_LAST_SUCCESS = "gpugov_reconciler_last_success_timestamp_seconds"
 RECONCILER_METRICS = (
     *GPUS.values(), *MEMORY.values(), *COMPUTE.values(), EFFICIENCY, IDLE_ALLOCATED,
     QUEUE_QUOTA, QUEUE_FAIR_SHARE, QUEUE_USAGE, QUEUE_PENDING, QUOTA_REFUSALS,
-    TIMESLICE_OVERCOMMIT, NODE_AGENT_MISSING, RECONCILER_PROBLEMS, RECONCILER_ERRORS,
+    TIMESLICE_OVERCOMMIT, DEVICE_ALLOCATED_COMPUTE, DEVICE_ALLOCATED_MEMORY,
+    NODE_AGENT_MISSING, RECONCILER_PROBLEMS, RECONCILER_ERRORS,
     RECONCILER_LAST_SUCCESS,
 )
 

@@ -140,10 +140,16 @@ class QueueRow:
 
 @dataclass(frozen=True)
 class DeviceRow:
+    """What was allocated on one device (every device some running pod holds)."""
+
     node: str
     uuid: str
     index: int
-    overcommit: float  # Σ memory limits of time-sliced tenants / card memory
+    mode: str
+    compute: float  # Σ allocated compute (1.0 = the whole device)
+    memory_bytes: float  # Σ allocated memory limits
+    pods: int
+    overcommit: float | None  # time-slice/MPS: Σ memory limits / card memory; else None
 
 
 @dataclass
@@ -343,26 +349,28 @@ def _queue_rows(pods: list[PodRecord], tree: Any | None, capacity_gpus: float
 
 def _device_rows(pods: list[PodRecord], nodes: Mapping[str, NodeRecord],
                  problems: list[tuple[str, str]]) -> list[DeviceRow]:
-    limits: dict[tuple[str, str], list[int]] = defaultdict(list)
-    index: dict[tuple[str, str], int] = {}
+    held: dict[tuple[str, str], list[AllocatedDevice]] = defaultdict(list)
     for p in pods:
-        if not p.running or not p.node:
-            continue
-        for d in p.devices:
-            if d.mode in ("timeslice", "mps"):
-                limits[(p.node, d.uuid)].append(d.memory_mib or 0)
-                index[(p.node, d.uuid)] = d.index
+        if p.running and p.node:
+            for d in p.devices:
+                held[(p.node, d.uuid)].append(d)
     rows = []
-    for (node_name, uuid), mems in sorted(limits.items()):
-        node = nodes.get(node_name)
-        card = (node.card_memory_mib.get(uuid) or node.default_card_mib) if node else None
-        if not card:
-            problems.append(("card-memory-unknown",
-                             f"device {uuid} on node {node_name}: card memory unknown (no "
-                             f"{ANN_INVENTORY} entry, no {LABEL_GPU_MEMORY} label); "
-                             "overcommit not computed"))
-            continue
-        rows.append(DeviceRow(node_name, uuid, index[(node_name, uuid)], sum(mems) / card))
+    for (node_name, uuid), devs in sorted(held.items()):
+        mode = devs[0].mode if len({d.mode for d in devs}) == 1 else "mixed"
+        over = None
+        if mode in ("timeslice", "mps"):
+            node = nodes.get(node_name)
+            card = (node.card_memory_mib.get(uuid) or node.default_card_mib) if node else None
+            if card:
+                over = sum(d.memory_mib or 0 for d in devs) / card
+            else:
+                problems.append(("card-memory-unknown",
+                                 f"device {uuid} on node {node_name}: card memory unknown (no "
+                                 f"{ANN_INVENTORY} entry, no {LABEL_GPU_MEMORY} label); "
+                                 "overcommit not computed"))
+        rows.append(DeviceRow(node_name, uuid, devs[0].index, mode,
+                              sum(d.milli for d in devs) / 1000.0,
+                              float(sum(d.memory_mib or 0 for d in devs)) * MIB, len(devs), over))
     return rows
 
 

@@ -1,0 +1,165 @@
+"""One picture of the cluster for `gpugov top`: queues, devices, pods and offenders.
+
+Read either from Prometheus (the reconciler's series plus the exporter's device fields) or
+straight from the cluster (the same join the reconciler runs, with the used view from
+Prometheus when one is given).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpugov.observe import names as m
+from gpugov.observe.promapi import Prometheus, PrometheusError
+from gpugov.observe.views import MIB, Amount, PodRow, QueueRow, Reconciliation
+
+
+@dataclass(frozen=True)
+class DeviceView:
+    node: str
+    gpu: str
+    uuid: str
+    mode: str
+    allocated: float  # compute, 1.0 = whole device
+    busy: float | None  # measured busy fraction (None: not measured)
+    memory_used: float | None
+    memory_total: float | None
+
+
+@dataclass(frozen=True)
+class Offender:
+    namespace: str
+    pod: str
+    what: str  # idle | leak | oversized
+    detail: str
+    score: float  # for ordering: bigger first
+
+
+@dataclass
+class Snapshot:
+    source: str
+    queues: list[QueueRow] = field(default_factory=list)
+    devices: list[DeviceView] = field(default_factory=list)
+    pods: list[PodRow] = field(default_factory=list)
+    offenders: list[Offender] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+
+def offenders(pods: list[PodRow], leaks: dict[tuple[str, str], float],
+              oversize_ratio: float = 0.5) -> list[Offender]:
+    """Idle allocations, growing memory, and requests far above use (pure)."""
+    out = []
+    for p in pods:
+        if p.idle_compute > 0:
+            out.append(Offender(p.namespace, p.pod, "idle",
+                                f"{p.idle_compute:.2f} GPU allocated and idle",
+                                p.idle_compute))
+        if p.declared and p.used and p.declared.memory_bytes and \
+                p.used.memory_bytes is not None and \
+                p.used.memory_bytes < oversize_ratio * p.declared.memory_bytes:
+            spare = p.declared.memory_bytes - p.used.memory_bytes
+            out.append(Offender(p.namespace, p.pod, "oversized",
+                                f"uses {p.used.memory_bytes / MIB / 1024:.1f} of "
+                                f"{p.declared.memory_bytes / MIB / 1024:.1f} GiB requested",
+                                spare / (80 * 1024 * MIB)))
+    for (ns, pod), rate in leaks.items():
+        out.append(Offender(ns, pod, "leak", f"memory +{rate / MIB * 60:.0f} MiB/min",
+                            rate / MIB))
+    return sorted(out, key=lambda o: (-o.score, o.namespace, o.pod, o.what))
+
+
+LEAK_QUERY = ("sum by (namespace, pod) (deriv({metric}[{window}])) > 1024")
+
+
+def _key(labels: dict[str, str]) -> tuple[str, str]:
+    return labels.get("namespace", ""), labels.get("pod", "")
+
+
+async def from_prometheus(prom: Prometheus, window: str = "5m") -> Snapshot:
+    """Rebuild the picture from the reconciler's and the exporter's series."""
+    views: dict[str, dict[tuple[str, str], dict[str, float]]] = defaultdict(
+        lambda: defaultdict(dict))
+    meta: dict[tuple[str, str], dict[str, str]] = {}
+    for view in m.VIEWS:
+        for kind, name in (("gpus", m.GPUS[view]), ("memory", m.MEMORY[view]),
+                           ("compute", m.COMPUTE[view])):
+            for s in await prom.query(name):
+                views[view][_key(s.labels)][kind] = s.value
+                meta[_key(s.labels)] = s.labels
+    idle = {_key(s.labels): s.value for s in await prom.query(
+        f"rate({m.IDLE_ALLOCATED}[{window}])")}
+    pods = []
+    for key in sorted(meta):
+        def amount(view: str, key: tuple[str, str] = key) -> Amount | None:
+            v = views[view].get(key)
+            return None if not v else Amount(v.get("gpus", 0.0), v.get("memory"),
+                                             v.get("compute", 0.0))
+        labels = meta[key]
+        pods.append(PodRow(key[0], key[1], labels.get("tenant", ""), labels.get("queue", ""),
+                           None, amount("declared"), amount("allocated"), amount("used"),
+                           idle.get(key, 0.0)))
+    queues: dict[str, dict[str, float]] = defaultdict(dict)
+    for kind, name in (("quota", m.QUEUE_QUOTA), ("fair", m.QUEUE_FAIR_SHARE),
+                       ("usage", m.QUEUE_USAGE), ("pending", m.QUEUE_PENDING)):
+        for s in await prom.query(name):
+            queues[s.labels.get("queue", "")][kind] = s.value
+    queue_rows = [QueueRow(q, v.get("quota"), v.get("fair"), v.get("usage", 0.0),
+                           int(v.get("pending", 0))) for q, v in sorted(queues.items())]
+    busy = {s.labels.get("UUID", ""): s.value / 100 for s in await prom.query(m.DEV_GPU_UTIL)}
+    used = {s.labels.get("UUID", ""): s.value * MIB for s in await prom.query(m.DEV_FB_USED)}
+    free = {s.labels.get("UUID", ""): s.value * MIB for s in await prom.query(m.DEV_FB_FREE)}
+    devices = []
+    for s in await prom.query(m.DEVICE_ALLOCATED_COMPUTE):
+        u = s.labels.get("UUID", "")
+        total = used[u] + free[u] if u in used and u in free else None
+        devices.append(DeviceView(s.labels.get("node", ""), s.labels.get("gpu", ""), u,
+                                  s.labels.get("mode", ""), s.value, busy.get(u),
+                                  used.get(u), total))
+    devices.sort(key=lambda d: (d.node, d.gpu))
+    leaks = {_key(s.labels): s.value for s in await prom.query(
+        LEAK_QUERY.format(metric=m.POD_MEMORY_USED, window=window))}
+    snap = Snapshot(f"Prometheus {prom.url}", queue_rows, devices, pods,
+                    offenders(pods, leaks))
+    if not pods and not queue_rows:
+        snap.problems.append(f"Prometheus at {prom.url} has no gpugov reconciler series: is "
+                             "`gpugov reconcile` running and scraped?")
+    return snap
+
+
+def from_reconciliation(rec: Reconciliation, source: str,
+                        leaks: dict[tuple[str, str], float] | None = None) -> Snapshot:
+    devices = [DeviceView(d.node, str(d.index), d.uuid, d.mode, d.compute, None, None, None)
+               for d in rec.devices]
+    return Snapshot(source, rec.queues, devices, rec.pods, offenders(rec.pods, leaks or {}),
+                    [msg for _, msg in rec.problems])
+
+
+async def from_cluster(api: Any, prom: Prometheus | None, tree: Any | None,
+                       window: str = "5m") -> Snapshot:
+    """The reconciler's join run here: cluster objects, plus the used view if `prom`."""
+    from gpugov.observe.cluster import read_cluster
+    from gpugov.observe.reconciler import records
+    from gpugov.observe.usage import read_used
+    from gpugov.observe.views import reconcile
+
+    pods, nodes = await read_cluster(api)
+    pod_recs, node_recs, problems = records(pods, nodes)
+    uses, agents, note, leaks = [], set(), None, {}
+    if prom is not None:
+        try:
+            used = await read_used(prom, window)
+            uses, agents = used.uses, used.nodes_with_agent
+            leaks = {_key(s.labels): s.value for s in await prom.query(
+                LEAK_QUERY.format(metric=m.POD_MEMORY_USED, window=window))}
+        except PrometheusError as e:
+            note = f"{e}; showing declared and allocated only"
+    rec = reconcile(pod_recs, node_recs, uses, agents, tree)
+    if prom is None or note:
+        rec.nodes_without_agent = []
+        rec.problems = [p for p in rec.problems if p[0] != "node-without-agent"]
+    snap = from_reconciliation(rec, "cluster" + (f" + Prometheus {prom.url}" if prom else ""),
+                               leaks)
+    snap.problems = problems + snap.problems + ([note] if note else [])
+    return snap

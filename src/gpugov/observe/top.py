@@ -1,0 +1,99 @@
+"""`gpugov top`: a live terminal view of queues, devices and offenders (rich).
+
+Rendering is a pure function of a `Snapshot`, so `--once` and the tests print exactly the
+frame the live view shows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import select
+import sys
+import termios
+import tty
+from collections.abc import Awaitable, Callable, Iterator
+
+from rich.console import Group, RenderableType
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from gpugov.observe.snapshot import Snapshot
+from gpugov.observe.views import MIB
+
+GIB = 1024 * MIB
+
+
+def _num(x: float | None, fmt: str = "{:.2f}") -> str:
+    return "—" if x is None else fmt.format(x)
+
+
+def _gib(x: float | None) -> str:
+    return "—" if x is None else f"{x / GIB:.1f}"
+
+
+def render(snap: Snapshot, max_rows: int = 10) -> RenderableType:
+    """One frame: queues, devices, top offenders, problems."""
+    q = Table(title="Queues (GPUs)", title_justify="left", expand=True)
+    for col in ("queue", "quota", "fair share", "usage", "pending"):
+        q.add_column(col, justify="left" if col == "queue" else "right")
+    for r in snap.queues:
+        style = "red" if (r.pending_pods and r.fair_share_gpus is not None
+                          and r.usage_gpus < r.fair_share_gpus) else None
+        q.add_row(r.queue, _num(r.quota_gpus), _num(r.fair_share_gpus), _num(r.usage_gpus),
+                  str(r.pending_pods), style=style)
+    d = Table(title="Devices", title_justify="left", expand=True)
+    for col in ("node", "gpu", "mode", "allocated", "busy", "memory used / total GiB"):
+        d.add_column(col, justify="left" if col in ("node", "mode") else "right")
+    for dev in snap.devices:
+        d.add_row(dev.node, dev.gpu, dev.mode, f"{dev.allocated:.2f}",
+                  _num(None if dev.busy is None else 100 * dev.busy, "{:.0f} %"),
+                  f"{_gib(dev.memory_used)} / {_gib(dev.memory_total)}")
+    o = Table(title="Top offenders", title_justify="left", expand=True)
+    for col in ("pod", "what", "detail"):
+        o.add_column(col)
+    for off in snap.offenders[:max_rows]:
+        o.add_row(f"{off.namespace}/{off.pod}", off.what, off.detail,
+                  style="red" if off.what == "leak" else "yellow")
+    parts: list[RenderableType] = [Text(f"gpugov top — {snap.source}", style="bold"), q, d, o]
+    if snap.problems:
+        parts.append(Text("\n".join(f"! {p}" for p in snap.problems[:max_rows]),
+                          style="dim"))
+    parts.append(Text("q or Ctrl-C quits", style="dim"))
+    return Group(*parts)
+
+
+@contextlib.contextmanager
+def _keys() -> Iterator[Callable[[], str | None]]:
+    """Non-blocking single key reads from a terminal stdin (None when not a terminal)."""
+    if not sys.stdin.isatty():
+        yield lambda: None
+        return
+    fd = sys.stdin.fileno()
+    old = termios.tcgetattr(fd)
+    tty.setcbreak(fd)
+    try:
+        def read() -> str | None:
+            ready, _, _ = select.select([fd], [], [], 0)
+            return os.read(fd, 1).decode(errors="ignore") if ready else None
+        yield read
+    finally:
+        termios.tcsetattr(fd, termios.TCSADRAIN, old)
+
+
+async def live(fetch: Callable[[], Awaitable[Snapshot]], interval: float) -> None:
+    """Refresh in place until q or Ctrl-C; restores the terminal either way."""
+    with _keys() as key, Live(render(await fetch()), auto_refresh=False,
+                              screen=False) as view:
+        waited = 0.0
+        while True:
+            k = key()
+            if k in ("q", "Q"):
+                return
+            await asyncio.sleep(0.1)
+            waited += 0.1
+            if waited >= interval:
+                waited = 0.0
+                view.update(render(await fetch()), refresh=True)

@@ -1,0 +1,44 @@
+"""`gpugov top --once`: one frame of queues, devices and offenders from a real Prometheus;
+and the frame renderer on a snapshot with a problem."""
+
+from __future__ import annotations
+
+import re
+
+from rich.console import Console
+from typer.testing import CliRunner
+
+from gpugov.cli import app
+from gpugov.observe import top
+from gpugov.observe.snapshot import Snapshot
+
+
+def test_top_once_shows_queues_devices_and_offenders(stack) -> None:
+    stack.prom.wait_for('deriv(gpugov_pod_memory_used_bytes{pod="leaky"}[5s]) > 0')
+    stack.prom.wait_for('rate(gpugov_idle_allocated_gpu_seconds_total{pod="idle"}[5s]) > 0.9')
+    r = CliRunner().invoke(app, ["top", "--once", "--prometheus", stack.prom.url,
+                                 "--window", "5s"])
+    assert r.exit_code == 0, r.output
+    out = r.output
+    for words in ("Queues", "team-a", "team-b", "org", "Devices", "timeslice", "soft",
+                  "exclusive", "Top offenders", "team-a/idle", "team-a/leaky",
+                  "team-b/oversized"):
+        assert words in out, (words, out)
+    lines = {line.split("│")[1].strip(): line for line in out.splitlines()
+             if line.count("│") > 3}
+    idle = re.search(r"([\d.]+) GPU allocated and idle", lines["team-a/idle"])
+    assert idle and float(idle.group(1)) > 0.85  # a rate over the window: about 1 GPU
+    assert "leak" in lines["team-a/leaky"] and "MiB/min" in lines["team-a/leaky"]
+    assert "uses 2.0 of 40.0 GiB requested" in out
+
+
+def test_frame_lists_problems_without_data() -> None:
+    console = Console(width=100, record=True)
+    console.print(top.render(Snapshot("(no data)", problems=["Prometheus at x is unreachable"])))
+    text = console.export_text()
+    assert "! Prometheus at x is unreachable" in text and "q or Ctrl-C quits" in text
+
+
+def test_top_needs_a_source() -> None:
+    r = CliRunner().invoke(app, ["top", "--once"])
+    assert r.exit_code == 2 and "--prometheus" in r.output
