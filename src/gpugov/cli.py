@@ -833,6 +833,33 @@ def node_exporter_cmd(
         raise typer.Exit(1) from None
 
 
+@node_app.command("device-plugin")
+def node_device_plugin_cmd(
+    devices: Path | None = typer.Option(None, "--devices", help="inventory JSON of this node "
+                                        "(the gpugov.io/inventory format)"),
+    node_name: str | None = typer.Option(None, "--node-name",
+                                         help="Kubernetes node name (default: $NODE_NAME)"),
+    plugin_dir: Path = typer.Option(Path("/var/lib/kubelet/device-plugins"), "--plugin-dir",
+                                    help="the kubelet's device plugin folder"),
+    state_dir: Path = typer.Option(Path("/var/lib/gpugov"), "--state-dir",
+                                   help="host folder for pod regions and ld.so.preload"),
+    kubeconfig: Path | None = typer.Option(None, "--kubeconfig",
+                                           help="default: the in-cluster service account"),
+    device_specs: bool = typer.Option(True, "--device-specs/--no-device-specs",
+                                      help="pass /dev/nvidia* nodes in Allocate"),
+    cdi: bool = typer.Option(False, "--cdi", help="also name CDI devices (nvidia.com/gpu=UUID)"),
+) -> None:
+    """Serve the kubelet device plugins (whole GPUs, MIG, soft and time-sliced replicas)."""
+    from gpugov.node.deviceplugin.run import NodeConfigError, NodeOptions, check, run
+
+    opts = NodeOptions(node_name, devices, plugin_dir, state_dir, kubeconfig, device_specs, cdi)
+    try:
+        check(opts)
+    except NodeConfigError as e:
+        raise _fail(str(e)) from None
+    run(opts)
+
+
 @app.command("verify")
 def verify_cmd(
     cuda_lib: Path | None = typer.Option(None, "--cuda-lib",

@@ -272,8 +272,13 @@ def test_kubelet_restart_reregisters(kubelet_driver_binary: Path, tmp_path: Path
         plugin_dir = node.peer.plugin_dir
         await asyncio.to_thread(node.peer.stop)
         await node.start_kubelet(plugin_dir)  # deletes our sockets, recreates kubelet.sock
-        await until(node.peer, lambda c: c["allocatable"].get(GPU) == 8)
-        assert mgr.registrations == before + len(mgr.plugins)
+        await until(node.peer, lambda c: c["allocatable"] == {
+            GPU: 8, "nvidia.com/mig-3g.40gb": 1, "nvidia.com/mig-1g.10gb": 2, SHARED: 2})
+        for _ in range(200):  # Register's reply may trail the kubelet's first ListAndWatch
+            if mgr.registrations >= before + len(mgr.plugins):
+                break
+            await asyncio.sleep(0.05)
+        assert mgr.registrations == before + len(mgr.plugins)  # each plugin once more
         assert all(p.socket.exists() for p in mgr.plugins.values())
         node.pods.put(scheduled_pod("after", [whole(2)]))
         result = await node.admit("after", {GPU: 1})

@@ -48,7 +48,7 @@ class Candidate:
     name: str
     uid: str
     resource_version: str
-    order: tuple[str, str, str, str]
+    order: tuple[str, int, str, str, str]
     wanted: tuple[str, ...]  # sorted device keys (GPU UUIDs or MIG UUIDs), one per kubelet ID
     slices: tuple[tuple[str, AllocatedDevice], ...]  # (key, the scheduler's slice), by key
     claimed_ids: tuple[str, ...]  # IDs of this resource it already claimed (kubelet re-Allocate)
@@ -94,14 +94,22 @@ def _slice_key(node: str, inv: Mapping[int, InventoryDevice],
     return want, dev.uuid
 
 
-def _order(pod: Pod) -> tuple[str, str, str, str]:
+def _order(pod: Pod) -> tuple[str, int, str, str, str]:
+    """The order the kubelet sees pods arrive in: bound first, arrives first.
+
+    The kubelet admits pods one at a time in the order its watch delivers them, i.e. the order
+    of the writes that bound them. PodScheduled's time (1 s resolution) orders across seconds;
+    within one, the pod's resourceVersion does: an unclaimed pod's last write is normally its
+    bind (nothing else writes a pod between bind and admission). Then creation time, name.
+    """
     md = pod.get("metadata", {})
     scheduled = ""
     for c in (pod.get("status") or {}).get("conditions") or []:
         if c.get("type") == "PodScheduled" and c.get("status") == "True":
             scheduled = c.get("lastTransitionTime") or ""
-    return (scheduled, md.get("creationTimestamp") or "", md.get("namespace", ""),
-            md.get("name", ""))
+    rv = str(md.get("resourceVersion") or "")
+    return (scheduled, int(rv) if rv.isdigit() else 0, md.get("creationTimestamp") or "",
+            md.get("namespace", ""), md.get("name", ""))
 
 
 def candidates(pods: Iterable[Pod], node: str, resource: str, inventory: Inventory,
