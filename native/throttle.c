@@ -45,6 +45,7 @@ struct dev_state {
 };
 
 static struct dev_state st[GG_MAX_DEVICES];
+static void refill(struct gg_header *h, int dev, uint32_t pct, int64_t burst);
 static pthread_once_t st_once = PTHREAD_ONCE_INIT;
 static void st_init(void) {
     for (int i = 0; i < GG_MAX_DEVICES; i++) pthread_mutex_init(&st[i].mu, NULL);
@@ -65,7 +66,9 @@ static uint32_t rand32(void) {
     return (uint32_t)(x >> 32);
 }
 
-static void refill(struct gg_header *h, int dev, uint32_t pct) {
+/* Credit for elapsed time, capped at the burst: 10 ms, or the longest kernel seen (credit
+ * earned while a launch call blocks behind our own long kernel is not idle hoarding). */
+static void refill(struct gg_header *h, int dev, uint32_t pct, int64_t burst) {
     uint64_t now = gg_now_ns();
     uint64_t last = __atomic_load_n(&h->refill_ns[dev], __ATOMIC_ACQUIRE);
     if (now <= last || !__atomic_compare_exchange_n(&h->refill_ns[dev], &last, now, 0,
@@ -74,8 +77,9 @@ static void refill(struct gg_header *h, int dev, uint32_t pct) {
     if (last == 0) return; /* first launch ever: start the clock with an empty bucket */
     int64_t add = (int64_t)((now - last) * pct / 100);
     int64_t t = __atomic_add_fetch(&h->tokens_ns[dev], add, __ATOMIC_ACQ_REL);
-    while (t > BURST_NS
-           && !__atomic_compare_exchange_n(&h->tokens_ns[dev], &t, BURST_NS, 0, __ATOMIC_ACQ_REL,
+    if (burst < BURST_NS) burst = BURST_NS;
+    while (t > burst
+           && !__atomic_compare_exchange_n(&h->tokens_ns[dev], &t, burst, 0, __ATOMIC_ACQ_REL,
                                            __ATOMIC_ACQUIRE)) {
     }
 }
@@ -155,7 +159,7 @@ int gg_throttle_before(int dev, uint64_t key, CUstream stream) {
     pthread_once(&st_once, st_init);
     struct dev_state *d = &st[dev];
     gg_count_launch(dev);
-    refill(h, dev, pct);
+    refill(h, dev, pct, __atomic_load_n(&d->max_cost, __ATOMIC_RELAXED));
     int64_t cost = estimate(d, key);
     int unknown = cost == 0, sample = -1;
     if (unknown || rand32() % SAMPLE_ONE_IN == 0) {
@@ -203,6 +207,7 @@ void gg_throttle_after(int dev, int sample, CUstream stream, CUresult rc) {
     pthread_mutex_unlock(&d->mu);
     if (ok && (sample & SYNC_FLAG)) {
         uint32_t pct = gg_device_core_limit(dev);
+        if (pct) refill(&gg_region_ptr()->header, dev, pct, d->max_cost); /* credit the wait */
         int64_t t = __atomic_load_n(&gg_region_ptr()->header.tokens_ns[dev], __ATOMIC_ACQUIRE);
         if (pct && t < 0) sleep_ns(-t * 100 / (int64_t)pct);
     }

@@ -164,9 +164,11 @@ static void launch(const char *kind, CUfunction f, CUgraphExec g) {
 }
 
 /* Launches one of the throttle accuracy patterns for SECONDS (after 0.3 s of warm-up, except
- * "first", measured from the first launch of the process) and returns the fraction of device
- * time its launches took: submitted device time for "first", busy time otherwise. */
-static uint64_t (*submitted_ns)(int);
+ * "first", measured from the first launch of the process) and returns the fraction of the
+ * interval the device was busy with its launches. Patterns: uniform (one 500 us kernel),
+ * random (one kernel, data-dependent 50 us - 1.05 ms), periodic16 (one kernel: 1 ms, and
+ * 10 us every 16th launch), loop4 (four kernels of 2 ms, 100 us, 500 us, 50 us in turn),
+ * first (100 ms kernels from the start of the process). */
 static double pattern(const char *name, double seconds) {
     static uint64_t one = 1;
     uint64_t ns = 0;
@@ -178,7 +180,7 @@ static double pattern(const char *name, double seconds) {
     unsigned int seed = 12345;
     for (int phase = first ? 1 : 0; phase < 2; phase++) {
         if (phase == 1) {
-            b0 = first ? submitted_ns(0) : busy_ns(0);
+            b0 = busy_ns(0);
             t0 = now_ns();
             end = t0 + (uint64_t)(seconds * 1e9);
         }
@@ -194,13 +196,13 @@ static double pattern(const char *name, double seconds) {
             } else if (strcmp(name, "loop4") == 0) {
                 api.cuLaunchKernel(loop[n % 4], 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL);
             } else { /* first: long kernels from the start */
-                ns = 10000000;
+                ns = 100000000;
                 api.cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, NULL, dd, NULL);
             }
             n++;
         }
     }
-    uint64_t b1 = first ? submitted_ns(0) : busy_ns(0), t1 = now_ns();
+    uint64_t b1 = busy_ns(0), t1 = now_ns();
     return (double)(b1 - b0) / (double)(t1 - t0);
 }
 
@@ -562,7 +564,6 @@ int main(int argc, char **argv) {
     else if (strcmp(argv[1], "procaddr-ptsz") == 0) load_procaddr(CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM);
     else return 2;
     *(void **)&busy_ns = dlsym(lib, "fakegpu_busy_ns");
-    *(void **)&submitted_ns = dlsym(lib, "fakegpu_submitted_ns");
     *(void **)&now_ns = dlsym(lib, "fakegpu_now_ns");
     *(void **)&make_function = dlsym(lib, "fakegpu_make_function");
     *(void **)&make_graph = dlsym(lib, "fakegpu_make_graph");

@@ -34,3 +34,29 @@ def test_not_throttled_when_unset_or_100(build, env):
     # Unthrottled, the fake keeps its launch queue full: anything far above 30 % shows that no
     # throttle ran (a loaded host may starve the launcher a little, hence the loose bound).
     assert util(build, "kernel", 0.7, env) > 0.6
+
+
+def share(build, pattern: str, pct: int, seconds: float) -> float:
+    r = drv(build, "procaddr", "ctx:0", f"pattern:{pattern}:{seconds}",
+            env={"GPUGOV_CORE_LIMIT": str(pct)}, timeout=60)
+    return float(r.find("pattern")["util"])
+
+
+def test_class04_periodic_short_kernel_cannot_alias_the_estimate(build):
+    # The same function, 1 ms kernels and a 10 us one every 16th launch: a sampler that times
+    # every 16th launch only ever sees the short one and lets the rest run free.
+    assert share(build, "periodic16", 20, 1.5) == pytest.approx(0.20, abs=0.05)
+
+
+def test_class04_four_kernel_training_loop_gets_its_quota(build):
+    assert share(build, "loop4", 20, 1.5) == pytest.approx(0.20, abs=0.05)
+
+
+def test_class04_random_kernel_durations_get_their_quota(build):
+    assert share(build, "random", 20, 1.5) == pytest.approx(0.20, abs=0.05)
+
+
+def test_class05_no_free_ride_before_the_first_measurement(build):
+    # 100 ms kernels from the first launch of the process: the first is timed and paid for
+    # before the second may start (a bounded wait used to let the first ones run free).
+    assert share(build, "first", 10, 2.0) == pytest.approx(0.10, abs=0.05)
