@@ -1,9 +1,11 @@
 """Scheduling throughput on a real control plane: gpugov's scheduler vs kube-scheduler.
 
 A local control plane (etcd, kube-apiserver, kwok; gpugov.k8s.devcluster) with N kwok nodes
-x G GPUs. Each phase starts its scheduler, waits until it has listed the cluster, creates
-P pending one-GPU pods at once (64 requests in flight) and measures the time from the first
-creation until the last pod is bound (seen through a watch). Phases, on the same cluster:
+x G GPUs. Each phase creates P pending one-GPU pods at once (64 requests in flight, no
+scheduler running), then starts its scheduler and measures the time from the start until
+the last pod is bound (seen through a watch): draining a backlog, the scheduler's start
+and first list included (creating pods on a 2-core machine is slower than either scheduler,
+so timing from the first creation would measure the apiserver). Phases, on one cluster:
 1. gpugov scheduler, P whole-GPU pods;  2. kube-scheduler (fresh pods: the first phase's
 pods are deleted), P whole-GPU pods;  3. gpugov scheduler, F fractional pods (memory
 slices of `--slice-mib`, i.e. 1/8 of an 80 GiB card by default). Client QPS limits are
@@ -79,14 +81,17 @@ async def delete_pods(kube: Kube) -> None:
         await asyncio.sleep(1.0)
 
 
-async def phase(kube: Kube, label: str, scheduler: str, count: int,
-                limits: dict[str, str]) -> dict:
+async def phase(kube: Kube, label: str, scheduler: str, count: int, limits: dict[str, str],
+                start) -> dict:
+    """Create `count` pending pods, then start the scheduler (`start()`) and time until the
+    last is bound: the time to drain a backlog created at once, scheduler start included."""
     objs = [gpu_pod(f"{label}-{i}", NS, scheduler, limits=limits) for i in range(count)]
-    t0 = time.monotonic()
-    waiter = asyncio.create_task(wait_bound(kube, count, 3600))
+    t = time.monotonic()
     await create_all(kube, "/api/v1/namespaces/{ns}/pods", objs)
-    created = time.monotonic() - t0
-    last = await waiter
+    created = time.monotonic() - t
+    t0 = time.monotonic()
+    start()
+    last = await wait_bound(kube, count, 3600)
     total = last - t0
     row = {"phase": label, "scheduler": scheduler, "pods": count,
            "create_s": round(created, 2), "all_bound_s": round(total, 2),
@@ -114,7 +119,7 @@ def wait_log(plane: LocalControlPlane, name: str, text: str, timeout: float = 30
         time.sleep(0.2)
 
 
-def start_kube_scheduler(plane: LocalControlPlane) -> None:
+def start_kube_scheduler(plane: LocalControlPlane, wait: bool = True) -> None:
     cfg = {"apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration",
            "clientConnection": {"kubeconfig": str(plane.kubeconfig), "qps": 5000,
                                 "burst": 10000},
@@ -126,6 +131,8 @@ def start_kube_scheduler(plane: LocalControlPlane) -> None:
         str(plane.bin / "kube-scheduler"), f"--config={path}", "--bind-address=127.0.0.1",
         f"--secure-port={free_port()}", f"--authentication-kubeconfig={kc}",
         f"--authorization-kubeconfig={kc}", f"--cert-dir={plane.workdir / 'sched-certs'}"])
+    if not wait:
+        return
     port = int(next(a for a in plane.procs.procs["kube-scheduler"].argv
                     if a.startswith("--secure-port=")).split("=")[1])
     end = time.monotonic() + 120
@@ -154,31 +161,33 @@ async def run(args: argparse.Namespace, plane: LocalControlPlane) -> None:
             "spec": {"queue": "bench", "namespaceSelector": {}}}])
         await create_all(kube, "/api/v1/namespaces", [{"metadata": {"name": NS}}])
         t = time.monotonic()
-        await create_all(kube, "/api/v1/nodes",
-                         [gpu_node(f"bench-{i:04d}", args.gpus) for i in range(args.nodes)])
+        nodes = [gpu_node(f"bench-{i:04d}", args.gpus) for i in range(args.nodes)]
+        if args.no_kwok:  # nobody will mark them Ready: create them Ready
+            for n in nodes:
+                n["status"]["conditions"] = [{"type": "Ready", "status": "True"}]
+        await create_all(kube, "/api/v1/nodes", nodes)
         print(json.dumps({"nodes": args.nodes, "gpus_per_node": args.gpus,
                           "create_nodes_s": round(time.monotonic() - t, 1)}), flush=True)
         await asyncio.sleep(5)  # kwok marks them Ready
         whole = {names.GPU_RESOURCE: "1"}
         rows = []
         prof1 = f"{args.profile}.whole" if args.profile else None
-        start_gpugov(plane, "gpugov-1", prof1, args.concurrency)
-        wait_log(plane, "gpugov-1", "synced")
-        rows.append(await phase(kube, "gpugov-whole", GPUGOV, args.pods, whole))
+        rows.append(await phase(kube, "gpugov-whole", GPUGOV, args.pods, whole,
+                                lambda: start_gpugov(plane, "gpugov-1", prof1,
+                                                     args.concurrency)))
         plane.procs.stop("gpugov-1", grace=30)
         await delete_pods(kube)
-        start_kube_scheduler(plane)
         rows.append(await phase(kube, "kube-scheduler-whole", "default-scheduler", args.pods,
-                                whole))
+                                whole, lambda: start_kube_scheduler(plane, wait=False)))
         plane.procs.stop("kube-scheduler", grace=10)
         await delete_pods(kube)
         if args.fractional:
             prof2 = f"{args.profile}.fractional" if args.profile else None
-            start_gpugov(plane, "gpugov-2", prof2, args.concurrency)
-            wait_log(plane, "gpugov-2", "synced")
             rows.append(await phase(kube, "gpugov-fractional", GPUGOV, args.fractional,
                                     {names.GPU_RESOURCE: "1",
-                                     "nvidia.com/gpumem": str(args.slice_mib)}))
+                                     "nvidia.com/gpumem": str(args.slice_mib)},
+                                    lambda: start_gpugov(plane, "gpugov-2", prof2,
+                                                         args.concurrency)))
             plane.procs.stop("gpugov-2", grace=30)
         g, k = rows[0]["pods_per_s"], rows[1]["pods_per_s"]
         print(json.dumps({"gpugov_pods_per_s": g, "kube_scheduler_pods_per_s": k,
@@ -202,12 +211,15 @@ def main() -> None:
     ap.add_argument("--concurrency", type=int, default=64)
     ap.add_argument("--profile", default="", help="write cProfile stats to FILE.{whole,...}")
     ap.add_argument("--workdir", default="", help="control plane folder (default: a temp one)")
+    ap.add_argument("--no-kwok", action="store_true",
+                    help="no kwok: nodes are created Ready and pods are never run")
     args = ap.parse_args()
     if args.pods > args.nodes * args.gpus:
         sys.exit(f"--pods {args.pods} exceeds the cluster's {args.nodes * args.gpus} GPUs")
-    build.ensure_binaries(("etcd", "kube-apiserver", "kube-scheduler", "kwok"))
+    needed = ("etcd", "kube-apiserver", "kube-scheduler") + (() if args.no_kwok else ("kwok",))
+    build.ensure_binaries(needed)
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="gpugov-bench-"))
-    plane = LocalControlPlane(workdir, controller_manager=False, kwok=True)
+    plane = LocalControlPlane(workdir, controller_manager=False, kwok=not args.no_kwok)
     plane.start()
     try:
         asyncio.run(run(args, plane))

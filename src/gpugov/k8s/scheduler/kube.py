@@ -12,7 +12,9 @@ import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode
 
+import aiohttp
 from kubernetes_asyncio import client, config
 
 JSON = "application/json"
@@ -43,6 +45,9 @@ class Kube:
     async def request(self, method: str, path: str, body: Any = None,
                       query: list[tuple[str, str]] | None = None, content_type: str = JSON,
                       timeout: float | None = 60.0) -> tuple[int, Any]:
+        rest = self.api.rest_client
+        if not (getattr(rest, "proxy", None) or getattr(rest, "server_hostname", None)):
+            return await self._fast(method, path, body, query, content_type, timeout)
         resp = await self.api.call_api(
             path, method, query_params=query or [],
             header_params={"Content-Type": content_type, "Accept": JSON}, body=body,
@@ -56,6 +61,31 @@ class Kube:
             parsed = json.loads(data) if data else None
         except ValueError:
             parsed = {"message": data[:200].decode("utf-8", "replace")}
+        return resp.status, parsed
+
+    async def _fast(self, method: str, path: str, body: Any,
+                    query: list[tuple[str, str]] | None, content_type: str,
+                    timeout: float | None) -> tuple[int, Any]:
+        """The same request on the ApiClient's own session (TLS, client certificate) and
+        auth headers, without its generic per-call serialisation (the hot path of binding
+        thousands of pods: about a third of the client's CPU per request)."""
+        headers = {"Content-Type": content_type, "Accept": JSON, **self.api.default_headers}
+        await self.api.update_params_for_auth(headers, [], ["BearerToken"])
+        url = self.api.configuration.host + path
+        if query:
+            url += "?" + urlencode(query)
+        data = None if body is None else json.dumps(body, separators=(",", ":"))
+        resp = await self.api.rest_client.pool_manager.request(
+            method, url, data=data, headers=headers,
+            timeout=aiohttp.ClientTimeout(total=timeout))
+        try:
+            raw = await resp.read()
+        finally:
+            resp.release()
+        try:
+            parsed = json.loads(raw) if raw else None
+        except ValueError:
+            parsed = {"message": raw[:200].decode("utf-8", "replace")}
         return resp.status, parsed
 
     async def list_all(self, path: str, page: int = 1000, label_selector: str = ""

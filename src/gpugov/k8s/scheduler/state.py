@@ -200,18 +200,21 @@ class SchedulerState:
 
     def set_pod(self, obj: dict[str, Any]) -> None:
         self.version += 1
-        info = pod_info(obj, self.tenants)
-        key = info.key
-        if not (info.scheduler == self.scheduler_name or info.allocation is not None):
+        meta = obj.get("metadata") or {}
+        key = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+        if (obj.get("spec") or {}).get("schedulerName") != self.scheduler_name and \
+                names.ANN_ALLOCATION not in (meta.get("annotations") or {}):
             if key in self.pods:
                 self.delete_pod(key)
-            return
+            return  # neither ours nor holding a device: not our business
         old = self.pods.get(key)
+        prev_error = old.error if old is not None else None
+        info = pod_info(obj, self.tenants, old)
         if old is not None and old.uid != info.uid:
             self.delete_pod(key)  # same name, new pod
             old = None
         self.pods[key] = info
-        if info.error and (old is None or old.error != info.error):
+        if info.error and prev_error != info.error:
             self._bad("pod", f"pod {key}: {info.error}")
         if info.node:
             self.inflight.pop(key, None)

@@ -177,6 +177,7 @@ class PodInfo:
     conditions: dict[str, tuple[str, str]] = field(default_factory=dict)
     queue_annotated: bool = False  # the webhook named the queue (else: from the Tenants)
     trust_annotated: bool = False
+    source: tuple = ()  # (annotations, containers, group) it was translated from
 
     def resolve(self, tenants: dict[str, tuple[str, TrustTier]]) -> None:
         """Queue and trust from the Tenants, where the webhook did not write them."""
@@ -215,10 +216,22 @@ def _cpu_mem(pod: dict[str, Any]) -> tuple[int, int]:
     return cpu, mem
 
 
-def pod_info(obj: dict[str, Any], tenants: dict[str, tuple[str, TrustTier]]) -> PodInfo:
+def pod_info(obj: dict[str, Any], tenants: dict[str, tuple[str, TrustTier]],
+             old: PodInfo | None = None) -> PodInfo:
     """Translate a pod; `tenants` maps namespace -> (queue, trust) for pods the webhook did
-    not annotate."""
+    not annotate. With `old` (the same pod seen before, same annotations and containers) the
+    request translation is reused: a pod is seen several times (created, bound, running)."""
     meta, spec, status = _meta(obj), obj.get("spec") or {}, obj.get("status") or {}
+    if old is not None and old.uid == meta.get("uid", "") and \
+            old.source == (meta.get("annotations"), spec.get("containers"),
+                           (meta.get("labels") or {}).get(names.PODGROUP_LABEL)):
+        phase = status.get("phase", "")
+        old.node = spec.get("nodeName") or ""
+        old.done = phase in ("Succeeded", "Failed")
+        old.terminating = bool(meta.get("deletionTimestamp"))
+        old.conditions = {c.get("type", ""): (c.get("status", ""), c.get("message", ""))
+                          for c in status.get("conditions") or []}
+        return old
     ns, name = meta.get("namespace", ""), meta.get("name", "")
     ann = meta.get("annotations") or {}
     labels = meta.get("labels") or {}
@@ -267,7 +280,9 @@ def pod_info(obj: dict[str, Any], tenants: dict[str, tuple[str, TrustTier]]) -> 
         priority_class=spec.get("priorityClassName") or "", priority=int(spec.get("priority") or 0),
         group=labels.get(names.PODGROUP_LABEL) or None, allocation=allocation,
         error="; ".join(errors), conditions=conditions,
-        queue_annotated=names.ANN_QUEUE in ann, trust_annotated=bool(trust_text))
+        queue_annotated=names.ANN_QUEUE in ann, trust_annotated=bool(trust_text),
+        source=(meta.get("annotations"), spec.get("containers"),
+                labels.get(names.PODGROUP_LABEL)))
 
 
 # -- Queues, Tenants, PriorityClasses -> ControlConfig ---------------------------------------
