@@ -3,10 +3,13 @@ the main scenarios; any sanitizer report fails the run (non-zero exit)."""
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import pytest
-from native_build import drv
+from native_build import drv, parse
+
+from gpugov.node.region import read_region
 
 SCENARIOS = {
     "memory-paths": ["ctx:0", "alloc:2Mi", "pitch:1000:100", "managed:1Mi", "async:1Mi",
@@ -21,6 +24,12 @@ SCENARIOS = {
                 "array:64:64", "afill:7:9", "free:7", "mipmap:64:64:3", "afill:8:9", "free:8",
                 "async:1Mi", "pexport:9:{tmp}/p", "pimport:{tmp}/p", "free:10", "freeasync:9"],
     "throttle": ["ctx:0", "launch:200:100", "launchex:50:100", "coop:50:100", "graph:20:4:50"],
+    "escapes": ["ctx:0", "alloc:1Mi", f"alloc:{(1 << 64) - 1}", "poolalloc:2Mi", "pooldestroy",
+                "freeasync:1", "vmany:80:16Ki:7", "free:2", "async:1Mi", "xfree:3", "alloc:1Mi",
+                "xfreeasync:4", "graphmem:1Mi", "capture:1Mi", "free:5", "free:6",
+                "setlimit:2:1Mi", "setlimit:2:0", "legacy:array", "arrayfmt:8:8:0x99",
+                "launchv:grid:20:50", "launchv:multi:20:50", "pattern:loop4:0.3",
+                "pattern:random:0.3"],
 }
 
 
@@ -41,3 +50,22 @@ def test_under_asan_and_ubsan(san_build, tmp_path: Path, scenario, mode):
 def test_malformed_config_under_sanitizers(san_build):
     r = drv(san_build, "dlsym", "ctx:0", env={"GPUGOV_MEMORY_LIMIT": "x"})
     assert r.returncode == 0 and r.rcs("init") == [800], r.stderr
+
+
+def test_four_processes_of_eight_threads_under_sanitizers(san_build, tmp_path: Path):
+    # 4 processes x 8 threads allocate, free (linear and stream-ordered) and launch under a
+    # shared memory and compute limit; the sanitizers see every access, and the region must
+    # come back to zero when they are done.
+    region = tmp_path / "region"
+    env = san_build.env({"GPUGOV_SHARED_REGION": str(region), "GPUGOV_MEMORY_LIMIT": "32Mi",
+                         "GPUGOV_CORE_LIMIT": "50"})
+    procs = [subprocess.Popen([str(san_build.drvtest), mode, "ctx:0", "threads:8:300"], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for mode in ["direct", "dlsym", "procaddr", "procaddr-ptsz"]]
+    for p in procs:
+        out, err = p.communicate(timeout=240)
+        assert p.returncode == 0, err
+        assert "runtime error" not in err and "AddressSanitizer" not in err, err
+        assert [x["fails"] for x in parse(out) if x["cmd"] == "threads"] == ["0"], out + err
+    snap = read_region(region)
+    assert snap.slots == () and snap.used[0] == 0
