@@ -51,9 +51,7 @@ def snapshot(cp: ControlPlane, now: float, waits: Mapping[str, float] | None = N
     for j in cp.jobs.values():
         if j.name in jobs:
             continue
-        if j.status != FINISHED:
-            jobs[j.name] = _job(cp, j, 0, 0)
-        elif waits is not None:
+        if j.status != FINISHED or waits is not None:
             jobs[j.name] = _job(cp, j, 0, 0)
     if waits is not None:
         for name, j in jobs.items():
