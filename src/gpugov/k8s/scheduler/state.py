@@ -143,6 +143,7 @@ class SchedulerState:
         self.rebuilds = 0
         self._job_seq = 0
         self.version = 0  # bumped by every node or pod event (readers cache on it)
+        self._preq: dict[str, tuple[PodInfo, int, PodRequest]] = {}
 
     # -- watch events ------------------------------------------------------------------------
     def set_node(self, obj: dict[str, Any]) -> None:
@@ -244,6 +245,7 @@ class SchedulerState:
 
     def delete_pod(self, key: str) -> None:
         self.version += 1
+        self._preq.pop(key, None)
         self.pods.pop(key, None)
         self.inflight.pop(key, None)
         self.written.pop(key, None)
@@ -290,7 +292,8 @@ class SchedulerState:
         preemptor so the next cycle tries another victim or waits."""
         if status == 429:
             self.protected[ev.key] = now + self.pdb_backoff
-            self.waiting.pop(ev.preemptor, None)
+            for p in [p for p, victims in self.waiting.items() if ev.key in victims]:
+                del self.waiting[p]  # every pod of the preemptor (a gang) tries again
             self.dirty = True
         elif status == 404:
             for victims in self.waiting.values():
@@ -368,11 +371,17 @@ class SchedulerState:
     def pod_request(self, info: PodInfo) -> PodRequest:
         """The engine's request: compute share only (memory slices become a share of the
         largest card in the cluster, `GpuRequest.to_pod_request`)."""
+        cached = self._preq.get(info.key)
+        if cached is not None and cached[0] is info and cached[1] == self.card_mib:
+            return cached[2]
         req = info.request
         if req is None:
-            return PodRequest(info.key, info.cpu_milli, info.memory_mib)
-        return req.to_pod_request(info.key, info.cpu_milli, info.memory_mib,
-                                  self.card_mib or None)
+            preq = PodRequest(info.key, info.cpu_milli, info.memory_mib)
+        else:
+            preq = req.to_pod_request(info.key, info.cpu_milli, info.memory_mib,
+                                      self.card_mib or None)
+        self._preq[info.key] = (info, self.card_mib, preq)
+        return preq
 
     def _new_job(self, name: str, info: PodInfo, pods: int) -> Job | None:
         assert self.cp is not None
