@@ -1077,5 +1077,73 @@ def report_cmd(
         typer.echo(f"wrote {f}")
 
 
+@node_app.command("agent")
+def node_agent_cmd(
+    node_name: str = typer.Option(..., "--node-name", envvar="NODE_NAME",
+                                  help="this node's name (env NODE_NAME)"),
+    kubeconfig: Path | None = typer.Option(None, "--kubeconfig",
+                                           help="kubeconfig file (default: in-cluster)"),
+    mig_config: Path | None = typer.Option(None, "--mig-config", help="mig-parted config file "
+                                           "(`gpugov plan mig --out`); the node label "
+                                           "nvidia.com/mig.config picks the config"),
+    regions: Path | None = typer.Option(None, "--regions", help="the device plugin's regions "
+                                        "folder, for bypass/zombie events"),
+    mode: str = typer.Option("exclusive", "--mode", help="how non-MIG GPUs are offered: "
+                             "exclusive, soft, timeslice or mps"),
+    replicas: int = typer.Option(1, "--replicas", help="replicas per GPU (timeslice / mps)"),
+    interval: float = typer.Option(10.0, "--interval", help="seconds between rounds"),
+    drain_grace: float = typer.Option(30.0, "--drain-grace", help="seconds between marking GPUs "
+                                      "unschedulable and changing their MIG layout"),
+    recovery_s: float = typer.Option(300.0, "--recovery-seconds",
+                                     help="a GPU is healthy again this long after its last XID"),
+    nvml_library: Path | None = typer.Option(None, "--nvml-library", help="libnvidia-ml.so.1 "
+                                             "to load (default: the loader path)"),
+) -> None:
+    """Publish GFD labels and the gpugov.io/inventory annotation, apply MIG layouts to idle
+    GPUs, report health and bypass/zombie memory as Events."""
+    import asyncio
+    import contextlib
+    import logging
+
+    from gpugov.model.devices import DeviceMode
+    from gpugov.node.agent import AgentConfig, run_agent
+    from gpugov.node.mig_config import MigConfigError, load
+    from gpugov.node.nvml.library import NvmlUnavailable
+    from gpugov.node.nvml.source import SharingPolicy
+
+    try:
+        sharing_mode = DeviceMode(mode)
+    except ValueError:
+        raise _fail(f"--mode {mode!r}; allowed: exclusive, soft, timeslice, mps") from None
+    if sharing_mode == DeviceMode.MIG:
+        raise _fail("--mode mig: MIG GPUs are found by discovery; allowed: exclusive, soft, "
+                    "timeslice, mps")
+    if replicas < 1 or (replicas > 1 and sharing_mode not in (DeviceMode.TIMESLICE,
+                                                              DeviceMode.MPS)):
+        raise _fail(f"--replicas {replicas}: must be 1, or >= 2 with --mode timeslice/mps")
+    if kubeconfig is not None and not kubeconfig.is_file():
+        raise _fail(f"--kubeconfig {kubeconfig}: no such file")
+    if regions is not None and not regions.is_dir():
+        raise _fail(f"--regions {regions}: not a folder")
+    if mig_config is not None:
+        try:
+            load(mig_config)
+        except MigConfigError as e:
+            raise _fail(str(e)) from None
+    for name, value in (("--interval", interval), ("--drain-grace", drain_grace),
+                        ("--recovery-seconds", recovery_s)):
+        if value < 0:
+            raise _fail(f"{name} {value}: must be >= 0")
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    cfg = AgentConfig(node_name, mig_config, regions, interval, drain_grace)
+    try:
+        with contextlib.suppress(KeyboardInterrupt):
+            asyncio.run(run_agent(cfg, str(nvml_library) if nvml_library else None, kubeconfig,
+                                  SharingPolicy(sharing_mode, replicas), recovery_s))
+    except NvmlUnavailable as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(1) from None
+
+
 def main() -> None:  # pragma: no cover - console entry point
     app()
