@@ -244,3 +244,28 @@ class NodeAgent:
         while True:
             await self.round()
             await asyncio.sleep(self.cfg.interval_s)
+
+
+async def run_agent(cfg: AgentConfig, nvml_library: str | None, kubeconfig: Path | None,
+                    sharing: Any = None, recovery_s: float = 300.0) -> None:
+    """Open NVML and the API (kubeconfig, else in-cluster) and run rounds until cancelled."""
+    from kubernetes_asyncio import config
+
+    from gpugov.node.nvml.health import HealthTracker
+    from gpugov.node.nvml.library import Nvml
+    from gpugov.node.nvml.source import SharingPolicy
+
+    nv = Nvml(nvml_library)
+    try:
+        source = NvmlDeviceSource(nv, HealthTracker(nv, recovery_s),
+                                  sharing or SharingPolicy())
+        api_cfg = client.Configuration()
+        if kubeconfig is not None:
+            await config.load_kube_config(config_file=str(kubeconfig),
+                                          client_configuration=api_cfg)
+        else:
+            config.load_incluster_config(client_configuration=api_cfg)
+        async with client.ApiClient(api_cfg) as api:
+            await NodeAgent(api, source, cfg).run()
+    finally:
+        nv.close()
