@@ -36,6 +36,10 @@ ALLOCATIONS = Counter("gpugov_deviceplugin_allocations_total",
                       "Allocate calls by resource and outcome (ok, reclaimed, no_match, "
                       "unknown_device, conflict, error)", ["resource", "outcome"])
 
+CONFLICTS = Counter("gpugov_deviceplugin_claim_conflicts_total",
+                    "Claims refused for a stale resourceVersion (another Allocate won the pod)",
+                    ["resource"])
+
 
 class AllocateError(Exception):
     """An Allocate that cannot be served; the message reaches the pod's admission error."""
@@ -190,6 +194,9 @@ class ResourcePlugin(pb_grpc.DevicePluginServicer):
                 if ok:
                     log.info("Allocate %s %s -> pod %s", self.resource, ids, c.ref)
                     return self._response(c, request), "ok"
+                CONFLICTS.labels(self.resource).inc()
+                log.info("claim of %s for %s lost a race (stale resourceVersion); next",
+                         c.ref, ids)
             # every match changed since we listed: another Allocate claimed it; list again
         raise AllocateError("conflict", f"could not claim a pod for {ids} after "
                             f"{CLAIM_ATTEMPTS} attempts (each candidate changed meanwhile)")
