@@ -8,6 +8,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 
 import asyncio  # noqa: E402
+import contextlib  # noqa: E402
 import re  # noqa: E402
 import threading  # noqa: E402
 from collections.abc import Iterator  # noqa: E402
@@ -43,8 +44,10 @@ class Stack:
     reconciler_url: str
 
 
-@pytest.fixture(scope="session")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+@contextlib.contextmanager
+def make_stack(tmp: Path, leak_limit: float | None = None,
+               leak_rate: float | None = None) -> Iterator[Stack]:
+    """Exporter series + Prometheus (with the rules scaled by RULE_SCALE) + a reconciler."""
     import promserver
     import scenario
     from observe_data import QUEUES_YAML
@@ -54,8 +57,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
 
     if promserver.PROMETHEUS is None:
         pytest.skip("needs prometheus (Debian package; .ci/setup.d/10-debian-packages.sh)")
-    tmp = tmp_path_factory.mktemp("stack")
-    exporter = scenario.ExporterSeries()
+    exporter = scenario.ExporterSeries(leak_limit or scenario.LEAK_LIMIT,
+                                       leak_rate or scenario.LEAK_RATE)
     reg = CollectorRegistry(auto_describe=False)
     reg.register(exporter)
     exp_port = promserver.free_port()
@@ -95,3 +98,9 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         server.shutdown()
         server.server_close()
         thread.join(5)
+
+
+@pytest.fixture(scope="session")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    with make_stack(tmp_path_factory.mktemp("stack")) as s:
+        yield s

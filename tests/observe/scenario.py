@@ -25,7 +25,8 @@ GIB = 1024 * MIB
 CARD_MIB = 81920
 NODE = "node-1"
 UUIDS = [f"GPU-demo-{i}" for i in range(4)]
-LEAK_START, LEAK_RATE, LEAK_LIMIT = 1 * GIB, 1 * GIB, 20 * GIB  # bytes, bytes/s, bytes
+# the shared stack leaks slowly (still growing minutes later); the demo fast, into its limit
+LEAK_START, LEAK_RATE, LEAK_LIMIT = 1 * GIB, 64 * MIB, 20 * GIB  # bytes, bytes/s, bytes
 
 
 def pods() -> list[dict]:
@@ -53,7 +54,7 @@ def nodes() -> list[dict]:
 
 # (pod, namespace, device index, busy fraction, memory bytes or None for the leak, limit)
 USES = [("idle", "team-a", 0, 0.0, 2 * GIB, CARD_MIB * MIB),
-        ("leaky", "team-a", 1, 0.45, None, LEAK_LIMIT),
+        ("leaky", "team-a", 1, 0.45, None, None),
         ("oversized", "team-b", 2, 0.10, 2 * GIB, 40 * GIB),
         ("ts-1", "team-b", 3, 0.30, 30 * GIB, 60 * GIB),
         ("ts-2", "team-b", 3, 0.30, 20 * GIB, 60 * GIB)]
@@ -62,11 +63,12 @@ USES = [("idle", "team-a", 0, 0.0, 2 * GIB, CARD_MIB * MIB),
 class ExporterSeries(Collector):
     """The exporter's series for node-1 at `time.monotonic() - start` seconds."""
 
-    def __init__(self) -> None:
+    def __init__(self, leak_limit: float = LEAK_LIMIT, leak_rate: float = LEAK_RATE) -> None:
         self.start = time.monotonic()
+        self.leak_limit, self.leak_rate = leak_limit, leak_rate
 
     def leak_bytes(self, t: float) -> float:
-        return min(LEAK_LIMIT, LEAK_START + LEAK_RATE * t)
+        return min(self.leak_limit, LEAK_START + self.leak_rate * t)
 
     def collect(self) -> Iterator[Metric]:
         t = time.monotonic() - self.start
@@ -123,12 +125,12 @@ class ExporterSeries(Collector):
             labels = [ns, p, "main", str(i), UUIDS[i]]
             used = self.leak_bytes(t) if mem is None else mem
             g["gpugov_pod_memory_used_bytes"].add_metric(labels, used)
-            g["gpugov_pod_memory_limit_bytes"].add_metric(labels, limit)
+            g["gpugov_pod_memory_limit_bytes"].add_metric(labels, limit or self.leak_limit)
             g["gpugov_pod_compute_limit_ratio"].add_metric(labels, 0.5 if i != 0 else 1.0)
             c["gpugov_pod_device_time_seconds"].add_metric(labels, busy * t)
             c["gpugov_pod_throttled_seconds"].add_metric(labels, 0.05 * t if busy else 0)
-            full = mem is None and used >= LEAK_LIMIT
-            refused = int((t - (LEAK_LIMIT - LEAK_START) / LEAK_RATE) * 2) if full else 0
+            full = mem is None and used >= self.leak_limit
+            refused = int((t - (self.leak_limit - LEAK_START) / self.leak_rate) * 2) if full else 0
             c["gpugov_pod_refused_allocations"].add_metric(labels, refused)
         yield from g.values()
         yield from c.values()

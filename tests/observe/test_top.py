@@ -24,8 +24,11 @@ def test_top_once_shows_queues_devices_and_offenders(stack) -> None:
                   "exclusive", "Top offenders", "team-a/idle", "team-a/leaky",
                   "team-b/oversized"):
         assert words in out, (words, out)
-    lines = {line.split("│")[1].strip(): line for line in out.splitlines()
-             if line.count("│") > 3}
+    lines: dict[str, str] = {}
+    for line in out.splitlines():
+        if line.count("│") > 3:
+            key = line.split("│")[1].strip()
+            lines[key] = lines.get(key, "") + line
     idle = re.search(r"([\d.]+) GPU allocated and idle", lines["team-a/idle"])
     assert idle and float(idle.group(1)) > 0.85  # a rate over the window: about 1 GPU
     assert "leak" in lines["team-a/leaky"] and "MiB/min" in lines["team-a/leaky"]
