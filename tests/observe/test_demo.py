@@ -70,6 +70,7 @@ def test_demo_views_diverge_alerts_fire_top_and_rightsize(tmp_path: Path) -> Non
                                        "--window", "5s"])
         assert top.exit_code == 0, top.output
         (tmp_path / "top.txt").write_text(top.output)
+        print(top.output)  # the capture docs/observability.md shows
         for words in ("team-a/idle", "team-a/leaky", "team-b/oversized", "timeslice"):
             assert words in top.output
 
