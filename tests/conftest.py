@@ -10,6 +10,9 @@ REPO = Path(__file__).resolve().parents[1]
 TRACE_DIR = (REPO / ".." / "shared" / "traces" / "alibaba-gpu-v2023").resolve()
 TARGETS = (REPO / ".." / "shared" / "targets" / "fgd-atc23-default-trace.csv").resolve()
 
+# `k8s_control_plane`: a real local Kubernetes control plane per session (gpugov.k8s.devcluster)
+pytest_plugins = ("gpugov.k8s.devcluster.pytest_plugin",)
+
 
 @pytest.fixture(scope="session")
 def trace_dir() -> Path:

@@ -1,0 +1,206 @@
+"""`gpugov dev up / down`: a local cluster for users, made of the same parts as the tests.
+
+`up` builds the binaries (once), starts the control plane with kube-scheduler (for pods that are
+not gpugov's), creates fake GPU nodes from a cluster file, installs gpugov's CRDs, starts the
+admission webhook and registers it, starts `gpugov scheduler` when this gpugov has it, and
+creates a default Queue and a catch-all Tenant so a GPU pod in any namespace is admitted.
+Every process is recorded in the work dir's state file; `down` stops exactly those.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from gpugov.k8s import crds
+from gpugov.k8s.devcluster import build
+from gpugov.k8s.devcluster.client import api_client, create_nodes, wait_nodes_ready
+from gpugov.k8s.devcluster.cluster_file import load_cluster_file, node_objects
+from gpugov.k8s.devcluster.plane import LocalControlPlane, StartError, _get
+from gpugov.k8s.devcluster.processes import STATE_FILE, ProcessSet, free_port
+from gpugov.k8s.webhook import registration
+
+DEFAULT_QUEUE = "default"
+CATCH_ALL_TENANT = "default"
+
+
+def default_dir() -> Path:
+    return build.cache_root().parent / "dev"
+
+
+def gpugov_argv(*args: str) -> list[str]:
+    """Run this gpugov's CLI in a child process (same interpreter, same package)."""
+    return [sys.executable, "-c", "import sys; from gpugov.cli import app; "
+            "sys.argv[0] = 'gpugov'; app()", *args]
+
+
+def has_command(name: str) -> bool:
+    from typer.main import get_command
+
+    from gpugov.cli import app
+
+    return name in getattr(get_command(app), "commands", {})
+
+
+def is_up(workdir: Path) -> bool:
+    if not (workdir / STATE_FILE).exists():
+        return False
+    return any(p.running() for p in ProcessSet.load(workdir).procs.values())
+
+
+async def install_crds(kubeconfig: Path, timeout: float = 30.0) -> None:
+    """Apply gpugov's CRDs and wait until they are Established."""
+    from kubernetes_asyncio import client
+    from kubernetes_asyncio.client.rest import ApiException
+
+    async with api_client(kubeconfig) as api:
+        ext = client.ApiextensionsV1Api(api)
+        for crd in crds.generate().values():
+            try:
+                await ext.create_custom_resource_definition(crd)
+            except ApiException as exc:
+                if exc.status != 409:
+                    raise
+                cur = await ext.read_custom_resource_definition(crd["metadata"]["name"])
+                crd = {**crd, "metadata": {**crd["metadata"],
+                                           "resourceVersion": cur.metadata.resource_version}}
+                await ext.replace_custom_resource_definition(crd["metadata"]["name"], crd)
+        deadline = time.monotonic() + timeout
+        for crd in crds.generate().values():
+            while True:
+                cur = await ext.read_custom_resource_definition(crd["metadata"]["name"])
+                conds = {c.type: c.status for c in (cur.status.conditions or [])}
+                if conds.get("Established") == "True":
+                    break
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"CRD {crd['metadata']['name']} not Established")
+                await asyncio.sleep(0.1)
+
+
+async def apply_webhook_configurations(kubeconfig: Path, objs: list[dict[str, Any]]) -> None:
+    from kubernetes_asyncio import client
+    from kubernetes_asyncio.client.rest import ApiException
+
+    async with api_client(kubeconfig) as api:
+        reg = client.AdmissionregistrationV1Api(api)
+        for obj in objs:
+            name = obj["metadata"]["name"]
+            create, delete = ((reg.create_mutating_webhook_configuration,
+                               reg.delete_mutating_webhook_configuration)
+                              if obj["kind"].startswith("Mutating") else
+                              (reg.create_validating_webhook_configuration,
+                               reg.delete_validating_webhook_configuration))
+            try:
+                await create(obj)
+            except ApiException as exc:
+                if exc.status != 409:
+                    raise
+                await delete(name)
+                await create(obj)
+
+
+async def create_defaults(kubeconfig: Path) -> None:
+    """A root Queue `default` and a catch-all Tenant sending every namespace to it."""
+    from kubernetes_asyncio import client
+    from kubernetes_asyncio.client.rest import ApiException
+
+    async with api_client(kubeconfig) as api:
+        custom = client.CustomObjectsApi(api)
+        for plural, body in (
+            ("queues", {"apiVersion": crds.API_VERSION, "kind": "Queue",
+                        "metadata": {"name": DEFAULT_QUEUE},
+                        "spec": {"weight": 1}}),
+            ("tenants", {"apiVersion": crds.API_VERSION, "kind": "Tenant",
+                         "metadata": {"name": CATCH_ALL_TENANT},
+                         "spec": {"namespaceSelector": {}, "queue": DEFAULT_QUEUE,
+                                  "trust": "internal"}}),
+        ):
+            try:
+                await custom.create_cluster_custom_object(crds.GROUP, crds.VERSION, plural, body)
+            except ApiException as exc:
+                if exc.status != 409:
+                    raise
+
+
+def start_webhook(plane: LocalControlPlane, timeout: float = 30.0) -> str:
+    """Issue a serving cert, start `gpugov webhook` on a free port, return its base URL."""
+    assert plane.ca is not None
+    pair = plane.ca.serving("gpugov-webhook")
+    cert, key = plane.pki_dir / "webhook.crt", plane.pki_dir / "webhook.key"
+    pair.write(cert, key)
+    port = free_port()
+    plane.start_process("gpugov-webhook", gpugov_argv(
+        "webhook", "--cert", str(cert), "--key", str(key), "--listen", f"127.0.0.1:{port}",
+        "--kubeconfig", str(plane.kubeconfig)),
+        ready=lambda: _get(f"https://127.0.0.1:{port}/healthz", plane.ssl_context()) == b"ok",
+        timeout=timeout)
+    return f"https://127.0.0.1:{port}"
+
+
+def up(workdir: Path, nodes: Path | None = None,
+       say: Callable[[str], None] = lambda _m: None) -> LocalControlPlane:
+    """Bring the whole local cluster up; raises StartError / ClusterFileError / BuildError."""
+    workdir = workdir.resolve()
+    if is_up(workdir):
+        raise StartError(f"a dev cluster is already running in {workdir}; "
+                         f"run `gpugov dev down --dir {workdir}` first")
+    cluster = load_cluster_file(nodes) if nodes is not None else None
+    t0 = time.monotonic()
+    build.ensure_binaries(progress=say)
+    plane = LocalControlPlane(workdir, scheduler_config=True, progress=say)
+    plane.start()
+    try:
+        say("installing CRDs")
+        asyncio.run(install_crds(plane.kubeconfig))
+        say("starting the admission webhook")
+        url = start_webhook(plane)
+        asyncio.run(apply_webhook_configurations(
+            plane.kubeconfig, registration.configurations(plane.ca.pair.cert, url=url)))
+        asyncio.run(create_defaults(plane.kubeconfig))
+        if has_command("scheduler"):
+            say("starting gpugov scheduler")
+            plane.start_process("gpugov-scheduler",
+                                gpugov_argv("scheduler", "--kubeconfig", str(plane.kubeconfig)))
+        if cluster is not None:
+            objs = node_objects(cluster)
+            say(f"creating {len(objs)} fake GPU nodes")
+
+            async def make() -> None:
+                async with api_client(plane.kubeconfig) as api:
+                    names = await create_nodes(api, objs)
+                    await wait_nodes_ready(api, names, timeout=120)
+            asyncio.run(make())
+    except BaseException:
+        plane.stop(grace=3)
+        raise
+    plane.procs.extra["up_seconds"] = round(time.monotonic() - t0, 2)
+    plane.procs.save()
+    return plane
+
+
+def down(workdir: Path, grace: float = 10.0) -> list[str]:
+    """Stop every process recorded in the work dir; returns their names."""
+    workdir = workdir.resolve()
+    if not (workdir / STATE_FILE).exists():
+        return []
+    procs = ProcessSet.load(workdir)
+    names = list(procs.procs)
+    procs.stop_all(grace)
+    return names
+
+
+def status(workdir: Path) -> dict[str, Any]:
+    workdir = workdir.resolve()
+    if not (workdir / STATE_FILE).exists():
+        return {"running": False}
+    procs = ProcessSet.load(workdir)
+    return {"running": any(p.running() for p in procs.procs.values()),
+            "processes": {n: {"pid": p.pid, "running": p.running()}
+                          for n, p in procs.procs.items()},
+            **{k: v for k, v in procs.extra.items()}}
+
+

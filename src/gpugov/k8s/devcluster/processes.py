@@ -1,0 +1,162 @@
+"""Start and stop the control plane's processes: own process groups, pids in a state file.
+
+Each process runs in its own session (process group) with its output in a log file. The state
+file (`state.json` in the work dir) records every pid with its start time from /proc, so `stop`
+signals exactly the processes that were started — never a later process that reused the pid.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+STATE_FILE = "state.json"
+
+
+def free_port() -> int:
+    """A free loopback TCP port, picked now (the kernel chooses; two runs do not collide)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _start_ticks(pid: int) -> int | None:
+    """The process's start time in clock ticks since boot (field 22 of /proc/PID/stat)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat.rsplit(")", 1)[1].split()[19])
+
+
+def alive(pid: int, ticks: int | None = None) -> bool:
+    """True when `pid` runs and (if given) is the process that started at `ticks`."""
+    now = _start_ticks(pid)
+    if now is None:
+        return False
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    if state == "Z":
+        return False
+    return ticks is None or now == ticks
+
+
+def log_tail(path: Path, lines: int = 30) -> str:
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return "(no log)"
+    return "\n".join(text.splitlines()[-lines:])
+
+
+@dataclass
+class Managed:
+    """One started process."""
+
+    name: str
+    pid: int
+    ticks: int | None
+    log: Path
+    argv: list[str]
+    popen: subprocess.Popen | None = None
+
+    def running(self) -> bool:
+        if self.popen is not None:
+            return self.popen.poll() is None
+        return alive(self.pid, self.ticks)
+
+    def as_dict(self) -> dict:
+        return {"name": self.name, "pid": self.pid, "ticks": self.ticks, "log": str(self.log),
+                "argv": self.argv}
+
+
+class ProcessSet:
+    """The processes of one work dir; persisted to its state file after every change."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.workdir = workdir
+        self.procs: dict[str, Managed] = {}
+        self.extra: dict[str, object] = {}
+
+    @property
+    def state_path(self) -> Path:
+        return self.workdir / STATE_FILE
+
+    def save(self) -> None:
+        data = {"processes": [p.as_dict() for p in self.procs.values()], **self.extra}
+        tmp = self.state_path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(data, indent=1))
+        tmp.replace(self.state_path)
+
+    @classmethod
+    def load(cls, workdir: Path) -> ProcessSet:
+        ps = cls(workdir)
+        data = json.loads(ps.state_path.read_text())
+        for p in data.pop("processes", []):
+            ps.procs[p["name"]] = Managed(p["name"], p["pid"], p["ticks"], Path(p["log"]),
+                                          p["argv"])
+        ps.extra = data
+        return ps
+
+    def start(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> Managed:
+        if name in self.procs and self.procs[name].running():
+            raise RuntimeError(f"{name} is already running (pid {self.procs[name].pid})")
+        log = self.workdir / "logs" / f"{name}.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with open(log, "ab") as out:
+            popen = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT,
+                                     stdin=subprocess.DEVNULL, cwd=self.workdir,
+                                     env=env, start_new_session=True)
+        proc = Managed(name, popen.pid, _start_ticks(popen.pid), log, argv, popen)
+        self.procs[name] = proc
+        self.save()
+        return proc
+
+    def stop(self, name: str, grace: float = 10.0) -> None:
+        """SIGTERM the process group, SIGKILL after `grace` seconds; forget the process."""
+        proc = self.procs.get(name)
+        if proc is None:
+            return
+        if proc.running():
+            _signal_group(proc, signal.SIGTERM)
+            deadline = time.monotonic() + grace
+            while proc.running() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            if proc.running():
+                _signal_group(proc, signal.SIGKILL)
+                deadline = time.monotonic() + 5
+                while proc.running() and time.monotonic() < deadline:
+                    time.sleep(0.05)
+        if proc.popen is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.popen.wait(timeout=1)
+        del self.procs[name]
+        self.save()
+
+    def stop_all(self, grace: float = 10.0) -> None:
+        """Stop in reverse start order (clients before the apiserver before etcd)."""
+        for name in reversed(list(self.procs)):
+            self.stop(name, grace)
+
+
+def _signal_group(proc: Managed, sig: signal.Signals) -> None:
+    # The process leads its own session, so its pgid is its pid; only signal while it is
+    # still the process we started.
+    if proc.popen is None and not alive(proc.pid, proc.ticks):
+        return
+    try:
+        os.killpg(proc.pid, sig)
+    except ProcessLookupError:
+        pass
+    except PermissionError:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(proc.pid, sig)

@@ -1,0 +1,1 @@
+"""gpugov's admission webhook: GPU request translation, tenancy, clear refusals."""
