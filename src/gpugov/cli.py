@@ -794,6 +794,147 @@ def extender_cmd(
         asyncio.run(serve(path, host, port, name))
 
 
+# --- Kubernetes: local dev cluster, CRDs, admission webhook (gpugov.k8s) ---
+dev_app = typer.Typer(help="A local Kubernetes cluster with gpugov (real apiserver, kwok nodes).",
+                      no_args_is_help=True)
+app.add_typer(dev_app, name="dev")
+crd_app = typer.Typer(help="gpugov's CRDs: generate them, convert the config to objects.",
+                      no_args_is_help=True)
+app.add_typer(crd_app, name="crd")
+
+
+@dev_app.command("build")
+def dev_build_cmd(
+    helm: bool = typer.Option(False, "--helm", help="also build helm"),
+) -> None:
+    """Build (once) kube-apiserver, controller-manager, scheduler, kubectl, etcd and kwok."""
+    import json
+
+    from rich.console import Console
+
+    from gpugov.k8s.devcluster import build
+
+    console = Console(stderr=True)
+    try:
+        with console.status("checking the binary cache") as status:
+            report = build.ensure_binaries(progress=status.update, include_helm=helm)
+    except build.BuildError as e:
+        raise _fail(str(e)) from None
+    typer.echo(json.dumps({"bin": str(build.bin_dir()), **report.as_dict()}, indent=1))
+
+
+@dev_app.command("up")
+def dev_up_cmd(
+    nodes: Path | None = typer.Option(None, "--nodes", help="cluster.yaml or nodes CSV"),
+    directory: Path | None = typer.Option(None, "--dir", help="work dir (state, logs, certs)"),
+) -> None:
+    """Start a local cluster with gpugov; the last line printed is `export KUBECONFIG=...`."""
+    from rich.console import Console
+
+    from gpugov.k8s.devcluster import build, dev
+    from gpugov.k8s.devcluster.cluster_file import ClusterFileError
+    from gpugov.k8s.devcluster.plane import StartError
+
+    workdir = directory or dev.default_dir()
+    console = Console(stderr=True)
+    try:
+        with console.status("starting") as status:
+            plane = dev.up(workdir, nodes, say=status.update)
+    except (ClusterFileError, StartError, build.BuildError) as e:
+        raise _fail(str(e)) from None
+    console.print(f"gpugov dev cluster up in {plane.procs.extra.get('up_seconds')} s "
+                  f"({plane.server}); stop it with: gpugov dev down --dir {plane.workdir}")
+    typer.echo(f"export KUBECONFIG={plane.kubeconfig}")
+
+
+@dev_app.command("down")
+def dev_down_cmd(
+    directory: Path | None = typer.Option(None, "--dir", help="work dir given to `dev up`"),
+) -> None:
+    """Stop every process `gpugov dev up` started in that work dir."""
+    from gpugov.k8s.devcluster import dev
+
+    workdir = directory or dev.default_dir()
+    stopped = dev.down(workdir)
+    typer.echo(f"stopped: {', '.join(stopped) or 'nothing (no dev cluster in ' + str(workdir)})")
+
+
+@crd_app.command("generate")
+def crd_generate_cmd(
+    out: Path = typer.Option(Path("deploy/helm/gpugov/crds"), "--out", help="output folder"),
+) -> None:
+    """Write the CRD YAML generated from the config models."""
+    from gpugov.k8s.crds import write_crds
+
+    if out.exists() and not out.is_dir():
+        raise _fail(f"--out {out} exists and is not a folder")
+    for path in write_crds(out):
+        typer.echo(str(path))
+
+
+@crd_app.command("convert")
+def crd_convert_cmd(
+    source: Path = typer.Argument(..., help="a config YAML, or a YAML stream of CRD objects"),
+    to: str = typer.Option("objects", "--to", help="objects | config"),
+) -> None:
+    """Convert the replay's config YAML to Queue/Tenant/PriorityPolicy objects or back."""
+    import yaml
+
+    from gpugov.control.config import ConfigError, load_config
+    from gpugov.k8s.crds import (
+        ConversionError,
+        config_sections,
+        config_to_objects,
+        objects_to_config,
+    )
+
+    try:
+        if to == "objects":
+            typer.echo(yaml.safe_dump_all(config_to_objects(load_config(source)),
+                                          sort_keys=False), nl=False)
+        elif to == "config":
+            try:
+                docs = [d for d in yaml.safe_load_all(source.read_text()) if d]
+            except (OSError, yaml.YAMLError) as e:
+                raise _fail(f"{source}: cannot read YAML: {e}") from None
+            objs = [i for d in docs for i in (d.get("items", []) if d.get("kind") == "List"
+                                              else [d])]
+            cfg = objects_to_config(objs, str(source))
+            typer.echo(yaml.safe_dump(config_sections(cfg), sort_keys=False), nl=False)
+        else:
+            raise _fail(f"--to {to!r}: allowed: objects, config")
+    except (ConfigError, ConversionError) as e:
+        raise _fail(str(e)) from None
+
+
+@app.command("webhook")
+def webhook_cmd(
+    cert: Path = typer.Option(..., "--cert", help="serving certificate (PEM)"),
+    key: Path = typer.Option(..., "--key", help="serving key (PEM)"),
+    listen: str = typer.Option("0.0.0.0:8443", "--listen", help="HOST:PORT"),
+    kubeconfig: Path | None = typer.Option(None, "--kubeconfig",
+                                           help="kubeconfig file (default: in-cluster)"),
+    scheduler_name: str = typer.Option("gpugov", "--scheduler-name",
+                                       help="schedulerName set on GPU pods ('' = leave it)"),
+) -> None:
+    """The admission webhook: translate GPU requests, resolve tenancy, refuse clearly."""
+    import asyncio
+    import contextlib
+    import logging
+
+    from gpugov.k8s.webhook.server import serve
+
+    host, port = _listen(listen)
+    for name, path in (("--cert", cert), ("--key", key)):
+        if not path.is_file():
+            raise _fail(f"{name} {path}: no such file")
+    if kubeconfig is not None and not kubeconfig.is_file():
+        raise _fail(f"--kubeconfig {kubeconfig}: no such file")
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(serve(cert, key, host, port, kubeconfig, scheduler_name))
+
+
 node_app = typer.Typer(help="Node-side components: NVML discovery, node agent, exporter.",
                        no_args_is_help=True)
 app.add_typer(node_app, name="node")
