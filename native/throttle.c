@@ -7,8 +7,9 @@
  * - the first launch of a key is always timed, and the launcher waits for its result and
  *   is debited its measured time before it launches again (no free ride before the first
  *   measurement, however long the kernel);
- * - afterwards each launch is timed with probability 1/16, drawn at random per launch, so no
- *   periodic pattern can line its cheap launches up with the timed ones;
+ * - afterwards each launch is timed with probability 1/16 (1/2 for a key whose timings vary
+ *   by more than a quarter of their mean: data-dependent kernels), drawn at random per
+ *   launch, so no periodic pattern can line its cheap launches up with the timed ones;
  * - a timed launch is debited exactly: the difference between its measured and its
  *   estimated time is settled when the measurement arrives.
  * Several timings may be in flight (a ring per device), so a deep launch queue does not
@@ -19,6 +20,7 @@
 
 #define BURST_NS 10000000LL /* idle credit is capped at 10 ms of device time */
 #define SAMPLE_ONE_IN 16
+#define SAMPLE_ONE_IN_VARIED 2
 #define RING 16              /* timings in flight per device */
 #define EST_SLOTS 1024       /* cost estimates per device (a direct-mapped cache of keys) */
 #define SYNC_FLAG 0x10000
@@ -27,6 +29,7 @@ struct est {
     uint64_t key; /* 0 = empty */
     int64_t cost; /* device ns per launch: mean of the last ~32 timed launches */
     int64_t n;    /* timed launches folded in */
+    int64_t dev;  /* mean absolute deviation of the timings, same averaging */
 };
 
 enum { SAMPLE_FREE = 0, SAMPLE_STARTED, SAMPLE_PENDING };
@@ -88,11 +91,13 @@ static struct est *slot_of(struct dev_state *d, uint64_t key) {
     return &d->est[(key * 0x9E3779B97F4A7C15ULL) >> 54 & (EST_SLOTS - 1)];
 }
 
-/* The estimate for key, or 0 if it has none (never timed, or evicted by another key). */
-static int64_t estimate(struct dev_state *d, uint64_t key) {
+/* The estimate for key, or 0 if it has none (never timed, or evicted by another key);
+ * *varied is set when its timings vary widely. */
+static int64_t estimate(struct dev_state *d, uint64_t key, int *varied) {
     struct est *e = slot_of(d, key);
     if (__atomic_load_n(&e->key, __ATOMIC_ACQUIRE) != key) return 0;
     int64_t c = __atomic_load_n(&e->cost, __ATOMIC_RELAXED);
+    *varied = __atomic_load_n(&e->dev, __ATOMIC_RELAXED) * 4 > c;
     return __atomic_load_n(&e->key, __ATOMIC_ACQUIRE) == key ? c : 0;
 }
 
@@ -116,12 +121,14 @@ static int collect(int dev, struct dev_state *d, struct sample *s, int wait) {
             /* a running mean that becomes an average over the last ~32 timings: varying
              * kernels of one key are debited their mean, not a noisy recent value (the
              * launch rate follows 1/estimate, so noise alone would overshoot the quota) */
-            int64_t old = e->cost, n = e->n < 32 ? e->n + 1 : 32;
+            int64_t old = e->cost, n = e->n < 32 ? e->n + 1 : 32, diff = ns > old ? ns - old : old - ns;
             e->n = n;
+            __atomic_store_n(&e->dev, e->dev + (diff - e->dev) / n, __ATOMIC_RELAXED);
             __atomic_store_n(&e->cost, old + (ns - old) / n, __ATOMIC_RELAXED);
         } else { /* new key (or evicting another): its first measurement */
             __atomic_store_n(&e->key, 0, __ATOMIC_RELEASE);
             __atomic_store_n(&e->cost, ns, __ATOMIC_RELAXED);
+            __atomic_store_n(&e->dev, 0, __ATOMIC_RELAXED);
             e->n = 1;
             __atomic_store_n(&e->key, s->key, __ATOMIC_RELEASE);
         }
@@ -160,9 +167,10 @@ int gg_throttle_before(int dev, uint64_t key, CUstream stream) {
     struct dev_state *d = &st[dev];
     gg_count_launch(dev);
     refill(h, dev, pct, __atomic_load_n(&d->max_cost, __ATOMIC_RELAXED));
-    int64_t cost = estimate(d, key);
+    int varied = 0;
+    int64_t cost = estimate(d, key, &varied);
     int unknown = cost == 0, sample = -1;
-    if (unknown || rand32() % SAMPLE_ONE_IN == 0) {
+    if (unknown || rand32() % (varied ? SAMPLE_ONE_IN_VARIED : SAMPLE_ONE_IN) == 0) {
         /* an unknown key must be timed: wait for the lock and for a free timing slot */
         if (unknown ? pthread_mutex_lock(&d->mu) == 0 : pthread_mutex_trylock(&d->mu) == 0) {
             struct sample *s = take_sample(dev, d, unknown);
