@@ -1239,6 +1239,8 @@ def node_agent_cmd(
                                      help="a GPU is healthy again this long after its last XID"),
     nvml_library: Path | None = typer.Option(None, "--nvml-library", help="libnvidia-ml.so.1 "
                                              "to load (default: the loader path)"),
+    listen: str = typer.Option("0.0.0.0:9403", "--listen", help="HOST:PORT for the agent's "
+                               "/metrics (gpugov_node_agent_errors_total); '' = off"),
 ) -> None:
     """Publish GFD labels and the gpugov.io/inventory annotation, apply MIG layouts to idle
     GPUs, report health and bypass/zombie memory as Events."""
@@ -1266,6 +1268,7 @@ def node_agent_cmd(
         raise _fail(f"--kubeconfig {kubeconfig}: no such file")
     if regions is not None and not regions.is_dir():
         raise _fail(f"--regions {regions}: not a folder")
+    metrics = _listen(listen) if listen else None
     if mig_config is not None:
         try:
             load(mig_config)
@@ -1280,7 +1283,7 @@ def node_agent_cmd(
     try:
         with contextlib.suppress(KeyboardInterrupt):
             asyncio.run(run_agent(cfg, str(nvml_library) if nvml_library else None, kubeconfig,
-                                  SharingPolicy(sharing_mode, replicas), recovery_s))
+                                  SharingPolicy(sharing_mode, replicas), recovery_s, metrics))
     except NvmlUnavailable as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(1) from None
