@@ -45,6 +45,7 @@ log = logging.getLogger(__name__)
 UNSCHEDULABLE_GPUS = "gpugov.io/unschedulable-gpus"  # "0,3": GPU indexes gpugov must skip
 MIG_CONFIG_STATE = "gpugov.io/mig-config-state"  # JSON outcome of the last MIG apply
 COMPONENT = "gpugov-node-agent"
+AGENT_ERRORS = "gpugov_node_agent_errors_total"
 MERGE = "application/merge-patch+json"
 
 
@@ -246,8 +247,45 @@ class NodeAgent:
             await asyncio.sleep(self.cfg.interval_s)
 
 
+class AgentErrorsCollector:
+    """`gpugov_node_agent_errors_total{reason}`: what the agent logged and went on from."""
+
+    def __init__(self, agent: NodeAgent) -> None:
+        self.agent = agent
+
+    def collect(self) -> Any:
+        from prometheus_client.core import CounterMetricFamily
+
+        m = CounterMetricFamily(AGENT_ERRORS, "Errors of the node agent by reason",
+                                labels=["reason"])
+        for reason, n in sorted(self.agent.errors.items()):
+            m.add_metric([reason], n)
+        yield m
+
+
+async def serve_metrics(agent: NodeAgent, host: str, port: int) -> Any:
+    """Serve the agent's /metrics (aiohttp); returns the runner to clean up."""
+    from aiohttp import web
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(AgentErrorsCollector(agent))  # type: ignore[arg-type]
+
+    async def metrics(_: web.Request) -> web.Response:
+        return web.Response(body=generate_latest(registry),
+                            headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
+
+    app = web.Application()
+    app.router.add_get("/metrics", metrics)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, host, port).start()
+    return runner
+
+
 async def run_agent(cfg: AgentConfig, nvml_library: str | None, kubeconfig: Path | None,
-                    sharing: Any = None, recovery_s: float = 300.0) -> None:
+                    sharing: Any = None, recovery_s: float = 300.0,
+                    metrics: tuple[str, int] | None = None) -> None:
     """Open NVML and the API (kubeconfig, else in-cluster) and run rounds until cancelled."""
     from kubernetes_asyncio import config
 
@@ -266,6 +304,12 @@ async def run_agent(cfg: AgentConfig, nvml_library: str | None, kubeconfig: Path
         else:
             config.load_incluster_config(client_configuration=api_cfg)
         async with client.ApiClient(api_cfg) as api:
-            await NodeAgent(api, source, cfg).run()
+            agent = NodeAgent(api, source, cfg)
+            runner = await serve_metrics(agent, *metrics) if metrics else None
+            try:
+                await agent.run()
+            finally:
+                if runner is not None:
+                    await runner.cleanup()
     finally:
         nv.close()
