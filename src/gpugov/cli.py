@@ -977,7 +977,7 @@ def node_exporter_cmd(
 @node_app.command("device-plugin")
 def node_device_plugin_cmd(
     devices: Path | None = typer.Option(None, "--devices", help="inventory JSON of this node "
-                                        "(the gpugov.io/inventory format)"),
+                                        "(the gpugov.io/inventory format); default: NVML"),
     node_name: str | None = typer.Option(None, "--node-name",
                                          help="Kubernetes node name (default: $NODE_NAME)"),
     plugin_dir: Path = typer.Option(Path("/var/lib/kubelet/device-plugins"), "--plugin-dir",
@@ -989,16 +989,30 @@ def node_device_plugin_cmd(
     device_specs: bool = typer.Option(True, "--device-specs/--no-device-specs",
                                       help="pass /dev/nvidia* nodes in Allocate"),
     cdi: bool = typer.Option(False, "--cdi", help="also name CDI devices (nvidia.com/gpu=UUID)"),
+    mode: str = typer.Option("exclusive", "--mode", help="NVML: how non-MIG GPUs are offered "
+                             "(exclusive, soft, timeslice; as `gpugov node agent --mode`)"),
+    replicas: int = typer.Option(1, "--replicas", help="NVML: replicas per GPU (timeslice)"),
+    soft_replicas: int = typer.Option(10, "--soft-replicas",
+                                      help="soft-slice pods the kubelet admits per GPU"),
+    refresh_s: float = typer.Option(5.0, "--refresh-seconds",
+                                    help="NVML: seconds between discovery/health rounds"),
+    nvml_library: Path | None = typer.Option(None, "--nvml-library", help="libnvidia-ml.so.1 "
+                                             "to load (default: the loader path)"),
 ) -> None:
     """Serve the kubelet device plugins (whole GPUs, MIG, soft and time-sliced replicas)."""
     from gpugov.node.deviceplugin.run import NodeConfigError, NodeOptions, check, run
+    from gpugov.node.nvml.library import NvmlUnavailable
 
-    opts = NodeOptions(node_name, devices, plugin_dir, state_dir, kubeconfig, device_specs, cdi)
+    opts = NodeOptions(node_name, devices, plugin_dir, state_dir, kubeconfig, device_specs, cdi,
+                       nvml_library, mode, replicas, soft_replicas, refresh_s)
     try:
-        check(opts)
+        node, source = check(opts)
     except NodeConfigError as e:
         raise _fail(str(e)) from None
-    run(opts)
+    except NvmlUnavailable as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(1) from None
+    run(opts, node, source)
 
 
 @app.command("verify")

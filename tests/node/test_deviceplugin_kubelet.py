@@ -211,8 +211,9 @@ def test_soft_slice_gets_library_limits_and_region(kubelet_driver_binary: Path,
         assert preload == "/usr/local/gpugov/lib/libgpugov.so"
         assert m[preload]["HostPath"].endswith("libgpugov.so") and m[preload]["ReadOnly"]
         region = Path(m["/var/run/gpugov"]["HostPath"])
-        assert region.is_dir() and "notebook" in region.name and not m["/var/run/gpugov"][
-            "ReadOnly"]
+        assert region.name == "team-a_notebook_uid-notebook"  # <ns>_<pod>_<uid>: the exporter's
+        assert not m["/var/run/gpugov"]["ReadOnly"]
+        assert (region / "devices").read_text() == uuid(4) + "\n"  # ordinal -> UUID
         # a time-sliced replica: visible device only, no enforcement (isolation none)
         node.pods.put(scheduled_pod("batch", [timeslice(6)]))
         result = await node.admit("batch", {SHARED: 1})

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from gpugov.node.deviceplugin.plugin import ResourcePlugin
 from gpugov.node.deviceplugin.pods import PodSource
-from gpugov.node.deviceplugin.resources import plugin_devices
+from gpugov.node.deviceplugin.resources import SOFT_REPLICAS, plugin_devices
 from gpugov.node.deviceplugin.response import ResponseConfig, write_preload
 from gpugov.node.deviceplugin.source import DeviceSource
 
@@ -32,8 +32,10 @@ class DevicePluginManager:
     """All of gpugov's device plugins on one node."""
 
     def __init__(self, node: str, source: DeviceSource, pods: PodSource, plugin_dir: Path,
-                 cfg: ResponseConfig, poll_s: float = 0.2) -> None:
+                 cfg: ResponseConfig, poll_s: float = 0.2,
+                 soft_replicas: int = SOFT_REPLICAS) -> None:
         self.node, self.source, self.pods = node, source, pods
+        self.soft_replicas = soft_replicas
         self.plugin_dir, self.cfg, self.poll_s = plugin_dir, cfg, poll_s
         self.plugins: dict[str, ResourcePlugin] = {}
         self.registrations = 0  # successful Register calls (restarts show as more)
@@ -80,7 +82,7 @@ class DevicePluginManager:
 
     async def _sync(self) -> None:
         """Bring the set of plugins and their device lists in line with the source."""
-        wanted = plugin_devices(self.source.inventory())
+        wanted = plugin_devices(self.source.inventory(), self.soft_replicas)
         for res in [r for r in self.plugins if r not in wanted]:
             log.info("resource %s is gone from the node; stopping its plugin", res)
             await self.plugins.pop(res).stop()

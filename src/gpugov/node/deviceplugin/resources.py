@@ -1,10 +1,11 @@
 """Which extended resources the plugin serves, and the device IDs it advertises for each.
 
 - `nvidia.com/gpu`: every GPU in `exclusive` mode as `GPU-<uuid>` (its NVML UUID), and every GPU
-  in `soft` mode as `replicas` IDs `<uuid>::<n>`. This is HAMi's way: a soft slice asks for
-  `nvidia.com/gpu: 1` plus `nvidia.com/gpumem` / `nvidia.com/gpucores`, which only the scheduler
-  counts; the kubelet counts one replica per pod and device, so it caps how many pods share a
-  GPU while gpugov's scheduler decides memory and compute.
+  in `soft` mode as `<uuid>::<n>` replica IDs (the inventory's `replicas` when above 1, else
+  `soft_replicas`, 10 by default like HAMi's deviceSplitCount). This is HAMi's way: a soft
+  slice asks for `nvidia.com/gpu: 1` plus `nvidia.com/gpumem` / `nvidia.com/gpucores`, which
+  only the scheduler counts; the kubelet counts one replica per pod and device, so it caps how
+  many pods share a GPU while gpugov's scheduler decides memory and compute.
 - `nvidia.com/gpu.shared`: GPUs in `timeslice` mode as `replicas` IDs `<uuid>::<n>` (the NVIDIA
   plugin's `renameByDefault` name, so time-slicing is never mistaken for an isolated GPU).
 - `nvidia.com/mig-<profile>`: each MIG instance by its `MIG-<uuid>` (`+` in a profile becomes
@@ -24,6 +25,7 @@ GPU = "nvidia.com/gpu"
 SHARED = "nvidia.com/gpu.shared"
 MIG_PREFIX = "nvidia.com/mig-"
 REPLICA_SEP = "::"
+SOFT_REPLICAS = 10  # soft pods the kubelet admits per GPU when the inventory does not say
 
 
 def mig_resource(profile: str) -> str:
@@ -52,7 +54,8 @@ class PluginDevice:
         return self.mig_uuid or self.uuid
 
 
-def plugin_devices(inventory: Inventory) -> dict[str, list[PluginDevice]]:
+def plugin_devices(inventory: Inventory,
+                   soft_replicas: int = SOFT_REPLICAS) -> dict[str, list[PluginDevice]]:
     """resource name -> its device IDs, in inventory order (empty resources are left out)."""
     out: dict[str, list[PluginDevice]] = {}
     for d in inventory.devices:
@@ -63,9 +66,11 @@ def plugin_devices(inventory: Inventory) -> dict[str, list[PluginDevice]]:
             out.setdefault(GPU, []).append(PluginDevice(id=d.uuid, resource=GPU, **common))
         elif d.mode in (DeviceMode.SOFT, DeviceMode.TIMESLICE):
             res = GPU if d.mode == DeviceMode.SOFT else SHARED
+            n_ids = d.replicas if d.mode == DeviceMode.TIMESLICE or d.replicas > 1 \
+                else soft_replicas
             out.setdefault(res, []).extend(
                 PluginDevice(id=f"{d.uuid}{REPLICA_SEP}{n}", resource=res, **common)
-                for n in range(d.replicas))
+                for n in range(n_ids))
         elif d.mode == DeviceMode.MIG:
             for m in d.mig:
                 if not m.uuid:

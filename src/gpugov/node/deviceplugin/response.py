@@ -81,6 +81,8 @@ def container_response(request: list[PluginDevice],
             resp.envs[f"GPUGOV_CORE_LIMIT_{i}"] = str(core_percent(s.milli))
         region = cfg.region_dir(*pod)
         region.mkdir(parents=True, exist_ok=True)
+        # ordinal -> UUID for the exporter (docs/contracts.md, pod regions)
+        (region / "devices").write_text("".join(k + "\n" for k in keys))
         resp.envs["GPUGOV_SHARED_REGION"] = CONTAINER_REGION
         if trust_tier == "trusted":
             resp.envs["GPUGOV_SCRUB"] = "0"

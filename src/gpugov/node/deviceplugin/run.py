@@ -16,6 +16,7 @@ from pathlib import Path
 
 from gpugov.node.deviceplugin.manager import DEFAULT_PLUGIN_DIR, DevicePluginManager
 from gpugov.node.deviceplugin.pods import ApiPodSource
+from gpugov.node.deviceplugin.resources import SOFT_REPLICAS
 from gpugov.node.deviceplugin.response import ResponseConfig
 from gpugov.node.deviceplugin.source import DeviceSource, StaticDeviceSource
 
@@ -35,6 +36,11 @@ class NodeOptions:
     kubeconfig: Path | None = None
     device_specs: bool = True
     cdi: bool = False
+    nvml_library: Path | None = None  # with devices=None: NVML discovery (default loader path)
+    mode: str = "exclusive"  # how NVML-discovered non-MIG GPUs are offered (as the agent's)
+    replicas: int = 1
+    soft_replicas: int = SOFT_REPLICAS
+    refresh_s: float = 5.0
 
 
 def _library() -> Path | None:
@@ -54,17 +60,37 @@ def check(opts: NodeOptions) -> tuple[str, DeviceSource]:
         raise NodeConfigError("--node-name: not given and NODE_NAME is unset; pass the "
                               "Kubernetes node name (the DaemonSet sets NODE_NAME from "
                               "spec.nodeName)")
-    if opts.devices is None:
-        raise NodeConfigError("--devices: not given; pass an inventory JSON file in the "
-                              "gpugov.io/inventory format (NVML discovery as the device source "
-                              "is planned)")
-    try:
-        source = StaticDeviceSource.from_file(opts.devices)
-    except ValueError as exc:
-        raise NodeConfigError(f"--devices: {exc}") from None
     if opts.kubeconfig is not None and not opts.kubeconfig.is_file():
         raise NodeConfigError(f"--kubeconfig: {opts.kubeconfig} is not a file")
-    return node, source
+    if opts.soft_replicas < 1:
+        raise NodeConfigError(f"--soft-replicas: {opts.soft_replicas}; allowed: >= 1")
+    if opts.refresh_s <= 0:
+        raise NodeConfigError(f"--refresh-seconds: {opts.refresh_s}; allowed: > 0")
+    if opts.devices is not None:
+        try:
+            return node, StaticDeviceSource.from_file(opts.devices)
+        except ValueError as exc:
+            raise NodeConfigError(f"--devices: {exc}") from None
+    return node, _nvml_source(opts)
+
+
+def _nvml_source(opts: NodeOptions) -> DeviceSource:
+    """Discovery and health from NVML, offered like `gpugov node agent --mode/--replicas`."""
+    from gpugov.model.devices import DeviceMode
+    from gpugov.node.nvml.health import HealthTracker
+    from gpugov.node.nvml.library import Nvml
+    from gpugov.node.nvml.source import NvmlDeviceSource, SharingPolicy
+
+    allowed = ("exclusive", "soft", "timeslice")
+    if opts.mode not in allowed:
+        raise NodeConfigError(f"--mode: {opts.mode!r}; allowed: {', '.join(allowed)} "
+                              "(MIG GPUs are found by discovery)")
+    mode = DeviceMode(opts.mode)
+    if opts.replicas < 1 or (opts.replicas > 1 and mode != DeviceMode.TIMESLICE):
+        raise NodeConfigError(f"--replicas: {opts.replicas}; allowed: 1, or >= 2 with "
+                              "--mode timeslice")
+    nv = Nvml(str(opts.nvml_library) if opts.nvml_library else None)  # NvmlUnavailable: exit 1
+    return NvmlDeviceSource(nv, HealthTracker(nv), SharingPolicy(mode, opts.replicas))
 
 
 async def _serve(opts: NodeOptions, node: str, source: DeviceSource) -> None:
@@ -77,7 +103,11 @@ async def _serve(opts: NodeOptions, node: str, source: DeviceSource) -> None:
     async with client.ApiClient() as api:
         cfg = ResponseConfig(state_dir=opts.state_dir, library=_library(),
                              device_specs=opts.device_specs, cdi=opts.cdi)
-        mgr = DevicePluginManager(node, source, ApiPodSource(api), opts.plugin_dir, cfg)
+        mgr = DevicePluginManager(node, source, ApiPodSource(api), opts.plugin_dir, cfg,
+                                  soft_replicas=opts.soft_replicas)
+        watch = getattr(source, "watch", None)  # NVML: re-read discovery and health
+        if watch is not None:
+            asyncio.get_running_loop().create_task(watch(opts.refresh_s))
         task = asyncio.current_task()
         assert task is not None
         asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
@@ -85,9 +115,8 @@ async def _serve(opts: NodeOptions, node: str, source: DeviceSource) -> None:
             await mgr.run_forever()  # stops every plugin and removes its socket on the way out
 
 
-def run(opts: NodeOptions) -> None:
-    """Serve until interrupted (SIGINT/SIGTERM end it cleanly)."""
-    node, source = check(opts)
+def run(opts: NodeOptions, node: str, source: DeviceSource) -> None:
+    """Serve until interrupted (SIGINT/SIGTERM end it cleanly); `check` gave node and source."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(_serve(opts, node, source))

@@ -1,0 +1,97 @@
+"""The device plugin fed by NVML discovery (the tests' fake NVML), seen by the kubelet's own
+device manager: what discovery finds is advertised, an XID takes a GPU out of allocatable and
+recovery brings it back. Plus the command's refusals of bad options."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+sys.path.insert(0, str(Path(__file__).parent))
+from kubelet_driver.driver import DriverUnavailable, KubeletPeer, build  # noqa: E402
+from kubelet_driver.scenario import running_plugin, scheduled_pod, short_dir, soft  # noqa: E402
+from nvml_fake import A100_80  # noqa: E402
+
+from gpugov.cli import app  # noqa: E402
+from gpugov.model.devices import DeviceMode  # noqa: E402
+from gpugov.node.deviceplugin import MemoryPodSource  # noqa: E402
+from gpugov.node.nvml.health import HealthTracker  # noqa: E402
+from gpugov.node.nvml.source import NvmlDeviceSource, SharingPolicy  # noqa: E402
+
+GPU, MIG3G = "nvidia.com/gpu", "nvidia.com/mig-3g.40gb"
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+@pytest.fixture(scope="module")
+def kubelet_driver_binary() -> Path:
+    try:
+        return build()
+    except DriverUnavailable as exc:
+        pytest.skip(str(exc))
+
+
+def test_nvml_discovery_and_xid_health_reach_the_device_manager(
+        node, open_nvml, kubelet_driver_binary: Path, tmp_path: Path) -> None:
+    node.gpu(A100_80)
+    node.gpu(A100_80, "mig-mode 1", "gi 9 0")
+    nv = open_nvml(node)
+    clock = Clock()
+    src = NvmlDeviceSource(nv, HealthTracker(nv, recovery_s=30, clock=clock),
+                           SharingPolicy(DeviceMode.SOFT))
+    gpu0 = src.inventory().devices[0].uuid
+
+    async def allocatable(peer: KubeletPeer, want: dict[str, int]) -> None:
+        deadline = time.monotonic() + 20
+        while (cap := await asyncio.to_thread(peer.capacity))["allocatable"] != want:
+            assert time.monotonic() < deadline, cap
+            await asyncio.sleep(0.05)
+
+    async def main() -> None:
+        pods = MemoryPodSource()
+        with short_dir() as plugin_dir:
+            peer = KubeletPeer(kubelet_driver_binary, plugin_dir, tmp_path / "kubelet.log")
+            await asyncio.to_thread(peer.start)
+            try:
+                async with running_plugin(plugin_dir, tmp_path / "state", src, pods):
+                    await allocatable(peer, {GPU: 10, MIG3G: 1})  # soft: 10 replicas
+                    node.event("xid 0 79")  # GPU 0 fell off the bus (critical XID)
+                    await asyncio.to_thread(src.refresh)
+                    await allocatable(peer, {GPU: 0, MIG3G: 1})
+                    clock.t += 30  # no XID for the recovery period
+                    await asyncio.to_thread(src.refresh)
+                    await allocatable(peer, {GPU: 10, MIG3G: 1})
+                    pods.put(scheduled_pod("nb", [replace(soft(0, 500, 20000), uuid=gpu0)]))
+                    r = await asyncio.to_thread(peer.admit, "uid-nb", "nb", {GPU: 1})
+                    assert r["ok"], r
+                    assert r["containers"][0]["deviceIDs"][GPU][0].startswith(gpu0 + "::")
+            finally:
+                await asyncio.to_thread(peer.stop)
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--mode", "mig"], "--mode: 'mig'; allowed: exclusive, soft, timeslice"),
+    (["--mode", "soft", "--replicas", "4"], "--replicas: 4; allowed: 1, or >= 2 with --mode "
+                                             "timeslice"),
+    (["--soft-replicas", "0"], "--soft-replicas: 0; allowed: >= 1"),
+    (["--kubeconfig", "/nonexistent/kubeconfig"], "--kubeconfig: /nonexistent/kubeconfig is "
+                                                  "not a file"),
+])
+def test_bad_options_exit_2_with_the_option_named(args: list[str], message: str) -> None:
+    result = CliRunner().invoke(app, ["node", "device-plugin", "--node-name", "n", *args])
+    assert result.exit_code == 2, result.output
+    assert message in result.output
