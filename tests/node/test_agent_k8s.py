@@ -11,11 +11,18 @@ import json
 import pytest
 from kubernetes_asyncio import client
 from nvml_fake import A100_80, H100_80
+from prometheus_client import CollectorRegistry, generate_latest
 from region_files import SlotSpec, start_ticks, write_region
 
 from gpugov.k8s.annotations import INVENTORY, AnnotationError, decode_inventory
 from gpugov.model.devices import DeviceMode
-from gpugov.node.agent import MIG_CONFIG_STATE, UNSCHEDULABLE_GPUS, AgentConfig, NodeAgent
+from gpugov.node.agent import (
+    MIG_CONFIG_STATE,
+    UNSCHEDULABLE_GPUS,
+    AgentConfig,
+    AgentErrorsCollector,
+    NodeAgent,
+)
 from gpugov.node.nvml.health import HealthTracker
 from gpugov.node.nvml.source import NvmlDeviceSource
 
@@ -88,6 +95,8 @@ def test_agent_publishes_applies_mig_and_tracks_health(agent_setup):
     async def scenario() -> None:
         async with cluster.api() as api:
             agent = NodeAgent(api, source, cfg)
+            registry = CollectorRegistry(auto_describe=False)
+            registry.register(AgentErrorsCollector(agent))
             await agent.round()
             n = await _node(api, name)
             labels, ann = n.metadata.labels, n.metadata.annotations
@@ -159,5 +168,7 @@ def test_agent_publishes_applies_mig_and_tracks_health(agent_setup):
             n = await _node(api, name)
             assert len(decode_inventory(n.metadata.annotations[INVENTORY]).devices) == 3
             assert agent.errors["bad_mig_state_annotation"] == 1
+            text = generate_latest(registry).decode()
+            assert 'gpugov_node_agent_errors_total{reason="bad_mig_state_annotation"} 1.0' in text
 
     asyncio.run(scenario())
