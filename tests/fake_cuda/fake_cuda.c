@@ -31,7 +31,8 @@ struct dev {
     uint64_t busy_until, busy_total, launches;
     CUmemoryPool default_pool, current_pool;
 };
-struct alloc { uint64_t base, size; unsigned char *mem; int dev, kind, live; };
+struct pool;
+struct alloc { uint64_t base, size; unsigned char *mem; int dev, kind, live; struct pool *pool; };
 struct pool { int dev; uint64_t reserved, live; int destroyed; };
 struct ctx { int dev; }; /* physical device index */
 struct ev { int dev, recorded; uint64_t t; };
@@ -121,7 +122,7 @@ static CUresult new_alloc(CUdeviceptr *out, uint64_t size, int dev, int kind, in
     if (slot < 0 && nallocs < MAX_ALLOCS) slot = nallocs++;
     unsigned char *m = slot >= 0 ? take_buffer(size) : NULL;
     if (!m) { pthread_mutex_unlock(&mu); return CUDA_ERROR_OUT_OF_MEMORY; }
-    allocs[slot] = (struct alloc){(uint64_t)(uintptr_t)m, size, m, dev, kind, 1};
+    allocs[slot] = (struct alloc){(uint64_t)(uintptr_t)m, size, m, dev, kind, 1, NULL};
     if (charge) devs[dev].used += size;
     *out = (CUdeviceptr)(uintptr_t)m;
     pthread_mutex_unlock(&mu);
@@ -243,25 +244,26 @@ static CUresult pool_free(CUdeviceptr p) {
     return 0;
 }
 
-/* allocation base -> pool, kept beside the allocation table */
-static struct { uint64_t base; struct pool *pool; } pool_map[MAX_ALLOCS];
+/* the pool of a stream-ordered allocation (its base), taken off it when it is freed */
 static struct pool *pool_of(CUdeviceptr p) {
     pthread_mutex_lock(&mu);
-    struct pool *r = NULL;
-    for (int i = 0; i < MAX_ALLOCS && !r; i++) if (pool_map[i].base == p) { r = pool_map[i].pool; pool_map[i].base = 0; }
+    struct alloc *a = find_alloc(p);
+    struct pool *r = a && a->base == p ? a->pool : NULL;
+    if (r) a->pool = NULL;
     pthread_mutex_unlock(&mu);
     return r;
 }
 static int is_pool_ptr(CUdeviceptr p) {
     pthread_mutex_lock(&mu);
-    int r = 0;
-    for (int i = 0; i < MAX_ALLOCS && !r; i++) r = p && pool_map[i].base == p;
+    struct alloc *a = find_alloc(p);
+    int r = a && a->base == p && a->pool;
     pthread_mutex_unlock(&mu);
     return r;
 }
 static void remember_pool(CUdeviceptr p, struct pool *pl) {
     pthread_mutex_lock(&mu);
-    for (int i = 0; i < MAX_ALLOCS; i++) if (!pool_map[i].base) { pool_map[i].base = p; pool_map[i].pool = pl; break; }
+    struct alloc *a = find_alloc(p);
+    if (a) a->pool = pl;
     pthread_mutex_unlock(&mu);
 }
 
