@@ -998,13 +998,15 @@ def node_device_plugin_cmd(
                                     help="NVML: seconds between discovery/health rounds"),
     nvml_library: Path | None = typer.Option(None, "--nvml-library", help="libnvidia-ml.so.1 "
                                              "to load (default: the loader path)"),
+    metrics_listen: str | None = typer.Option(None, "--metrics-listen", help="HOST:PORT to "
+                                              "serve /metrics (allocation counters)"),
 ) -> None:
     """Serve the kubelet device plugins (whole GPUs, MIG, soft and time-sliced replicas)."""
     from gpugov.node.deviceplugin.run import NodeConfigError, NodeOptions, check, run
     from gpugov.node.nvml.library import NvmlUnavailable
 
     opts = NodeOptions(node_name, devices, plugin_dir, state_dir, kubeconfig, device_specs, cdi,
-                       nvml_library, mode, replicas, soft_replicas, refresh_s)
+                       nvml_library, mode, replicas, soft_replicas, refresh_s, metrics_listen)
     try:
         node, source = check(opts)
     except NodeConfigError as e:

@@ -10,9 +10,11 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +68,10 @@ def test_device_plugin_command_with_real_apiserver_and_device_manager(
     inv_file = tmp_path / "inventory.json"
     inv_file.write_text(encode_inventory(inventory))
 
+    with socket.socket() as sock:  # a free loopback port, picked now
+        sock.bind(("127.0.0.1", 0))
+        metrics_port = sock.getsockname()[1]
+
     async def main() -> None:
         ns = await cluster.unique_namespace("dp")
         node = f"gpu-{ns}"
@@ -77,7 +83,8 @@ def test_device_plugin_command_with_real_apiserver_and_device_manager(
                 [sys.executable, "-c", "from gpugov.cli import app; app()", "node",
                  "device-plugin", "--devices", str(inv_file), "--node-name", node,
                  "--plugin-dir", str(plugin_dir), "--state-dir", str(tmp_path / "state"),
-                 "--kubeconfig", str(cluster.kubeconfig)],
+                 "--kubeconfig", str(cluster.kubeconfig),
+                 "--metrics-listen", f"127.0.0.1:{metrics_port}"],
                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
             try:
                 await body(ns, node, peer, plugin_dir)
@@ -135,5 +142,9 @@ def test_device_plugin_command_with_real_apiserver_and_device_manager(
             claims = sorted(decode_allocated(p.metadata.annotations[ALLOCATED])[0][0]
                             for p in pods if p.metadata.name.startswith("same"))
             assert claims == sorted(f"{uuid(2)}::{n}" for n in range(12))
+        text = await asyncio.to_thread(lambda: urllib.request.urlopen(
+            f"http://127.0.0.1:{metrics_port}/metrics", timeout=10).read().decode())
+        assert ('gpugov_deviceplugin_allocations_total{outcome="ok",resource="nvidia.com/gpu"} '
+                '25.0') in text  # 13 admissions + 12 direct claims
 
     asyncio.run(main())

@@ -88,6 +88,7 @@ def test_nvml_discovery_and_xid_health_reach_the_device_manager(
     (["--mode", "soft", "--replicas", "4"], "--replicas: 4; allowed: 1, or >= 2 with --mode "
                                              "timeslice"),
     (["--soft-replicas", "0"], "--soft-replicas: 0; allowed: >= 1"),
+    (["--metrics-listen", "9401"], "--metrics-listen: '9401'; expected HOST:PORT"),
     (["--kubeconfig", "/nonexistent/kubeconfig"], "--kubeconfig: /nonexistent/kubeconfig is "
                                                   "not a file"),
 ])

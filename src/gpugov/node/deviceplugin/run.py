@@ -41,6 +41,7 @@ class NodeOptions:
     replicas: int = 1
     soft_replicas: int = SOFT_REPLICAS
     refresh_s: float = 5.0
+    metrics_listen: str | None = None  # HOST:PORT for /metrics (allocation counters)
 
 
 def _library() -> Path | None:
@@ -66,12 +67,23 @@ def check(opts: NodeOptions) -> tuple[str, DeviceSource]:
         raise NodeConfigError(f"--soft-replicas: {opts.soft_replicas}; allowed: >= 1")
     if opts.refresh_s <= 0:
         raise NodeConfigError(f"--refresh-seconds: {opts.refresh_s}; allowed: > 0")
+    if opts.metrics_listen is not None:
+        listen_address(opts.metrics_listen)
     if opts.devices is not None:
         try:
             return node, StaticDeviceSource.from_file(opts.devices)
         except ValueError as exc:
             raise NodeConfigError(f"--devices: {exc}") from None
     return node, _nvml_source(opts)
+
+
+def listen_address(text: str) -> tuple[str, int]:
+    """HOST:PORT of --metrics-listen; NodeConfigError names the value and the form."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise NodeConfigError(f"--metrics-listen: {text!r}; expected HOST:PORT, "
+                              "e.g. 0.0.0.0:9401")
+    return host.strip("[]"), int(port)
 
 
 def _nvml_source(opts: NodeOptions) -> DeviceSource:
@@ -100,6 +112,11 @@ async def _serve(opts: NodeOptions, node: str, source: DeviceSource) -> None:
         await config.load_kube_config(config_file=str(opts.kubeconfig))
     else:
         config.load_incluster_config()
+    if opts.metrics_listen is not None:
+        from prometheus_client import start_http_server
+
+        host, port = listen_address(opts.metrics_listen)
+        start_http_server(port, addr=host)  # a daemon thread; ends with the process
     async with client.ApiClient() as api:
         cfg = ResponseConfig(state_dir=opts.state_dir, library=_library(),
                              device_specs=opts.device_specs, cdi=opts.cdi)
