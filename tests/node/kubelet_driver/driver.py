@@ -44,9 +44,22 @@ def _digest() -> str:
     return h.hexdigest()
 
 
+def go_binary() -> str | None:
+    """`go` on PATH, else the standard install location; None when Go is absent."""
+    found = shutil.which("go")
+    if found:
+        return found
+    fallback = Path("/usr/local/go/bin/go")
+    return str(fallback) if fallback.exists() else None
+
+
 def _go(args: list[str], cwd: Path) -> str:
-    env = {**os.environ, "GOWORK": "off", "CGO_ENABLED": "0", "GOFLAGS": "-mod=mod"}
-    proc = subprocess.run(["go", *args], cwd=cwd, env=env, capture_output=True, text=True)
+    go = go_binary()
+    assert go is not None
+    env = {**os.environ, "GOWORK": "off", "CGO_ENABLED": "0", "GOFLAGS": "-mod=mod -buildvcs=false",
+           "GOTOOLCHAIN": os.environ.get("GOTOOLCHAIN", "local")}
+    env["PATH"] = f"{Path(go).parent}{os.pathsep}{env.get('PATH', '')}"
+    proc = subprocess.run([go, *args], cwd=cwd, env=env, capture_output=True, text=True)
     if proc.returncode != 0:
         raise RuntimeError(f"go {' '.join(args)} failed in {cwd}:\n{proc.stderr[-4000:]}")
     return proc.stdout
@@ -54,7 +67,7 @@ def _go(args: list[str], cwd: Path) -> str:
 
 def build() -> Path:
     """The driver binary, built when missing or when its sources changed."""
-    if shutil.which("go") is None:
+    if go_binary() is None:
         raise DriverUnavailable("Go is not installed (needed to build the kubelet device "
                                 "manager test peer from k8s.io/kubernetes)")
     root = cache_dir()
