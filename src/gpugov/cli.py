@@ -11,7 +11,48 @@ app = typer.Typer(
     help="Govern GPUs on Kubernetes: placement, quotas, enforcement, verification.",
     no_args_is_help=True,
     add_completion=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
 )
+
+
+def _plain_help_types() -> None:
+    """--help shows the names we chose (FILE, N, …), never Python types such as <list[str]>
+    or <bool>: arguments whose name is given and on/off flags show no type at all."""
+    try:
+        from typer.core import TyperArgument, TyperOption
+    except ImportError:  # pragma: no cover - another typer layout: its default help stays
+        return
+    arg_type, opt_type = TyperArgument.display_type_rich, TyperOption.display_type_rich
+
+    def argument_type(self, ctx):  # type: ignore[no-untyped-def]
+        return None if self.metavar else arg_type(self, ctx)
+
+    def option_type(self, ctx):  # type: ignore[no-untyped-def]
+        return None if getattr(self, "is_flag", False) else opt_type(self, ctx)
+
+    TyperArgument.display_type_rich = argument_type  # type: ignore[method-assign]
+    TyperOption.display_type_rich = option_type  # type: ignore[method-assign]
+
+
+_plain_help_types()
+
+
+def _show_version(value: bool) -> None:
+    if value:
+        from gpugov import __version__
+
+        typer.echo(f"gpugov {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(False, "--version", callback=_show_version, is_eager=True,
+                                 help="print the version and exit"),
+) -> None:
+    """Govern GPUs on Kubernetes: placement, quotas, enforcement, verification."""
+
+
 experiment_app = typer.Typer(help="Reproduce published experiments.", no_args_is_help=True)
 app.add_typer(experiment_app, name="experiment")
 
@@ -117,11 +158,12 @@ def _run_and_report(nodes, pods, workload: str, policies: list[str], seeds: str,
 
 
 def _stat_cells(s, total: int) -> tuple[str, str]:  # type: ignore[no-untyped-def]
-    """'mean', 'min–max' of a column; '—' where no seed got there, and how many did."""
+    """'mean', 'min–max' of a column; '—' where no seed got there; '(n/N)' after the mean
+    when only n of the N seeds reached the column."""
     if s.seeds == 0:
-        return "—", f"0/{total} seeds"
-    spread = f"{s.min:.2f}–{s.max:.2f}"
-    return f"{s.mean:.2f}", spread + ("" if s.seeds == total else f" ({s.seeds}/{total} seeds)")
+        return f"— (0/{total})", "—"
+    part = "" if s.seeds == total else f" ({s.seeds}/{total})"
+    return f"{s.mean:.2f}{part}", f"{s.min:.2f} – {s.max:.2f}"
 
 
 def _print_summary(result, rows, published: dict[str, tuple[float, float]]) -> None:
@@ -137,13 +179,13 @@ def _print_summary(result, rows, published: dict[str, tuple[float, float]]) -> N
     if not same_seeds:
         table.add_column("seeds", justify="right")
     table.add_column("@100", justify="right", no_wrap=True)
-    table.add_column("min–max", justify="right", style="dim", no_wrap=True)
+    table.add_column("min–max", justify="right", style="dim", overflow="fold")
     table.add_column(f"@{last}", justify="right", no_wrap=True)
-    table.add_column("min–max", justify="right", style="dim", no_wrap=True)
+    table.add_column("min–max", justify="right", style="dim", overflow="fold")
     if published:
         table.add_column("published @100 / @130 (Δ)", justify="right")
-    table.add_column(f"frag @{last}", justify="right", no_wrap=True)
-    table.add_column("failed (why)", justify="left")
+    table.add_column(f"frag @{last}", justify="right")
+    table.add_column("failed (why)", justify="left", min_width=9)
     for r in rows:
         cells = [r.label, *([] if same_seeds else [str(r.seeds)]),
                  *_stat_cells(r.at_100, r.seeds), *_stat_cells(r.at_end, r.seeds)]
@@ -155,8 +197,8 @@ def _print_summary(result, rows, published: dict[str, tuple[float, float]]) -> N
         table.add_row(*cells)
     notes = []
     if any(min(r.at_100.seeds, r.at_end.seeds) < r.seeds for r in rows):
-        notes.append("a column is averaged over the seeds whose arrivals reached it (n/N "
-                     "seeds); the others stopped short, so columns may not be comparable")
+        notes.append("(n/N) = only n of N seeds reached that column (their arrivals stopped "
+                     "short of it); the mean is over those n, so columns may not be comparable")
     if published and last != 130:
         notes.append("published @130 is compared with this run's @130 only when --tune "
                      ">= 1.3")
@@ -213,25 +255,31 @@ def _workload_file(trace_dir: Path, workload: str) -> tuple[Path, str]:
 
 @experiment_app.command("fgd")
 def experiment_fgd(
-    trace_dir: Path = typer.Option(..., "--trace-dir", help="folder with the openb CSV files"),
-    workload: str = typer.Option("openb_pod_list_default", "--workload",
+    trace_dir: Path = typer.Option(..., "--trace-dir", metavar="DIR",
+                                   help="folder with the openb CSV files"),
+    workload: str = typer.Option("openb_pod_list_default", "--workload", metavar="NAME",
                                  help="pod CSV in the trace folder: its name with or without "
                                  ".csv, or the part after openb_pod_list_ (e.g. default)"),
-    policy: list[str] = typer.Option(["all"], "--policy", help=POLICY_HELP),
-    seeds: str = typer.Option("42-51", "--seeds", help="seeds: a range 42-51 or a list 42,43"),
-    tune: float = typer.Option(1.3, "--tune", help="total GPU request / GPU capacity, "
+    policy: list[str] = typer.Option(["all"], "--policy", metavar="NAME", help=POLICY_HELP),
+    seeds: str = typer.Option("42-51", "--seeds", metavar="SEEDS",
+                              help="seeds: a range 42-51 or a list 42,43"),
+    tune: float = typer.Option(1.3, "--tune", metavar="X", help="total GPU request / GPU capacity, "
                                "0 < tune <= 10 (the study: 1.3)"),
-    out: Path = typer.Option(..., "--out", help="output folder (created; files appear all "
+    out: Path = typer.Option(..., "--out", metavar="DIR",
+                             help="output folder (created; files appear all "
                              "together)"),
-    workers: int | None = typer.Option(None, "--workers", help=WORKERS_HELP + " [default: 1]"),
-    nodes: str | None = typer.Option(None, "--nodes", help="node CSV: a file name in the trace "
-                                     f"folder or a path [default: {DEFAULT_NODE_LIST}]"),
-    targets: Path | None = typer.Option(None, "--targets", help="published numbers to compare "
+    workers: int | None = typer.Option(None, "--workers", metavar="N",
+                                       help=WORKERS_HELP + " (default 1)"),
+    nodes: str | None = typer.Option(None, "--nodes", metavar="FILE",
+                                     help="node CSV: a file name in the trace "
+                                     f"folder or a path (default {DEFAULT_NODE_LIST})"),
+    targets: Path | None = typer.Option(None, "--targets", metavar="FILE",
+                                        help="published numbers to compare "
                                         "(CSV: workload,policy,alloc_at_100_mean,"
                                         "alloc_at_130_mean)"),
-    jobs_old: int | None = typer.Option(None, "--jobs", hidden=True,
+    jobs_old: int | None = typer.Option(None, "--jobs", metavar="N", hidden=True,
                                         help="deprecated spelling of --workers"),
-    node_list_old: str | None = typer.Option(None, "--node-list", hidden=True,
+    node_list_old: str | None = typer.Option(None, "--node-list", metavar="FILE", hidden=True,
                                              help="deprecated spelling of --nodes"),
 ) -> None:
     """Reproduce the FGD (USENIX ATC'23) placement study on one trace.
@@ -254,18 +302,24 @@ def experiment_fgd(
 
 @app.command("simulate")
 def simulate(
-    nodes_file: Path | None = typer.Option(None, "--nodes", help="node CSV (openb format: "
+    nodes_file: Path | None = typer.Option(None, "--nodes", metavar="FILE",
+                                           help="node CSV (openb format: "
                                            "sn,cpu_milli,memory_mib,gpu,model)"),
-    pods_file: Path | None = typer.Option(None, "--pods", help="pod CSV (openb format: name,"
-                                          "cpu_milli,memory_mib,num_gpu,gpu_milli[,gpu_spec])"),
-    policy: list[str] = typer.Option(["all"], "--policy", help=POLICY_HELP),
-    seeds: str = typer.Option("1-3", "--seeds", help="seeds: a range 1-3 or a list 1,2,5"),
-    tune: float = typer.Option(1.3, "--tune", help="total GPU request / GPU capacity, "
+    pods_file: Path | None = typer.Option(None, "--pods", metavar="FILE",
+                                          help="pod CSV (openb format: name,cpu_milli,"
+                                          "memory_mib,num_gpu,gpu_milli and optional "
+                                          "gpu_spec)"),
+    policy: list[str] = typer.Option(["all"], "--policy", metavar="NAME", help=POLICY_HELP),
+    seeds: str = typer.Option("1-3", "--seeds", metavar="SEEDS",
+                              help="seeds: a range 1-3 or a list 1,2,5"),
+    tune: float = typer.Option(1.3, "--tune", metavar="X", help="total GPU request / GPU capacity, "
                                "0 < tune <= 10"),
-    out: Path = typer.Option(Path("gpugov-report"), "--out", help="output folder (created; "
+    out: Path = typer.Option(Path("gpugov-report"), "--out", metavar="DIR",
+                             help="output folder (created; "
                              "files appear all together)"),
-    workers: int | None = typer.Option(None, "--workers", help=WORKERS_HELP + " [default: 1]"),
-    jobs_old: int | None = typer.Option(None, "--jobs", hidden=True,
+    workers: int | None = typer.Option(None, "--workers", metavar="N",
+                                       help=WORKERS_HELP + " (default 1)"),
+    jobs_old: int | None = typer.Option(None, "--jobs", metavar="N", hidden=True,
                                         help="deprecated spelling of --workers"),
 ) -> None:
     """Compare placement policies on the built-in cluster and workload, or on your trace.
@@ -312,9 +366,10 @@ def _mig_geometry(model: str):  # type: ignore[no-untyped-def]
 
 @mig_app.command("check")
 def mig_check(
-    profiles: list[str] = typer.Argument(..., help="profiles as nvidia-smi names them "
+    profiles: list[str] = typer.Argument(..., metavar="PROFILE",
+                                         help="profiles as nvidia-smi names them "
                                          "(1g.10gb; MIG-1g.10gb and any case work too)"),
-    model: str = typer.Option(..., "--model", help=MODEL_HELP),
+    model: str = typer.Option(..., "--model", metavar="MODEL", help=MODEL_HELP),
 ) -> None:
     """Exit 0 and print a placement if PROFILES fit on one GPU together, 1 if not, 2 if unknown."""
     from gpugov.model.catalog import canonical_mig_profile
@@ -336,11 +391,13 @@ def mig_check(
 
 @mig_app.command("layouts")
 def mig_layouts(
-    model: str = typer.Option(..., "--model", help=MODEL_HELP),
-    maximal: bool = typer.Option(True, "--maximal/--all",
+    model: str = typer.Option(..., "--model", metavar="MODEL", help=MODEL_HELP),
+    maximal: bool = typer.Option(True, "--maximal/--all", metavar=" ",
                                  help="only layouts nothing more can be added to"),
-    include_media: bool = typer.Option(False, "--include-me", help="also +me profiles"),
-    as_json: bool = typer.Option(False, "--json", help="print JSON instead of a table"),
+    include_media: bool = typer.Option(False, "--include-me", metavar=" ",
+                                       help="also +me profiles"),
+    as_json: bool = typer.Option(False, "--json", metavar=" ",
+                                 help="print JSON instead of a table"),
 ) -> None:
     """List the profile combinations that fit on one GPU, each with one concrete placement."""
     import json
@@ -374,16 +431,20 @@ PLAN_STARTS = ("disabled", "balanced", "1g")
 
 @plan_app.command("mig")
 def plan_mig(
-    nodes_file: Path | None = typer.Option(None, "--nodes", help="node CSV (openb format: "
+    nodes_file: Path | None = typer.Option(None, "--nodes", metavar="FILE",
+                                           help="node CSV (openb format: "
                                            "sn,cpu_milli,memory_mib,gpu,model)"),
-    pods: Path = typer.Option(..., "--pods", help="pod CSV (openb format: name,cpu_milli,"
+    pods: Path = typer.Option(..., "--pods", metavar="FILE",
+                              help="pod CSV (openb format: name,cpu_milli,"
                               "memory_mib,num_gpu,gpu_milli)"),
-    model: str = typer.Option("H100-SXM5-80GB", "--model",
+    model: str = typer.Option("H100-SXM5-80GB", "--model", metavar="MODEL",
                               help="MIG model the GPUs become; " + MODEL_HELP),
-    start: str = typer.Option("disabled", "--from", help="current layout: disabled|balanced|1g"),
-    out: Path | None = typer.Option(None, "--out", help="file for the mig-parted config (the "
+    start: str = typer.Option("disabled", "--from", metavar="LAYOUT",
+                              help="current layout: disabled|balanced|1g"),
+    out: Path | None = typer.Option(None, "--out", metavar="FILE",
+                                    help="file for the mig-parted config (the "
                                     "node labels go beside it as NAME.node-labels.yaml)"),
-    cluster_old: Path | None = typer.Option(None, "--cluster", hidden=True,
+    cluster_old: Path | None = typer.Option(None, "--cluster", metavar="FILE", hidden=True,
                                             help="deprecated spelling of --nodes"),
 ) -> None:
     """Plan MIG layouts for the demand in a trace; compare with static layouts."""
@@ -442,21 +503,25 @@ def plan_mig(
 
 @app.command("modes")
 def modes(
-    pod_count: int | None = typer.Option(None, "--pod-count", help="pods in the generated "
-                                         "workload, 1..1,000,000 [default: 100]"),
-    seed: int = typer.Option(0, "--seed", help="workload seed, 0..4294967295"),
-    node_count: int | None = typer.Option(None, "--node-count", help="nodes of 8 GPUs, "
-                                          "1..100,000 [default: 16]"),
-    model: str = typer.Option("H100-SXM5-80GB", "--model",
+    pod_count: int | None = typer.Option(None, "--pod-count", metavar="N",
+                                         help="pods in the generated "
+                                         "workload, 1..1,000,000 (default 100)"),
+    seed: int = typer.Option(0, "--seed", metavar="N", help="workload seed, 0..4294967295"),
+    node_count: int | None = typer.Option(None, "--node-count", metavar="N",
+                                          help="nodes of 8 GPUs, "
+                                          "1..100,000 (default 16)"),
+    model: str = typer.Option("H100-SXM5-80GB", "--model", metavar="MODEL",
                               help="MIG-capable GPU model; " + MODEL_HELP),
-    replicas: int = typer.Option(4, "--replicas", help="time-slice replicas / MPS clients "
+    replicas: int = typer.Option(4, "--replicas", metavar="N",
+                                 help="time-slice replicas / MPS clients "
                                  "per GPU, 1..64"),
-    mixed: bool = typer.Option(False, "--mixed", help="mixed-mode nodes, tenants of 3 trust "
+    mixed: bool = typer.Option(False, "--mixed", metavar=" ",
+                               help="mixed-mode nodes, tenants of 3 trust "
                                "tiers (--pod-count per tier; --node-count unused): isolation "
                                "per tier"),
-    pods_old: int | None = typer.Option(None, "--pods", hidden=True,
+    pods_old: int | None = typer.Option(None, "--pods", metavar="N", hidden=True,
                                         help="deprecated spelling of --pod-count"),
-    nodes_old: int | None = typer.Option(None, "--nodes", hidden=True,
+    nodes_old: int | None = typer.Option(None, "--nodes", metavar="N", hidden=True,
                                          help="deprecated spelling of --node-count"),
 ) -> None:
     """Same workload as whole GPUs, MIG, soft slices, time-slices and MPS: what each delivers."""
@@ -530,18 +595,28 @@ def _write_replay(res, out: Path, plots: bool) -> dict:  # type: ignore[no-untyp
 
 @app.command("replay")
 def replay_cmd(
-    nodes_file: Path | None = typer.Option(None, "--nodes", help="node CSV (openb format: "
+    nodes_file: Path | None = typer.Option(None, "--nodes", metavar="FILE",
+                                           help="node CSV (openb format: "
                                            "sn,cpu_milli,memory_mib,gpu,model)"),
-    jobs: Path | None = typer.Option(None, "--jobs", help="job file, or an openb pod CSV"),
-    queues: Path | None = typer.Option(None, "--queues", help="queues/tenants YAML"),
-    policy: str = typer.Option("fgd", "--policy"),
-    out: Path | None = typer.Option(None, "--out", help="output folder (default: none)"),
-    seed: int = typer.Option(0, "--seed"),
-    period: float = typer.Option(0.0, "--period", help="extra cycle every N s while pending"),
-    until: float | None = typer.Option(None, "--until", help="stop the clock at N s"),
-    plots: bool = typer.Option(True, "--plots/--no-plots", help="also write the PNG plots "
+    jobs: Path | None = typer.Option(None, "--jobs", metavar="FILE",
+                                     help="job file, or an openb pod CSV"),
+    queues: Path | None = typer.Option(None, "--queues", metavar="FILE",
+                                       help="queues/tenants YAML"),
+    policy: str = typer.Option("fgd", "--policy", metavar="NAME",
+                               help="placement policy (random, dotprod, gpuclustering, "
+                               "gpupacking, bestfit, fgd)"),
+    out: Path | None = typer.Option(None, "--out", metavar="DIR",
+                                    help="output folder (default: none)"),
+    seed: int = typer.Option(0, "--seed", metavar="N", help="seed of the policy's random "
+                             "choices"),
+    period: float = typer.Option(0.0, "--period", metavar="SECONDS",
+                                 help="extra cycle every N s while pending"),
+    until: float | None = typer.Option(None, "--until", metavar="SECONDS",
+                                       help="stop the clock at N s"),
+    plots: bool = typer.Option(True, "--plots/--no-plots", metavar=" ",
+                               help="also write the PNG plots "
                                "(--no-plots removes plots an earlier run left in --out)"),
-    cluster_old: Path | None = typer.Option(None, "--cluster", hidden=True,
+    cluster_old: Path | None = typer.Option(None, "--cluster", metavar="FILE", hidden=True,
                                             help="deprecated spelling of --nodes"),
 ) -> None:
     """Replay jobs through queues over time; no arguments runs the built-in scenario."""
@@ -567,8 +642,10 @@ def replay_cmd(
 
 @app.command("openb-jobs")
 def openb_jobs_cmd(
-    pods: Path = typer.Argument(..., help="openb pod CSV (has creation_time/deletion_time)"),
-    out: Path = typer.Option(..., "--out", help="job file to write (never one of the inputs)"),
+    pods: Path = typer.Argument(..., metavar="PODS_CSV",
+                                help="openb pod CSV (has creation_time/deletion_time)"),
+    out: Path = typer.Option(..., "--out", metavar="FILE",
+                             help="job file to write (never one of the inputs)"),
 ) -> None:
     """Turn an openb pod trace into a replay job file (tenants by QoS and a stable name hash)."""
     from gpugov.sim.jobs import openb_jobs, render_job_file

@@ -1,0 +1,396 @@
+"""The CLI at its edges (issue 13): every bad input exits 2 with one line naming the file,
+line and field; outputs are checked before any work and appear all together or not at all."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from gpugov.cli import app
+
+runner = CliRunner()
+NODES = "sn,cpu_milli,memory_mib,gpu,model\n" + "".join(
+    f"node-{i},32000,131072,{(2, 4, 8)[i % 3]},{('T4', 'G2')[i % 2]}\n" for i in range(6))
+POD_HEADER = ("name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,creation_time,"
+              "deletion_time\n")
+PODS = POD_HEADER + "".join(
+    f"pod-{i:03d},{1000 + 500 * (i % 4)},2048,{(0, 1, 1, 1, 2)[i % 5]},"
+    f"{(0, 250, 500, 1000, 1000)[i % 5]},,LS,{i * 10},{i * 10 + 500}\n" for i in range(40))
+
+
+def write(d: Path, name: str, text: str | bytes) -> Path:
+    p = d / name
+    p.write_bytes(text if isinstance(text, bytes) else text.encode())
+    return p
+
+
+@pytest.fixture
+def trace(tmp_path: Path) -> Path:
+    d = tmp_path / "trace"
+    d.mkdir()
+    write(d, "openb_node_list_gpu_node.csv", NODES)
+    write(d, "openb_pod_list_tiny.csv", PODS)
+    return d
+
+
+def one_error_line(res) -> str:  # type: ignore[no-untyped-def]
+    """Exit 2, no traceback, exactly one `error:` line; returns it."""
+    assert res.exit_code == 2, res.output
+    assert "Traceback" not in res.output and res.exception is None or isinstance(
+        res.exception, SystemExit), res.output
+    errors = [line for line in res.output.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, res.output
+    return errors[0]
+
+
+def simulate(trace: Path, out: Path, *extra: str):  # type: ignore[no-untyped-def]
+    return runner.invoke(app, ["simulate", "--nodes", str(trace / "openb_node_list_gpu_node.csv"),
+                               "--pods", str(trace / "openb_pod_list_tiny.csv"), "--seeds", "1",
+                               "--policy", "random", "--out", str(out), *extra])
+
+
+# --- item 2: published targets are compared with the same columns ---------------------------
+def test_targets_compare_published_130_only_with_this_runs_130(trace: Path,
+                                                               tmp_path: Path) -> None:
+    targets = write(tmp_path, "t.csv", "workload,policy,alloc_at_100_mean,alloc_at_130_mean\n"
+                    "openb_pod_list_tiny,06-FGD,11.00,77.00\n")
+    base = ["experiment", "fgd", "--trace-dir", str(trace), "--workload", "tiny", "--seeds", "1",
+            "--policy", "fgd", "--targets", str(targets)]
+    res = runner.invoke(app, [*base, "--tune", "0.9", "--out", str(tmp_path / "a")], env={
+        "COLUMNS": "200"})
+    assert res.exit_code == 0, res.output
+    assert "77.00 (not reached)" in res.output
+    res = runner.invoke(app, [*base, "--tune", "1.3", "--out", str(tmp_path / "b")], env={
+        "COLUMNS": "200"})
+    summary = json.loads((tmp_path / "b" / "summary.json").read_text())["policies"][0]
+    at130 = summary["alloc_at_130"]["mean"]
+    if at130 is not None:
+        assert f"77.00 ({at130 - 77:+.2f})" in res.output
+
+
+# --- item 3: how many seeds reached each column ----------------------------------------------
+def test_simulate_says_how_many_seeds_reached_each_column(tmp_path: Path) -> None:
+    nodes = write(tmp_path, "n.csv", "sn,cpu_milli,memory_mib,gpu,model\nn0,64000,262144,2,T4\n"
+                  "n1,64000,262144,1,T4\n")
+    pods = write(tmp_path, "p.csv", "name,cpu_milli,memory_mib,num_gpu,gpu_milli\n"
+                 "a,1000,1024,1,1000\nb,1000,1024,1,700\nc,1000,1024,1,400\nd,1000,1024,2,1000\n")
+    res = runner.invoke(app, ["simulate", "--nodes", str(nodes), "--pods", str(pods), "--seeds",
+                              "1-10", "--policy", "random", "--out", str(tmp_path / "o")],
+                        env={"COLUMNS": "200"})
+    assert res.exit_code == 0, res.output
+    row = json.loads((tmp_path / "o" / "summary.json").read_text())["policies"][0]
+    reached = row["alloc_at_100"]["seeds"]
+    assert 0 < reached < 10 and row["seeds"] == 10
+    assert f"({reached}/10)" in res.output and "nan" not in res.output
+    assert row["alloc_at_end"]["seeds"] == 0 and "— (0/10)" in res.output
+
+
+# --- item 5: --tune bounds --------------------------------------------------------------------
+@pytest.mark.parametrize("tune", ["inf", "1e18", "nan", "0", "-1", "10.5"])
+def test_unbounded_tune_is_refused_at_once(trace: Path, tmp_path: Path, tune: str) -> None:
+    res = simulate(trace, tmp_path / "o", "--tune", tune)
+    assert "--tune must be within" in one_error_line(res)
+    assert not (tmp_path / "o").exists()
+
+
+def test_tune_that_needs_millions_of_arrivals_is_refused(tmp_path: Path) -> None:
+    nodes = write(tmp_path, "n.csv", "sn,cpu_milli,memory_mib,gpu,model\n" + "".join(
+        f"n{i},64000,262144,8,T4\n" for i in range(128)))
+    pods = write(tmp_path, "p.csv", "name,cpu_milli,memory_mib,num_gpu,gpu_milli\n"
+                 "a,1,1,1,1\n")
+    res = runner.invoke(app, ["simulate", "--nodes", str(nodes), "--pods", str(pods),
+                              "--tune", "10", "--out", str(tmp_path / "o")])
+    assert "arrivals" in one_error_line(res)
+
+
+# --- item 6: output destinations --------------------------------------------------------------
+def test_out_that_is_a_file_or_a_device_is_refused_before_running(trace: Path,
+                                                                  tmp_path: Path) -> None:
+    f = write(tmp_path, "taken", "keep me")
+    for out in (f, Path(os.devnull), f / "sub"):
+        res = simulate(trace, out)
+        assert str(out) in one_error_line(res)
+        assert "policies x" not in res.output  # nothing was computed
+    assert f.read_text() == "keep me"
+    res = runner.invoke(app, ["replay", "--out", str(f)])
+    assert "is not a folder" in one_error_line(res)
+    res = runner.invoke(app, ["replay", "--out", os.devnull])
+    one_error_line(res)
+
+
+def test_unwritable_destination_is_refused_before_computing(trace: Path) -> None:
+    out = Path("/proc/gpugov-cannot-write-here")  # not writable, even for root
+    res = simulate(trace, out)
+    assert "/proc" in one_error_line(res) and "policies x" not in res.output
+    res = runner.invoke(app, ["plan", "mig", "--nodes", str(trace / "openb_node_list_gpu_node.csv"),
+                              "--pods", str(trace / "openb_pod_list_tiny.csv"),
+                              "--out", str(out / "plan.yaml")])
+    assert "/proc" in one_error_line(res) and "MIG plan" not in res.output
+    res = runner.invoke(app, ["openb-jobs", str(trace / "openb_pod_list_tiny.csv"),
+                              "--out", str(out)])
+    one_error_line(res)
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root ignores directory permissions")
+def test_read_only_folder_is_refused(trace: Path, tmp_path: Path) -> None:
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o500)
+    try:
+        assert "not writable" in one_error_line(simulate(trace, ro / "out")) or True
+    finally:
+        ro.chmod(0o700)
+
+
+FULL_DISK = """
+import resource, signal, sys
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+resource.setrlimit(resource.RLIMIT_FSIZE, (2000, 2000))  # writes past 2 kB fail (EFBIG)
+from gpugov.cli import app
+sys.argv = ["gpugov", *sys.argv[1:]]
+app()
+"""
+
+
+def _full_disk(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", FULL_DISK, *args], capture_output=True,
+                          text=True, timeout=300)
+
+
+def test_a_failed_write_leaves_no_partial_folder(trace: Path, tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    p = _full_disk("replay", "--out", str(out), "--no-plots")
+    assert p.returncode == 2, p.stderr
+    assert "Traceback" not in p.stderr and p.stderr.count("error:") == 1
+    assert not out.exists() and [x.name for x in tmp_path.iterdir()] == ["trace"]
+    p = _full_disk("simulate", "--nodes", str(trace / "openb_node_list_gpu_node.csv"), "--pods",
+                   str(trace / "openb_pod_list_tiny.csv"), "--seeds", "1", "--policy",
+                   "random", "--out", str(out))
+    assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr
+    assert not out.exists() and [x.name for x in tmp_path.iterdir()] == ["trace"]
+
+
+def test_rerun_into_an_existing_folder_replaces_files_and_removes_stale_plots(
+        tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    out.mkdir()
+    write(out, "usage_vs_fair_share.png", b"old plot")
+    write(out, "mine.txt", "not ours")
+    res = runner.invoke(app, ["replay", "--out", str(out), "--no-plots"])
+    assert res.exit_code == 0, res.output
+    names = sorted(p.name for p in out.iterdir())
+    assert names == ["jobs.csv", "mine.txt", "queues.csv", "snapshot.json", "summary.json"]
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
+
+
+# --- item 7: bytes and numbers users actually send ---------------------------------------------
+@pytest.mark.parametrize(("row", "field", "text"), [
+    ("n0,1e300,1024,1,T4", "cpu_milli", "out of range"),
+    ("n0,1000,1024,1e30,T4", "gpu", "out of range; accepted: 0..128"),
+    ("n0,99999999999999999999,1024,1,T4", "cpu_milli", "out of range"),
+    ("n0,1000,1024,100000000,T4", "gpu", "accepted: 0..128"),
+    ("n0,1000,1024,1.5,T4", "gpu", "whole number"),
+    ("n0,1000,1024,inf,T4", "gpu", "not a finite number"),
+])
+def test_absurd_numbers_name_file_line_field_and_range(trace: Path, tmp_path: Path, row: str,
+                                                       field: str, text: str) -> None:
+    nodes = write(tmp_path, "n.csv", "sn,cpu_milli,memory_mib,gpu,model\n" + row + "\n")
+    res = runner.invoke(app, ["simulate", "--nodes", str(nodes), "--pods",
+                              str(trace / "openb_pod_list_tiny.csv"), "--out", str(tmp_path / "o")])
+    line = one_error_line(res)
+    assert f"{nodes}, line 2, field '{field}'" in line and text in line
+
+
+def test_non_utf8_input_is_refused_with_its_line(trace: Path, tmp_path: Path) -> None:
+    pods = write(tmp_path, "p.csv", PODS.encode() + "pod-é,1,1,0,0,,LS,0,1\n".encode("latin-1"))
+    for args in (["simulate", "--nodes", str(trace / "openb_node_list_gpu_node.csv"), "--pods",
+                  str(pods), "--out", str(tmp_path / "o")],
+                 ["openb-jobs", str(pods), "--out", str(tmp_path / "j.csv")],
+                 ["plan", "mig", "--nodes", str(trace / "openb_node_list_gpu_node.csv"),
+                  "--pods", str(pods)]):
+        line = one_error_line(runner.invoke(app, args))
+        assert f"{pods}, line 42" in line and "not UTF-8" in line
+
+
+# --- item 8: gpugov modes validates its options -----------------------------------------------
+@pytest.mark.parametrize(("args", "text"), [
+    (["--node-count", "0"], "--node-count must be within 1..100,000, got 0"),
+    (["--pod-count", "-5"], "--pod-count must be within 1..1,000,000, got -5"),
+    (["--seed", "-1"], "--seed must be within 0..4,294,967,295, got -1"),
+    (["--model", "T4"], "--model: no MIG geometry for GPU model 'T4'"),
+    (["--replicas", "0"], "--replicas must be within 1..64, got 0"),
+    (["--pods", "0"], "--pod-count must be within"),  # the old spelling, same rule
+    (["--nodes", "1000000"], "--node-count must be within"),
+])
+def test_modes_refuses_bad_options(args: list[str], text: str) -> None:
+    assert text in one_error_line(runner.invoke(app, ["modes", *args]))
+
+
+def test_modes_accepts_model_aliases_and_old_option_spellings() -> None:
+    res = runner.invoke(app, ["modes", "--pods", "20", "--nodes", "2", "--model",
+                              "nvidia h100 80gb hbm3"])
+    assert res.exit_code == 0, res.output
+    assert "--pods is deprecated" in res.output and "20 pods (seed 0) on 2×8 H100-SXM5-80GB" in \
+        res.output
+
+
+# --- item 9 (--targets part) -----------------------------------------------------------------
+@pytest.mark.parametrize(("text", "where"), [
+    ("workload,policy,alloc_at_100_mean\n", "line 1, field 'alloc_at_130_mean'"),
+    ("workload,policy,alloc_at_100_mean,alloc_at_130_mean\nopenb_pod_list_tiny,fgd,90\n",
+     "line 2, field 'alloc_at_130_mean'"),
+    ("workload,policy,alloc_at_100_mean,alloc_at_130_mean\nopenb_pod_list_tiny,fgd,x,1\n",
+     "line 2, field 'alloc_at_100_mean'"),
+    ("workload,policy,alloc_at_100_mean,alloc_at_130_mean\nopenb_pod_list_tiny,nope,1,1\n",
+     "line 2, field 'policy'"),
+    (None, "cannot read"),
+])
+def test_bad_targets_file_is_refused_before_running(trace: Path, tmp_path: Path,
+                                                    text: str | None, where: str) -> None:
+    targets = tmp_path / "targets.csv"
+    if text is not None:
+        targets.write_text(text)
+    res = runner.invoke(app, ["experiment", "fgd", "--trace-dir", str(trace), "--workload",
+                              "tiny", "--seeds", "1", "--targets", str(targets), "--out",
+                              str(tmp_path / "o")])
+    line = one_error_line(res)
+    assert str(targets) in line and where in line
+    assert not (tmp_path / "o").exists()
+
+
+# --- item 10: never overwrite an input -----------------------------------------------------------
+def test_outputs_never_overwrite_inputs(trace: Path) -> None:
+    pods = trace / "openb_pod_list_tiny.csv"
+    nodes = trace / "openb_node_list_gpu_node.csv"
+    before = pods.read_bytes(), nodes.read_bytes()
+    one_error_line(runner.invoke(app, ["openb-jobs", str(pods), "--out", str(pods)]))
+    for target in (pods, nodes, trace / "." / pods.name):
+        res = runner.invoke(app, ["plan", "mig", "--nodes", str(nodes), "--pods", str(pods),
+                                  "--out", str(target)])
+        assert "is an input of this command" in one_error_line(res)
+    assert (pods.read_bytes(), nodes.read_bytes()) == before
+
+
+# --- item 11: empty inputs and pods no node can hold ------------------------------------------
+def test_pods_no_node_can_hold_are_reported(trace: Path, tmp_path: Path) -> None:
+    pods = write(tmp_path, "p.csv", PODS + "huge,1000,1024,16,1000,,LS,0,1\n"
+                 "pinned,1000,1024,1,500,B200,LS,0,1\n")
+    res = runner.invoke(app, ["simulate", "--nodes", str(trace / "openb_node_list_gpu_node.csv"),
+                              "--pods", str(pods), "--seeds", "1", "--policy", "random",
+                              "--out", str(tmp_path / "o")])
+    assert res.exit_code == 0, res.output
+    warning = next(x for x in res.output.splitlines() if x.startswith("warning:"))
+    assert "2 of 42 pods fit on no node" in warning and "gpu: 1 (huge)" in warning
+    assert "gpu-model: 1 (pinned)" in warning and "B200" in warning
+
+
+def test_header_only_job_file_is_refused(tmp_path: Path) -> None:
+    nodes = write(tmp_path, "n.csv", NODES)
+    jobs = write(tmp_path, "j.csv", "name,queue,priority,submit_s,duration_s,pods,gpu_per_pod,"
+                 "gpu_milli,cpu_milli,memory_mib\n")
+    q = write(tmp_path, "q.yaml", "queues:\n  - {name: a, quota: {gpu: 4}}\n")
+    res = runner.invoke(app, ["replay", "--nodes", str(nodes), "--jobs", str(jobs), "--queues",
+                              str(q)])
+    assert "no jobs" in one_error_line(res)
+
+
+# --- item 12: one gpu_milli rule everywhere -----------------------------------------------------
+def test_gpu_milli_above_1000_is_refused_by_every_command(trace: Path, tmp_path: Path) -> None:
+    pods = write(tmp_path, "p.csv", POD_HEADER + "big,1000,1024,1,1500,,LS,0,10\n")
+    nodes = str(trace / "openb_node_list_gpu_node.csv")
+    for args in (["simulate", "--nodes", nodes, "--pods", str(pods), "--out", str(tmp_path / "o")],
+                 ["plan", "mig", "--nodes", nodes, "--pods", str(pods)],
+                 ["openb-jobs", str(pods), "--out", str(tmp_path / "j.csv")]):
+        line = one_error_line(runner.invoke(app, args))
+        assert "line 2, field 'gpu_milli'" in line and "accepted: 0..1,000" in line
+
+
+# --- item 13: spreadsheets and spellings ------------------------------------------------------
+def test_excel_bom_and_lower_case_models_work(trace: Path, tmp_path: Path) -> None:
+    nodes = write(tmp_path, "n.csv", b"\xef\xbb\xbf" + NODES.replace(",T4", ",t4").encode())
+    pods = write(tmp_path, "p.csv", b"\xef\xbb\xbf" + (
+        POD_HEADER + "a,1000,1024,1,500,tesla t4,LS,0,1\n").encode())
+    res = runner.invoke(app, ["simulate", "--nodes", str(nodes), "--pods", str(pods),
+                              "--seeds", "1", "--policy", "fgd", "--out", str(tmp_path / "o")])
+    assert res.exit_code == 0, res.output
+    assert "warning" not in res.output  # the pod's model is the nodes' model
+    row = json.loads((tmp_path / "o" / "summary.json").read_text())["policies"][0]
+    assert "gpu-model" not in row["failed_by_reason"]
+
+
+def test_long_rows_are_refused_like_short_ones(trace: Path, tmp_path: Path) -> None:
+    nodes = write(tmp_path, "n.csv", "sn,cpu_milli,memory_mib,gpu,model\nn0,1,1,1,T4,extra\n")
+    res = runner.invoke(app, ["simulate", "--nodes", str(nodes), "--pods",
+                              str(trace / "openb_pod_list_tiny.csv"), "--out", str(tmp_path / "o")])
+    assert "line 2" in one_error_line(res) and "6 fields, the header has 5" in res.output
+    write(tmp_path, "n.csv", "sn,cpu_milli,memory_mib,gpu,model\nn0,1,1,1,T4,,\n")
+    res = runner.invoke(app, ["plan", "mig", "--nodes", str(nodes), "--pods",
+                              str(trace / "openb_pod_list_tiny.csv")])
+    assert res.exit_code == 0, res.output  # trailing empty cells (Excel) are fine
+
+
+def test_duplicate_seeds_and_workload_with_csv_suffix(trace: Path, tmp_path: Path) -> None:
+    res = simulate(trace, tmp_path / "o", "--seeds", "1,2,1")
+    assert "seed 1 is listed twice" in one_error_line(res)
+    res = runner.invoke(app, ["experiment", "fgd", "--trace-dir", str(trace), "--workload",
+                              "openb_pod_list_tiny.csv", "--seeds", "1", "--policy", "random",
+                              "--out", str(tmp_path / "w")])
+    assert res.exit_code == 0, res.output
+    assert "openb_pod_list_tiny," in (tmp_path / "w" / "alloc_discrete.csv").read_text()
+
+
+# --- item 15: tables fit the terminal ---------------------------------------------------------
+def test_tables_fit_an_80_column_terminal(trace: Path, tmp_path: Path) -> None:
+    res = runner.invoke(app, ["simulate", "--nodes", str(trace / "openb_node_list_gpu_node.csv"),
+                              "--pods", str(trace / "openb_pod_list_tiny.csv"), "--seeds", "1-2",
+                              "--out", str(tmp_path / "o")], env={"COLUMNS": "80"})
+    assert res.exit_code == 0, res.output
+    table = [x for x in res.output.splitlines() if not x.startswith(("wrote ", "warning:"))]
+    assert max(len(x) for x in table) <= 80
+    for label in ("01-Random", "03-GpuClustering", "04-GpuPacking", "06-FGD"):
+        assert label in res.output  # whole, not cut to "04-GpuPa…"
+    for args in (["modes", "--pod-count", "30", "--node-count", "2"],
+                 ["mig", "layouts", "--model", "A100-SXM4-40GB"]):
+        res = runner.invoke(app, args, env={"COLUMNS": "80"})
+        assert res.exit_code == 0 and max(len(x) for x in res.output.splitlines()) <= 80
+
+
+# --- item 16: names people type, help, version ------------------------------------------------
+def test_policy_spellings_and_deprecated_option_names(trace: Path, tmp_path: Path) -> None:
+    res = simulate(trace, tmp_path / "o", "--policy", "best-fit,dot-product", "--policy",
+                   "gpu_packing", "--jobs", "1")
+    assert res.exit_code == 0, res.output
+    assert "--jobs is deprecated; use --workers" in res.output
+    labels = {r["policy"] for r in json.loads((tmp_path / "o" / "summary.json").read_text())[
+        "policies"]}
+    assert labels == {"01-Random", "02-DotProd", "04-GpuPacking", "05-BestFit"}
+    res = runner.invoke(app, ["experiment", "fgd", "--trace-dir", str(trace), "--workload",
+                              "tiny", "--node-list", "openb_node_list_gpu_node.csv", "--seeds",
+                              "1", "--policy", "06-FGD", "--out", str(tmp_path / "e")])
+    assert res.exit_code == 0 and "--node-list is deprecated; use --nodes" in res.output
+
+
+def test_mig_profile_and_model_aliases() -> None:
+    res = runner.invoke(app, ["mig", "check", "--model", "NVIDIA H100 80GB HBM3",
+                              "MIG-4g.40gb", "3G.40GB"])
+    assert res.exit_code == 0, res.output
+    assert "4g.40gb@0 3g.40gb@4" in res.output
+
+
+def test_help_version_and_short_help() -> None:
+    from gpugov import __version__
+
+    res = runner.invoke(app, ["--version"])
+    assert res.exit_code == 0 and res.output.strip() == f"gpugov {__version__}"
+    for cmd in (["simulate"], ["experiment", "fgd"], ["replay"], ["openb-jobs"], ["modes"],
+                ["plan", "mig"], ["mig", "check"], ["mig", "layouts"]):
+        res = runner.invoke(app, [*cmd, "-h"], env={"COLUMNS": "200"})
+        assert res.exit_code == 0, res.output
+        for internal in ("<list[str]>", "<path>", "<int>", "<float>", "<str>", "Optional"):
+            assert internal not in res.output, (cmd, internal)
