@@ -148,3 +148,17 @@ def test_tenancy_prefers_named_then_most_specific_selector():
 def test_tenancy_refusals(tenants, needle):
     with pytest.raises(TenancyError, match=needle.replace("(", r"\(").replace(")", r"\)")):
         resolve("ns", {}, tenants, QUEUES)
+
+
+@pytest.mark.parametrize("stored,mib", [("20k", 20000), ("20000", 20000), ("1e4", 10000),
+                                        (20480, 20480)])
+def test_canonical_quantities_from_the_apiserver_are_read_as_numbers(stored, mib):
+    out = admission.mutate(review(pod({"nvidia.com/gpu": "1", "nvidia.com/gpumem": stored})),
+                           lambda ns: INTERNAL)
+    req = ann.decode_request(patch_of(out)["/metadata/annotations/gpugov.io~1request"])
+    assert req.memory_mib == mib
+
+
+def test_fractional_quantity_is_refused():
+    out = admission.mutate(review(pod({"nvidia.com/gpu": "500m"})), lambda ns: INTERNAL)
+    assert "'500m' is not a plain integer (GPUs)" in out["response"]["status"]["message"]

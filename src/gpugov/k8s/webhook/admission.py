@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from gpugov.k8s import annotations as ann
+from gpugov.k8s.quantity import plain
 from gpugov.k8s.resources import RequestError, translate
 from gpugov.k8s.webhook.tenancy import Resolution, TenancyError
 from gpugov.model.gpu_request import GpuRequest
@@ -76,10 +77,11 @@ def _containers(pod: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
 
 
 def _limits(c: Mapping[str, Any]) -> dict[str, Any]:
+    """requests overlaid by limits; GPU quantities in plain numbers (`20k` -> 20000)."""
     res = c.get("resources") or {}
     merged = dict(res.get("requests") or {})
     merged.update(res.get("limits") or {})
-    return merged
+    return {k: plain(v) if k.startswith("nvidia.com/") else v for k, v in merged.items()}
 
 
 def pod_request(pod: Mapping[str, Any]) -> GpuRequest | None:
