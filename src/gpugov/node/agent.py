@@ -32,7 +32,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from gpugov.k8s.annotations import INVENTORY, encode_inventory
 from gpugov.node import labels as gfd
-from gpugov.node.detect import detect
+from gpugov.node.detect import detect, nvml_pids
 from gpugov.node.mig_apply import GpuOutcome, apply_change, plan_changes
 from gpugov.node.mig_config import MigConfigError, MigEntry, load, select
 from gpugov.node.nvml.samples import sample_all
@@ -211,8 +211,9 @@ class NodeAgent:
             regions, problems = scan(self.cfg.regions)
             for p in problems:
                 self.errors[p.reason] += 1
-            procs = ProcTable.read(self.cfg.proc_root)
-            return detect(sample_all(self.source.nvml), regions, procs, live)
+            samples = sample_all(self.source.nvml)
+            procs = ProcTable.read(self.cfg.proc_root, nvml_pids(samples))
+            return detect(samples, regions, procs, live)
 
         f = await loop.run_in_executor(None, run)
         for kind, items in (("GpuMemoryBypass", f.unaccounted), ("GpuMemoryZombie", f.zombie)):

@@ -51,9 +51,15 @@ def _charged(slot: Slot, ordinals: dict[int, int], gpu: int) -> int:
     return sum(slot.used)
 
 
+def nvml_pids(samples: Sequence[DeviceSample]) -> set[int]:
+    """The PIDs NVML lists on any device: the only ones /proc must be read for."""
+    return {p.pid for s in samples for p in s.processes or ()}
+
+
 def detect(samples: Sequence[DeviceSample], regions: Sequence[PodRegion], procs: ProcTable,
            live_pods: Collection[str] | None = None) -> Findings:
-    """Compare NVML's processes with the regions; `live_pods` = UIDs of pods that exist."""
+    """Compare NVML's processes with the regions; `live_pods` = UIDs of pods that exist.
+    `procs` must cover at least `nvml_pids(samples)`."""
     f = Findings()
     uuid_to_gpu = {s.uuid: s.index for s in samples if s.uuid}
     accounted: dict[int, tuple[int, Slot]] = {}

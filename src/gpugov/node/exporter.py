@@ -22,7 +22,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from gpugov.node import metric_names as mn
-from gpugov.node.detect import Findings, detect
+from gpugov.node.detect import Findings, detect, nvml_pids
 from gpugov.node.nvml.discovery import catalog_model, discover
 from gpugov.node.nvml.health import DEFAULT_RECOVERY_S, HealthTracker
 from gpugov.node.nvml.library import Nvml
@@ -86,7 +86,8 @@ class NodeCollector(Collector):
         regions, problems = scan(self.cfg.regions)
         for p in problems:
             self.errors[p.reason] += 1
-        procs = ProcTable.read(self.cfg.proc_root) if self.cfg.proc_root.is_dir() else ProcTable()
+        procs = (ProcTable.read(self.cfg.proc_root, nvml_pids(samples))
+                 if self.cfg.proc_root.is_dir() else ProcTable())
         findings = detect(samples, regions, procs)
         self.last_findings = findings
         for s in samples:

@@ -7,6 +7,7 @@ The exporter and agent run with the host PID namespace (hostPID) so NVML's PIDs 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -35,9 +36,11 @@ class ProcTable:
     _pods: dict[int, str | None] = field(default_factory=dict)
 
     @classmethod
-    def read(cls, root: Path = PROC) -> ProcTable:
+    def read(cls, root: Path = PROC, pids: Iterable[int] | None = None) -> ProcTable:
+        """Read all of /proc, or only `pids` (what detection needs: the PIDs NVML lists)."""
         t = cls(root)
-        for d in root.iterdir():
+        dirs = (root / str(p) for p in pids) if pids is not None else root.iterdir()
+        for d in dirs:
             if not d.name.isdigit():
                 continue
             pid = int(d.name)
