@@ -81,11 +81,13 @@ class ExporterSeries(Collector):
                           "DCGM_FI_DEV_SM_CLOCK", "DCGM_FI_DEV_XID_ERRORS",
                           "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS")}
         healthy = GaugeMetricFamily("gpugov_device_healthy", "", labels=dev)
-        zombie = GaugeMetricFamily("gpugov_device_memory_zombie_bytes", "", labels=dev)
+        # the detection series carry the labels `gpugov node exporter` gives them
+        zombie = GaugeMetricFamily("gpugov_device_memory_zombie_bytes", "",
+                                   labels=["gpu", "UUID", "pid", "namespace", "pod"])
         overhead = GaugeMetricFamily("gpugov_device_memory_driver_overhead_bytes", "",
-                                     labels=dev)
+                                     labels=["gpu", "UUID"])
         unaccounted = GaugeMetricFamily("gpugov_device_memory_unaccounted_bytes", "",
-                                        labels=[*dev, "pid"])
+                                        labels=["gpu", "UUID", "pid"])
         for i, uuid in enumerate(UUIDS):
             busy = sum(u[3] for u in USES if u[2] == i)
             used = sum(self.leak_bytes(t) if u[4] is None else u[4] for u in USES if u[2] == i)
@@ -102,17 +104,16 @@ class ExporterSeries(Collector):
                                 ("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", 64 if i == 3 else 0)):
                 fams[name].add_metric(labels, value)
             healthy.add_metric(labels[:4], 1)
-            zombie.add_metric(labels[:4], 1 * GIB if i == 2 else 0)
-            overhead.add_metric(labels[:4], 300 * MIB)
-        unaccounted.add_metric(["3", UUIDS[3], "A100-SXM4-80GB", NODE, "4242"], 512 * MIB)
+            overhead.add_metric(labels[:2], 300 * MIB)
+        zombie.add_metric(["2", UUIDS[2], "977", "team-b", "finished-job"], 1 * GIB)
+        unaccounted.add_metric(["3", UUIDS[3], "4242"], 512 * MIB)
         yield from fams.values()
         yield from (healthy, zombie, overhead, unaccounted)
         gpus = GaugeMetricFamily("gpugov_node_gpus", "", labels=["modelName", "Hostname"])
         gpus.add_metric(["A100-SXM4-80GB", NODE], len(UUIDS))
         yield gpus
-        errors = CounterMetricFamily("gpugov_exporter_errors", "", labels=["reason",
-                                                                           "Hostname"])
-        errors.add_metric(["nvml", NODE], 0)
+        errors = CounterMetricFamily("gpugov_exporter_errors", "", labels=["reason"])
+        errors.add_metric(["nvml"], 0)
         yield errors
         per = ["namespace", "pod", "container", "gpu", "UUID"]
         g = {n: GaugeMetricFamily(n, "", labels=per) for n in (

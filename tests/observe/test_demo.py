@@ -23,7 +23,7 @@ EXPECTED = {
     ("GpugovRepeatedQuotaRefusals", "team-a/leaky"),
     ("GpugovTimesliceMemoryOvercommit", UUIDS[3]),
     ("GpugovEnforcementBypass", "pid 4242"),
-    ("GpugovZombieGpuMemory", UUIDS[2]),
+    ("GpugovZombieGpuMemory", "team-b/finished-job"),
     ("GpugovGpuThermalThrottling", UUIDS[3]),
     ("GpugovQueueStarvation", "team-b"),
     ("GpugovNodeAgentMissing", "node-2"),
