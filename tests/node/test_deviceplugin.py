@@ -36,11 +36,13 @@ from gpugov.node.proto import deviceplugin_pb2_grpc as pb_grpc  # noqa: E402
 GPU = "nvidia.com/gpu"
 
 
-def with_plugin(tmp: Path, inventory: Inventory, pods: MemoryPodSource, body) -> None:
+def with_plugin(tmp: Path, inventory: Inventory, pods: MemoryPodSource, body,
+                with_library: bool = True) -> None:
     """Run `body(stub_for(resource), pods)` against a running plugin (no kubelet needed)."""
     async def main() -> None:
         with short_dir() as plugin_dir:
-            async with running_plugin(plugin_dir, tmp / "state", inventory, pods) as (mgr, _):
+            async with running_plugin(plugin_dir, tmp / "state", inventory, pods,
+                                      with_library=with_library) as (mgr, _):
                 channels: list[grpc.aio.Channel] = []
 
                 def stub(resource: str) -> pb_grpc.DevicePluginStub:
@@ -183,6 +185,25 @@ def test_refusals_name_the_problem_and_the_server_keeps_serving(tmp_path: Path) 
         assert ok.container_responses[0].envs["NVIDIA_VISIBLE_DEVICES"] == mig_uuid(5, 4)
 
     with_plugin(tmp_path, mixed_node(), pods, body)
+
+
+def test_without_the_library_soft_slices_are_refused_unclaimed(tmp_path: Path) -> None:
+    pods = MemoryPodSource()
+    pods.put(scheduled_pod("nb", [soft(4, 500, 8192)]))
+    pods.put(scheduled_pod("w", [whole(0)]))
+
+    async def body(stub, pods) -> None:
+        s = stub(GPU)
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await s.Allocate(pb.AllocateRequest(container_requests=[
+                pb.ContainerAllocateRequest(devices_ids=[f"{uuid(4)}::0"])]))
+        assert "pod team-a/nb: soft slices need the enforcement library" in err.value.details()
+        assert ALLOCATED not in pods.get("team-a", "nb")["metadata"]["annotations"]
+        ok = await s.Allocate(pb.AllocateRequest(container_requests=[
+            pb.ContainerAllocateRequest(devices_ids=[uuid(0)])]))
+        assert ok.container_responses[0].envs["NVIDIA_VISIBLE_DEVICES"] == uuid(0)
+
+    with_plugin(tmp_path, mixed_node(), pods, body, with_library=False)
 
 
 def test_soft_slices_on_two_gpus_get_per_ordinal_limits(tmp_path: Path) -> None:

@@ -183,8 +183,9 @@ class ResourcePlugin(pb_grpc.DevicePluginServicer):
             if not found:
                 raise AllocateError("no_match", self._no_match(ids, request, cands, rejected))
             for c in found:
+                resp = self._response(c, request)  # fails before any claim is written
                 if c.claimed_ids:  # the kubelet allocates the same container again
-                    return self._response(c, request), "reclaimed"
+                    return resp, "reclaimed"
                 value = encode_allocated(sorted(set(c.allocated_ids) | set(ids)), _now())
                 try:
                     ok = await self.pods.patch_annotations(c.namespace, c.name,
@@ -193,7 +194,7 @@ class ResourcePlugin(pb_grpc.DevicePluginServicer):
                     continue  # deleted since the list: try the next one
                 if ok:
                     log.info("Allocate %s %s -> pod %s", self.resource, ids, c.ref)
-                    return self._response(c, request), "ok"
+                    return resp, "ok"
                 CONFLICTS.labels(self.resource).inc()
                 log.info("claim of %s for %s lost a race (stale resourceVersion); next",
                          c.ref, ids)
