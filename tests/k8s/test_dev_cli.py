@@ -1,0 +1,90 @@
+"""`gpugov dev up/down` as a user runs them: a working cluster, then no process left behind."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import textwrap
+
+from kubernetes_asyncio import client
+
+from gpugov.k8s import annotations as ann
+from gpugov.k8s.devcluster.client import api_client
+from gpugov.k8s.devcluster.processes import alive
+from gpugov.k8s.devcluster.pytest_plugin import ensure_binaries_or_skip
+
+CLUSTER = textwrap.dedent("""\
+    nodePools:
+      - name: a100
+        count: 2
+        model: A100-SXM4-80GB
+        gpus: 8
+        cpuMilli: 96000
+        memoryMiB: 1048576
+        topology: nvswitch
+        devices:
+          - {index: "0-3", mode: soft}
+    """)
+
+
+def gpugov(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", "from gpugov.cli import app; app()", *args],
+                          capture_output=True, text=True, timeout=timeout, check=False)
+
+
+def test_dev_up_serves_gpu_pods_and_down_leaves_nothing(tmp_path):
+    ensure_binaries_or_skip()
+    nodes = tmp_path / "cluster.yaml"
+    nodes.write_text(CLUSTER)
+    work = tmp_path / "dev"
+    up = gpugov("dev", "up", "--nodes", str(nodes), "--dir", str(work))
+    try:
+        assert up.returncode == 0, up.stderr
+        last = up.stdout.strip().splitlines()[-1]
+        assert last == f"export KUBECONFIG={work.resolve() / 'kubeconfig'}"
+        kubeconfig = last.split("=", 1)[1]
+        again = gpugov("dev", "up", "--dir", str(work))
+        assert again.returncode == 2 and "already running" in again.stderr
+
+        async def use() -> tuple[list[str], object, list[str]]:
+            async with api_client(kubeconfig) as api:
+                core = client.CoreV1Api(api)
+                nodes = [n.metadata.name for n in (await core.list_node()).items]
+                await core.create_namespace({"metadata": {"name": "team"}})
+                pod = await core.create_namespaced_pod("team", {
+                    "metadata": {"name": "infer"},
+                    "spec": {"containers": [{"name": "c", "image": "x", "resources": {
+                        "limits": {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "20000"}}}]}})
+                queues = await client.CustomObjectsApi(api).list_cluster_custom_object(
+                    "gpugov.io", "v1alpha1", "queues")
+                return nodes, pod, [q["metadata"]["name"] for q in queues["items"]]
+        names, pod, queues = asyncio.run(use())
+        assert sorted(names) == ["a100-0", "a100-1"]
+        assert queues == ["default"]
+        assert pod.spec.scheduler_name == ann.SCHEDULER_NAME
+        assert ann.decode_request(pod.metadata.annotations[ann.REQUEST]).memory_mib == 20000
+        assert pod.metadata.annotations[ann.TENANT] == "default"
+    finally:
+        state = json.loads((work / "state.json").read_text()) if (work / "state.json").exists() \
+            else {"processes": []}
+        pids = [(p["name"], p["pid"], p["ticks"]) for p in state["processes"]]
+        down = gpugov("dev", "down", "--dir", str(work))
+    assert down.returncode == 0, down.stderr
+    started = {name for name, _, _ in pids}
+    assert {"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok",
+            "gpugov-webhook"} <= started
+    assert [name for name, pid, ticks in pids if alive(pid, ticks)] == []
+    assert "stopped: " in down.stdout and "kube-apiserver" in down.stdout
+
+
+def test_dev_up_refuses_a_bad_cluster_file_before_starting_anything(tmp_path):
+    nodes = tmp_path / "cluster.yaml"
+    nodes.write_text("nodePools:\n  - {name: x, count: 1, model: Z80, gpus: 1, cpuMilli: 1,"
+                     " memoryMiB: 1}\n")
+    out = gpugov("dev", "up", "--nodes", str(nodes), "--dir", str(tmp_path / "dev"))
+    assert out.returncode == 2
+    assert f"{nodes}: invalid cluster file" in out.stderr
+    assert "nodePools[0].model: unknown GPU model 'Z80'" in out.stderr
+    assert not (tmp_path / "dev" / "state.json").exists()
