@@ -45,6 +45,35 @@ class Stack:
 
 
 @contextlib.contextmanager
+def run_reconciler(prom_url: str, port: int, source, tree=None) -> Iterator[object]:  # noqa: ANN001
+    """A live `Reconciler` serving /metrics on `port`, reading the cluster from `source`."""
+    from gpugov.observe.reconciler import Options, Reconciler
+
+    rec = Reconciler(Options(None, prom_url, "127.0.0.1", port, interval=0.25, window="3s"),
+                     tree)
+    loop = asyncio.new_event_loop()
+    stop = asyncio.Event()
+    started = threading.Event()
+
+    async def main() -> None:
+        ready = asyncio.Event()
+        task = asyncio.create_task(rec.serve(stop, source, ready))
+        await ready.wait()
+        started.set()
+        await task
+
+    runner = threading.Thread(target=loop.run_until_complete, args=(main(),), daemon=True)
+    runner.start()
+    try:
+        assert started.wait(10), "reconciler did not start"
+        yield rec
+    finally:
+        loop.call_soon_threadsafe(stop.set)
+        runner.join(15)
+        loop.close()
+
+
+@contextlib.contextmanager
 def make_stack(tmp: Path, leak_limit: float | None = None,
                leak_rate: float | None = None) -> Iterator[Stack]:
     """Exporter series + Prometheus (with the rules scaled by RULE_SCALE) + a reconciler."""
@@ -53,7 +82,7 @@ def make_stack(tmp: Path, leak_limit: float | None = None,
     from observe_data import QUEUES_YAML
     from prometheus_client import CollectorRegistry, start_http_server
 
-    from gpugov.observe.reconciler import Options, Reconciler, load_tree
+    from gpugov.observe.reconciler import load_tree
 
     if promserver.PROMETHEUS is None:
         pytest.skip("needs prometheus (Debian package; .ci/setup.d/10-debian-packages.sh)")
@@ -69,31 +98,14 @@ def make_stack(tmp: Path, leak_limit: float | None = None,
     prom = promserver.start(tmp / "prom", [f"127.0.0.1:{exp_port}", f"127.0.0.1:{rec_port}"],
                             [rules], SCRAPE)
     (tmp / "queues.yaml").write_text(QUEUES_YAML)
-    rec = Reconciler(Options(None, prom.url, "127.0.0.1", rec_port, interval=0.25,
-                             window="3s"), load_tree(tmp / "queues.yaml"))
-    loop = asyncio.new_event_loop()
-    stop = asyncio.Event()
-    started = threading.Event()
 
     async def source() -> tuple[list[dict], list[dict]]:
         return scenario.pods(), scenario.nodes()
 
-    async def main() -> None:
-        ready = asyncio.Event()
-        task = asyncio.create_task(rec.serve(stop, source, ready))
-        await ready.wait()
-        started.set()
-        await task
-
-    runner = threading.Thread(target=loop.run_until_complete, args=(main(),), daemon=True)
-    runner.start()
     try:
-        assert started.wait(10), "reconciler did not start"
-        yield Stack(prom, rec, exporter, f"http://127.0.0.1:{rec_port}")
+        with run_reconciler(prom.url, rec_port, source, load_tree(tmp / "queues.yaml")) as rec:
+            yield Stack(prom, rec, exporter, f"http://127.0.0.1:{rec_port}")
     finally:
-        loop.call_soon_threadsafe(stop.set)
-        runner.join(15)
-        loop.close()
         prom.stop()
         server.shutdown()
         server.server_close()
