@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "native"))
-from native_build import FAKE, WARN, build_all, compiler  # noqa: E402
+from native_build import FAKE, WARN, compiler  # noqa: E402
 
 A100_80 = ("0x20B210DE", 81920, "NVIDIA A100-SXM4-80GB")
 H100_80 = ("0x233010DE", 81559, "NVIDIA H100 80GB HBM3")
@@ -30,16 +30,17 @@ class FakeLibs:
 
 
 def build_fakes(out: Path) -> FakeLibs:
-    """Build the fake driver set (native_build) plus the legacy NVML variant."""
+    """Compile only the fake NVML (native_build's compiler and warnings), as a current driver
+    and as an older one (-DFAKE_NVML_LEGACY); the node tests need nothing else."""
     cc = compiler()
     assert cc, "no C compiler"
-    b = build_all(out / "current")
-    legacy = out / "legacy"
-    legacy.mkdir(parents=True, exist_ok=True)
-    subprocess.run([cc, *WARN, "-O2", "-fPIC", "-shared", "-fvisibility=hidden",
-                    "-DFAKE_NVML_LEGACY", "-o", str(legacy / "libnvidia-ml.so.1"),
-                    str(FAKE / "fake_nvml.c"), "-ldl"], check=True, capture_output=True)
-    return FakeLibs(b.dir, legacy)
+    dirs = FakeLibs(out / "current", out / "legacy")
+    for d, defs in ((dirs.current, []), (dirs.legacy, ["-DFAKE_NVML_LEGACY"])):
+        d.mkdir(parents=True, exist_ok=True)
+        subprocess.run([cc, *WARN, "-O2", "-fPIC", "-shared", "-fvisibility=hidden", *defs,
+                        "-o", str(d / "libnvidia-ml.so.1"), str(FAKE / "fake_nvml.c"), "-ldl",
+                        "-lpthread"], check=True, capture_output=True)
+    return dirs
 
 
 @dataclass
