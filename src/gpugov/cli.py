@@ -933,7 +933,8 @@ def dev_down_cmd(
 
     workdir = directory or dev.default_dir()
     stopped = dev.down(workdir)
-    typer.echo(f"stopped: {', '.join(stopped) or 'nothing (no dev cluster in ' + str(workdir)})")
+    typer.echo(f"stopped: {', '.join(stopped)}" if stopped else
+               f"stopped: nothing (no dev cluster in {workdir})")
 
 
 @crd_app.command("generate")
