@@ -761,6 +761,7 @@ def reconcile_cmd(
     import re
 
     from gpugov.control.config import ConfigError
+    from gpugov.observe.cluster import ClusterError
     from gpugov.observe.reconciler import Options, load_tree, run
 
     host, port = _listen(listen)
@@ -782,8 +783,13 @@ def reconcile_cmd(
         except (ConfigError, OSError) as e:
             raise _fail(str(e)) from None
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    run(Options(kubeconfig, prometheus, host, port, interval, window, idle_threshold, queues,
-                max_pods))
+    try:
+        run(Options(kubeconfig, prometheus, host, port, interval, window, idle_threshold,
+                    queues, max_pods))
+    except ClusterError as e:
+        raise _fail(str(e)) from None
+    except OSError as e:  # the listen address is taken or not ours
+        raise _fail(f"--listen {listen}: {e.strerror or e}") from None
 
 
 # --- Kubernetes scheduler and extender ---
