@@ -79,6 +79,19 @@ async def install_crds(kubeconfig: Path, timeout: float = 30.0) -> None:
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"CRD {crd['metadata']['name']} not Established")
                 await asyncio.sleep(0.1)
+        # a fresh CRD's storage answers 429 "storage is (re)initializing" for a moment
+        custom = client.CustomObjectsApi(api)
+        for crd in crds.generate().values():
+            plural = crd["spec"]["names"]["plural"]
+            while True:
+                try:
+                    await custom.list_cluster_custom_object(crds.GROUP, crds.VERSION, plural,
+                                                            limit=1)
+                    break
+                except ApiException as exc:
+                    if exc.status not in (429, 503, 404) or time.monotonic() > deadline:
+                        raise
+                await asyncio.sleep(0.1)
 
 
 async def apply_webhook_configurations(kubeconfig: Path, objs: list[dict[str, Any]]) -> None:

@@ -72,6 +72,15 @@ class DevCluster:
         """Synchronous `acreate_nodes` (do not call from inside a running event loop)."""
         return asyncio.run(self.acreate_nodes(nodes, wait_ready))
 
+    async def component_kubeconfig(self, component: str, namespace: str = "gpugov-system"
+                                   ) -> Path:
+        """A kubeconfig for the chart's ServiceAccount of `component` (scheduler, webhook,
+        node) with exactly the chart's RBAC; the token is a real ServiceAccount token."""
+        from gpugov.k8s.devcluster.rbac import apply_component_rbac
+
+        out = self.workdir / f"kubeconfig-{namespace}-{component}"
+        return await apply_component_rbac(self.kubeconfig, component, namespace, out)
+
     async def unique_namespace(self, prefix: str = "t",
                                labels: dict[str, str] | None = None) -> str:
         """Create a fresh namespace (name unique in this session) and return its name."""
