@@ -30,6 +30,15 @@ static struct gg_region *R;
 static int my_slot = -1;
 static int lock_fd = -1; /* this process's own open file description of the region */
 
+/* A new open file description of the file fd refers to. Liveness locks live on one that
+ * nothing else refers to: a mapping holds its description until it is unmapped (and a
+ * forked child inherits the mapping), so the lock must not be on the mapped one. */
+static int own_description(int fd) {
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+    return open(path, O_RDWR | O_CLOEXEC);
+}
+
 struct gg_region *gg_region_ptr(void) { return R; }
 static pthread_mutex_t *region_mutex(void) { return (pthread_mutex_t *)(void *)R->header.lock; }
 
@@ -292,7 +301,16 @@ static int map_file(const struct gg_config *cfg, char *err, size_t errlen) {
         return -1;
     }
     flock(fd, LOCK_UN);
-    lock_fd = fd; /* kept open (close-on-exec): its slot lock is this process's liveness */
+    /* kept open (close-on-exec): its slot lock is this process's liveness */
+    lock_fd = own_description(fd);
+    if (lock_fd < 0) lock_fd = open(path, O_RDWR | O_CLOEXEC);
+    close(fd);
+    if (lock_fd < 0) {
+        snprintf(err, errlen, "cannot reopen shared region %s: %s", path, strerror(errno));
+        munmap(p, sizeof(struct gg_region));
+        R = NULL;
+        return -1;
+    }
     return 0;
 }
 
@@ -384,7 +402,13 @@ int gg_region_open(const struct gg_config *cfg, char *err, size_t errlen) {
                 if (fd >= 0) close(fd);
                 return -1;
             }
-            lock_fd = fd;
+            lock_fd = own_description(fd);
+            close(fd);
+            if (lock_fd < 0) {
+                snprintf(err, errlen, "cannot reopen a private region: %s", strerror(errno));
+                munmap(p, sizeof(struct gg_region));
+                return -1;
+            }
             R = p;
             init_header(cfg);
             static int warned;
@@ -447,9 +471,7 @@ void gg_count_launch(int dev) {
 void gg_region_after_fork(void) {
     my_slot = -1;
     if (lock_fd < 0) return;
-    char path[64];
-    snprintf(path, sizeof(path), "/proc/self/fd/%d", lock_fd);
-    int fd = open(path, O_RDWR | O_CLOEXEC);
+    int fd = own_description(lock_fd);
     if (fd >= 0) {
         dup3(fd, lock_fd, O_CLOEXEC); /* lock_fd now names the child's own description */
         close(fd);

@@ -14,6 +14,7 @@
  *   launchv:launch|grid|gridasync|multi:N:US graphmem:B (a graph with one memory node; free
  *   destroys it) capture:B (cuMemAllocAsync captured into a graph) pattern:NAME:PCT-free:SECONDS
  *   threads:N:ITERS (N threads allocating, freeing and launching) exec:PROGRAM:ARG
+ *   fork:MS (a child that sleeps MS milliseconds and exits; prints its pid)
  * free:I releases whatever I is (cuMemFree, cuMemFreeAsync, cuArrayDestroy, cuMemRelease,
  * cuMemUnmap for a mapping, cuIpcCloseMemHandle); exported handles go through files.
  * Sizes accept Ki/Mi/Gi suffixes. */
@@ -477,6 +478,14 @@ static int run(char *cmd) {
         long fails = 0;
         for (int i = 0; i < n && i < 64; i++) { void *r; pthread_join(t[i], &r); fails += (long)r; }
         printf("threads rc=0 fails=%ld\n", fails);
+    } else if (strcmp(a[0], "fork") == 0) {
+        fflush(stdout);
+        pid_t child = fork();
+        if (child == 0) {
+            usleep((useconds_t)atoi(a[1]) * 1000);
+            _exit(0);
+        }
+        printf("fork rc=%d pid=%d\n", child > 0 ? 0 : 1, (int)child);
     } else if (strcmp(a[0], "exec") == 0) {
         fflush(stdout);
         execl(a[1], a[1], a[2], (char *)NULL);

@@ -286,6 +286,23 @@ def test_class11_exec_releases_the_old_image_charge(build, tmp_path: Path):
         p.wait()
 
 
+def test_class11_forked_child_does_not_keep_its_parent_alive(build, tmp_path: Path):
+    # The child inherits the parent's descriptor of the region; it must not hold the parent's
+    # liveness lock, or a killed parent's charge would live as long as any child.
+    env = {"GPUGOV_SHARED_REGION": str(tmp_path / "region"), "GPUGOV_MEMORY_LIMIT": "32Mi"}
+    p = _holder(build, env, "fork:20000", f"barrier:{tmp_path / 'never'}")
+    assert p.stdout is not None
+    child = int(parse(p.stdout.readline())[0]["pid"])
+    try:
+        os.kill(p.pid, signal.SIGKILL)
+        p.wait()
+        os.kill(child, 0)  # the child still runs
+        r = drv(build, "direct", "ctx:0", "alloc:24Mi", env=env)
+        assert r.rcs("alloc") == [0], r.stderr
+    finally:
+        os.kill(child, signal.SIGKILL)
+
+
 def _can_unshare_pid() -> bool:
     unshare = shutil.which("unshare")
     return bool(unshare) and subprocess.run([unshare, "--pid", "--fork", "true"],
