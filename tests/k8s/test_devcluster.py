@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -172,3 +174,33 @@ def test_bad_nodes_csv_names_line_and_column(tmp_path: Path):
         load_cluster_file(path)
     assert "line 3: cpu_milli: 'lots' is not a whole number" in str(info.value)
     assert "line 4: sn: duplicate node name 'n-0'" in str(info.value)
+
+
+STUBBORN = ("import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+            "print('ready', flush=True); time.sleep(120)")
+
+
+def test_stop_kills_a_process_that_ignores_sigterm_after_the_grace(tmp_path):
+    procs = ProcessSet(tmp_path)
+    proc = procs.start("stubborn", [sys.executable, "-c", STUBBORN])
+    for _ in range(100):
+        if "ready" in proc.log.read_text():
+            break
+        time.sleep(0.05)
+    procs.stop("stubborn", grace=0.5)
+    assert not alive(proc.pid)
+    assert proc.popen.returncode == -9  # SIGKILL, after SIGTERM was ignored
+
+
+def test_a_recycled_pid_is_never_signalled(tmp_path):
+    procs = ProcessSet(tmp_path)
+    proc = procs.start("sleeper", [sys.executable, "-c", "import time; time.sleep(60)"])
+    state = json.loads(procs.state_path.read_text())
+    state["processes"][0]["ticks"] += 1  # as if the pid now belonged to another process
+    procs.state_path.write_text(json.dumps(state))
+    loaded = ProcessSet.load(tmp_path)
+    assert not loaded.procs["sleeper"].running()
+    loaded.stop_all(grace=0.5)
+    assert proc.popen.poll() is None  # untouched
+    procs.stop("sleeper", grace=2)
+    assert proc.popen.poll() is not None
