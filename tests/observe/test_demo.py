@@ -9,10 +9,10 @@ import asyncio
 import time
 from pathlib import Path
 
-from scenario import GIB, UUIDS
+from obs_scenario import GIB, UUIDS
+from obs_stacks import make_stack
 from typer.testing import CliRunner
 
-from conftest import make_stack
 from gpugov.cli import app
 from gpugov.observe import rightsize
 from gpugov.observe.promapi import Prometheus

@@ -13,11 +13,10 @@ import time
 import urllib.request
 from pathlib import Path
 
-import promserver
+import obs_prometheus as promserver
 import pytest
+from obs_stacks import run_reconciler
 from observe_data import device, node, pod
-
-from conftest import run_reconciler
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "node"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "native"))

@@ -12,7 +12,7 @@ import sys
 import time
 import urllib.request
 
-import promserver
+import obs_prometheus as promserver
 from kubernetes_asyncio import client
 from observe_data import device, node, pod
 from prometheus_client.parser import text_string_to_metric_families

@@ -105,7 +105,7 @@ def test_report_refuses_bad_input(tmp_path: Path) -> None:
 
 
 def test_unreachable_prometheus_is_a_clear_error() -> None:
-    import promserver
+    import obs_prometheus as promserver
 
     url = f"http://127.0.0.1:{promserver.free_port()}"
     for cmd in (["report"], ["rightsize"], ["top", "--once"]):
