@@ -124,3 +124,31 @@ def test_reads_the_annotations_the_scheduler_and_webhook_write() -> None:
     assert row.declared.compute == 0.25 and row.declared.memory_bytes == 10240 * MIB
     assert row.allocated.memory_bytes == 10240 * MIB
     assert row.used.memory_bytes == 5120 * MIB and row.efficiency("memory") == 0.5
+
+
+def test_a_device_held_alone_is_measured_by_its_own_fields() -> None:
+    """A whole GPU without the enforcement library: the exporter cannot name the pod, the
+    reconciler can (it is the device's only holder)."""
+    pods = [pod("idle", request={"count": 1}, devices=[device("GPU-1")]),
+            pod("busy", request={"count": 1}, devices=[device("GPU-2", 1)])]
+    devices = {"GPU-1": (0.0, 512 * MIB), "GPU-2": (0.7, 8192 * MIB)}
+    recs, nodes, _ = records(pods, [node("node-1", ["GPU-1", "GPU-2"])])
+    rows = {r.pod: r for r in reconcile(recs, nodes, [], {"node-1"}, devices=devices).pods}
+    assert rows["idle"].idle_compute == 1.0 and rows["idle"].used.memory_bytes == 512 * MIB
+    assert rows["busy"].used.compute == 0.7 and rows["busy"].used.gpus == 1
+    assert rows["busy"].idle_compute == 0.0
+
+
+def test_a_shared_device_without_per_pod_numbers_is_unknown_not_idle() -> None:
+    pods = [pod(f"s{i}", request={"count": 1, "milli": 500},
+                devices=[device("GPU-1", mode="soft", milli=500, memory_mib=40960)])
+            for i in range(2)]
+    recs, nodes, _ = records(pods, [node("node-1", ["GPU-1"])])
+    # the regions gave memory but no device time; the card is 90 % busy, shared by two pods
+    uses = [DeviceUse("team-a", f"s{i}", "GPU-1", 1024 * MIB, None) for i in range(2)]
+    rec = reconcile(recs, nodes, uses, {"node-1"}, devices={"GPU-1": (0.9, 4096 * MIB)})
+    for row in rec.pods:
+        assert row.used.compute is None and row.used.gpus is None
+        assert row.used.memory_bytes == 1024 * MIB
+        assert row.idle_compute == 0.0  # unknown is never billed as idle
+        assert row.efficiency("compute") is None

@@ -68,7 +68,7 @@ class ReconcilerMetrics(Collector):
     # -- collection ------------------------------------------------------------------------
     def _capped(self) -> set[tuple[str, str]]:
         rows = sorted(self.latest.pods, key=lambda p: (
-            -(p.allocated.compute if p.allocated else 0.0), p.namespace, p.pod))
+            -((p.allocated.compute or 0.0) if p.allocated else 0.0), p.namespace, p.pod))
         return {(p.namespace, p.pod) for p in rows[self.max_pods:]}
 
     def _labels(self, p: PodRow) -> tuple[str, ...]:
@@ -182,7 +182,6 @@ class ReconcilerMetrics(Collector):
 
 
 def _values(a: Amount) -> Iterator[tuple[str, float]]:
-    yield "gpus", a.gpus
-    if a.memory_bytes is not None:
-        yield "memory", a.memory_bytes
-    yield "compute", a.compute
+    for kind, value in (("gpus", a.gpus), ("memory", a.memory_bytes), ("compute", a.compute)):
+        if value is not None:
+            yield kind, value

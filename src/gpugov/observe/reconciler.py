@@ -89,15 +89,17 @@ class Reconciler:
             self._say(f"{e}; keeping the last cluster view")
         pods, nodes = self._cluster or ([], [])
         pod_recs, node_recs, node_problems = records(pods, nodes)
-        refused = None
+        refused, devices = None, None
         try:
             used = await read_used(prom, self.opts.window)
             uses, agents, refused = used.uses, used.nodes_with_agent, used.refusals
+            devices = used.devices
         except PrometheusError as e:
             self.metrics.error("prometheus-unreachable")
             self._say(f"{e}; the used view is unknown until it answers")
             uses, agents = [], set()  # declared and allocated are still exported
-        rec = reconcile(pod_recs, node_recs, uses, agents, self.tree, self.opts.idle_threshold)
+        rec = reconcile(pod_recs, node_recs, uses, agents, self.tree, self.opts.idle_threshold,
+                        devices)
         if refused is None:  # no measurement: unknown, not "every node lacks the agent"
             rec.nodes_without_agent = []
             rec.problems = [p for p in rec.problems if p[0] != "node-without-agent"]

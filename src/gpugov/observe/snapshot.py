@@ -146,16 +146,16 @@ async def from_cluster(api: Any, prom: Prometheus | None, tree: Any | None,
 
     pods, nodes = await read_cluster(api)
     pod_recs, node_recs, problems = records(pods, nodes)
-    uses, agents, note, leaks = [], set(), None, {}
+    uses, agents, note, leaks, devices = [], set(), None, {}, None
     if prom is not None:
         try:
             used = await read_used(prom, window)
-            uses, agents = used.uses, used.nodes_with_agent
+            uses, agents, devices = used.uses, used.nodes_with_agent, used.devices
             leaks = {_key(s.labels): s.value for s in await prom.query(
                 LEAK_QUERY.format(metric=m.POD_MEMORY_USED, window=window))}
         except PrometheusError as e:
             note = f"{e}; showing declared and allocated only"
-    rec = reconcile(pod_recs, node_recs, uses, agents, tree)
+    rec = reconcile(pod_recs, node_recs, uses, agents, tree, devices=devices)
     if prom is None or note:
         rec.nodes_without_agent = []
         rec.problems = [p for p in rec.problems if p[0] != "node-without-agent"]

@@ -23,6 +23,8 @@ def queries(window: str) -> dict[str, str]:
         "busy": f"sum by ({KEY}) (rate({m.POD_DEVICE_TIME}[{window}]))",
         "dcgm_util": f'max by ({KEY}) ({m.DEV_GPU_UTIL}{{pod!=""}})',
         "dcgm_fb": f'max by ({KEY}) ({m.DEV_FB_USED}{{pod!=""}})',
+        "dev_util": f"max by (UUID) ({m.DEV_GPU_UTIL})",
+        "dev_fb": f"max by (UUID) ({m.DEV_FB_USED})",
         "agents": f"count by (Hostname) ({m.NODE_GPUS})",
         "refusals": f"sum by (namespace, pod) ({m.POD_REFUSED})",
     }
@@ -33,6 +35,8 @@ class UsedView:
     uses: list[DeviceUse]
     nodes_with_agent: set[str]
     refusals: dict[tuple[str, str], float]
+    #: UUID -> the device's own (busy fraction, framebuffer bytes used)
+    devices: dict[str, tuple[float | None, float | None]]
 
 
 def _key(s: Sample) -> tuple[str, str, str]:
@@ -48,12 +52,15 @@ def combine(results: dict[str, list[Sample]]) -> UsedView:
     for s in results.get("dcgm_fb", []):
         memory.setdefault(_key(s), s.value * MIB)
     keys = sorted(k for k in set(memory) | set(busy) if k[0] and k[1])
-    uses = [DeviceUse(ns, pod, uuid, memory.get((ns, pod, uuid), 0.0),
-                      busy.get((ns, pod, uuid), 0.0)) for ns, pod, uuid in keys]
+    uses = [DeviceUse(ns, pod, uuid, memory.get((ns, pod, uuid)), busy.get((ns, pod, uuid)))
+            for ns, pod, uuid in keys]
+    util = {s.labels.get("UUID", ""): s.value / 100.0 for s in results.get("dev_util", [])}
+    fb = {s.labels.get("UUID", ""): s.value * MIB for s in results.get("dev_fb", [])}
+    devices = {u: (util.get(u), fb.get(u)) for u in set(util) | set(fb) if u}
     agents = {s.labels["Hostname"] for s in results.get("agents", []) if "Hostname" in s.labels}
     refusals = {(s.labels.get("namespace", ""), s.labels.get("pod", "")): s.value
                 for s in results.get("refusals", [])}
-    return UsedView(uses, agents, refusals)
+    return UsedView(uses, agents, refusals, devices)
 
 
 async def read_used(prom: Prometheus, window: str) -> UsedView:

@@ -35,11 +35,13 @@ DEFAULT_IDLE_THRESHOLD = 0.05
 
 @dataclass(frozen=True)
 class Amount:
-    """GPU count, memory and compute (1.0 = one whole GPU) of one view of one pod."""
+    """GPU count, memory and compute (1.0 = one whole GPU) of one view of one pod.
 
-    gpus: float
+    None = not known (a request that states no memory; a device nobody measured)."""
+
+    gpus: float | None
     memory_bytes: float | None
-    compute: float
+    compute: float | None
 
 
 @dataclass(frozen=True)
@@ -94,8 +96,8 @@ class DeviceUse:
     namespace: str
     pod: str
     uuid: str
-    memory_bytes: float
-    busy: float  # device time per second of wall time (0..1 per device)
+    memory_bytes: float | None
+    busy: float | None  # device time per second of wall time (0..1); None: not measured
 
 
 @dataclass(frozen=True)
@@ -123,7 +125,9 @@ class PodRow:
         if self.used is None or self.allocated is None:
             return None
         if resource == "compute":
-            return self.used.compute / self.allocated.compute if self.allocated.compute else None
+            if self.used.compute is None or not self.allocated.compute:
+                return None
+            return self.used.compute / self.allocated.compute
         if not self.allocated.memory_bytes or self.used.memory_bytes is None:
             return None
         return self.used.memory_bytes / self.allocated.memory_bytes
@@ -295,22 +299,45 @@ def node_record(node: Mapping[str, Any]) -> tuple[NodeRecord, list[str]]:
 
 # --- the join -----------------------------------------------------------------------------
 
-def used_amount(pod: PodRecord, uses: Iterable[DeviceUse],
-                idle_threshold: float) -> tuple[Amount, float]:
-    """Used amount and idle allocated compute of one pod, from its per-device measurements."""
+def used_amount(pod: PodRecord, uses: Iterable[DeviceUse], idle_threshold: float,
+                devices: Mapping[str, tuple[float | None, float | None]] | None = None,
+                holders: Mapping[str, int] | None = None) -> tuple[Amount, float]:
+    """Used amount and idle allocated compute of one pod.
+
+    Per device, the pod's own measurement (the enforcement library's region; DCGM fields the
+    exporter labelled with the pod) comes first; a device with no per-pod numbers takes the
+    device's own (busy, memory) from `devices` when this pod is its only holder
+    (`holders`); otherwise it is unknown — never counted as idle.
+    """
     by_uuid: dict[str, list[DeviceUse]] = defaultdict(list)
     for u in uses:
         by_uuid[u.uuid].append(u)
-    busy_devices, compute, memory, idle = 0, 0.0, 0.0, 0.0
+    busy_devices, idle = 0, 0.0
+    compute: float | None = 0.0
+    memory: float | None = 0.0
     for d in pod.devices:
-        busy = sum(u.busy for u in by_uuid.get(d.uuid, []))
-        memory += sum(u.memory_bytes for u in by_uuid.get(d.uuid, []))
-        compute += busy
+        mine = by_uuid.get(d.uuid, [])
+        busy_parts = [u.busy for u in mine]
+        mem_parts = [u.memory_bytes for u in mine]
+        whole = (devices or {}).get(d.uuid)
+        sole = (holders or {}).get(d.uuid, 1) == 1
+        if whole is not None and sole:
+            if not busy_parts or None in busy_parts:
+                busy_parts = [whole[0]]
+            if not mem_parts or None in mem_parts:
+                mem_parts = [whole[1]]
+        busy = None if not busy_parts or None in busy_parts else sum(busy_parts)
+        mem = None if not mem_parts or None in mem_parts else sum(mem_parts)
+        memory = None if memory is None or mem is None else memory + mem
+        if busy is None:
+            compute = None
+            continue
+        compute = None if compute is None else compute + busy
         if busy >= idle_threshold:
             busy_devices += 1
         else:
             idle += d.milli / 1000.0
-    return Amount(float(busy_devices), memory, compute), idle
+    return Amount(float(busy_devices) if compute is not None else None, memory, compute), idle
 
 
 def _queue_rows(pods: list[PodRecord], tree: Any | None, capacity_gpus: float
@@ -321,9 +348,9 @@ def _queue_rows(pods: list[PodRecord], tree: Any | None, capacity_gpus: float
     for p in pods:
         if p.pending:
             pending[p.queue] += 1
-            pending_demand[p.queue] += p.declared.compute if p.declared else 0.0
+            pending_demand[p.queue] += (p.declared.compute or 0.0) if p.declared else 0.0
         elif p.running and p.allocated:
-            usage[p.queue] += p.allocated.compute
+            usage[p.queue] += p.allocated.compute or 0.0
     if tree is None:
         names = sorted(set(usage) | set(pending))
         return [QueueRow(q, None, None, usage[q], pending[q]) for q in names]
@@ -387,13 +414,17 @@ def _with_uuids(pod: PodRecord, node: NodeRecord | None) -> PodRecord:
 
 def reconcile(pods: Iterable[PodRecord], nodes: Iterable[NodeRecord],
               uses: Iterable[DeviceUse], nodes_with_agent: set[str], tree: Any | None = None,
-              idle_threshold: float = DEFAULT_IDLE_THRESHOLD) -> Reconciliation:
+              idle_threshold: float = DEFAULT_IDLE_THRESHOLD,
+              devices: Mapping[str, tuple[float | None, float | None]] | None = None
+              ) -> Reconciliation:
     """Join the three views per pod, queue and device.
 
     `nodes_with_agent` are nodes whose exporter Prometheus has series for; pods on other nodes
     get no used view (unknown is not zero) and the node is listed in `nodes_without_agent`.
     `tree` is the control plane's queue tree (`control.tree.QueueTree`) for quota and fair
-    share; without it queues come from pod annotations only.
+    share; without it queues come from pod annotations only. `devices` maps a device UUID to
+    its own measured (busy fraction, memory bytes), used for a pod that holds the device alone
+    and has no per-pod numbers.
     """
     pods, node_map = list(pods), {n.name: n for n in nodes}
     out = Reconciliation()
@@ -402,12 +433,18 @@ def reconcile(pods: Iterable[PodRecord], nodes: Iterable[NodeRecord],
         by_pod[(u.namespace, u.pod)].append(u)
     missing: set[str] = set()
     pods = [_with_uuids(p, node_map.get(p.node or "")) for p in pods]
+    holders: dict[str, int] = defaultdict(int)
+    for p in pods:
+        if p.running:
+            for d in p.devices:
+                holders[d.uuid] += 1
     for p in pods:
         out.problems += [("pod-annotation", m) for m in p.problems]
         used, idle = None, 0.0
         if p.running and p.devices:
             if p.node in nodes_with_agent:
-                used, idle = used_amount(p, by_pod.get(p.key, ()), idle_threshold)
+                used, idle = used_amount(p, by_pod.get(p.key, ()), idle_threshold, devices,
+                                         holders)
             elif p.node:
                 missing.add(p.node)
         out.pods.append(PodRow(p.namespace, p.name, p.tenant, p.queue, p.node, p.declared,
