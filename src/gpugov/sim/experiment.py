@@ -20,7 +20,6 @@ from gpugov.placement.engine import Placer
 from gpugov.placement.fragmentation import FragmentationMeter, FragmentationModel, TypicalPods
 from gpugov.placement.registry import get_policy
 
-
 #: `tune` is total GPU request / capacity; the study uses 1.3. Above 10 the table is meaningless
 #: and the clone sequence grows without bound (`--tune inf` never ended).
 MAX_TUNE = 10.0

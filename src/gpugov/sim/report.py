@@ -43,8 +43,8 @@ def _curves_csv(result: StudyResult, kind: str) -> bytes:
 
 #: one clearly different colour per policy (FGD and GpuPacking used to look alike)
 POLICY_COLORS = {"01-Random": "#7f7f7f", "02-DotProd": "#ff7f0e", "03-GpuClustering": "#2ca02c",
-                 "04-GpuPacking": "#1f77b4", "05-BestFit": "#9467bd", "06-FGD": "#d62728"}
-_SPARE_COLORS = ("#8c564b", "#e377c2", "#17becf", "#bcbd22", "#000000")
+                 "04-GpuPacking": "#1f77b4", "05-BestFit": "#e377c2", "06-FGD": "#d62728"}
+_SPARE_COLORS = ("#8c564b", "#9467bd", "#17becf", "#bcbd22", "#000000")
 
 
 def policy_color(label: str, i: int) -> str:
