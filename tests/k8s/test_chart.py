@@ -34,8 +34,10 @@ def helm() -> Path:
 
 
 def render(helm: Path, *args: str, namespace: str = NS) -> list[dict]:
+    # helm built by `go install` has no version stamp and assumes Kubernetes 1.20 offline
     out = subprocess.run([str(helm), "template", "gpugov", str(CHART), "--namespace", namespace,
-                          *args], capture_output=True, text=True, check=False)
+                          "--kube-version", build.K8S_VERSION, *args],
+                         capture_output=True, text=True, check=False)
     assert out.returncode == 0, out.stderr
     return [d for d in yaml.safe_load_all(out.stdout) if d]
 
