@@ -71,8 +71,9 @@ def agent_setup(k8s_control_plane, node, open_nvml, sleepers, tmp_path):
     k8s_control_plane.create_nodes([{
         "apiVersion": "v1", "kind": "Node",
         "metadata": {"name": name, "annotations": {"kwok.x-k8s.io/node": "fake"},
-                     "labels": {"nvidia.com/gpu.product": "stale", "nvidia.com/mig-9g.1gb.count":
-                                "1", "team": "ml"}}}])
+                     "labels": {"nvidia.com/gpu.product": "stale",
+                                "nvidia.com/mig-9g.1gb.count": "1", "team": "ml",
+                                "nvidia.com/gpu.deploy.device-plugin": "true"}}}])
     busy, accounted, bypass = sleepers.start(), sleepers.start(), sleepers.start()
     node.gpu(A100_80, "cc 8 0", "power 60000 400000")
     node.gpu(A100_80, "cc 8 0", "mig-mode 1", "gi 0 0", f"proc {busy} {4 * GiB} 0",
@@ -109,6 +110,7 @@ def test_agent_publishes_applies_mig_and_tracks_health(agent_setup):
             assert labels["nvidia.com/cuda.driver-version.full"] == "550.107.02"
             assert "nvidia.com/mig-9g.1gb.count" not in labels  # stale GFD label removed
             assert labels["team"] == "ml"  # labels it does not own are left alone
+            assert labels["nvidia.com/gpu.deploy.device-plugin"] == "true"
             inv = decode_inventory(ann[INVENTORY])
             assert [(d.model, d.mode) for d in inv.devices] == [
                 ("A100-SXM4-80GB", DeviceMode.EXCLUSIVE), ("A100-SXM4-80GB", DeviceMode.MIG),

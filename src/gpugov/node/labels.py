@@ -19,8 +19,16 @@ from gpugov.node.nvml.discovery import NodeGpus
 from gpugov.node.nvml.source import SharingPolicy
 
 MIG_LABEL_PREFIX = "nvidia.com/mig-"  # per-profile labels of the mixed strategy
-OWNED_PREFIXES = ("nvidia.com/gpu.", "nvidia.com/cuda.", MIG_LABEL_PREFIX,
-                  "nvidia.com/mig.capable", "nvidia.com/mig.strategy")
+# the keys gfd_labels writes; only these are ever deleted (the GPU Operator's
+# nvidia.com/gpu.deploy.*, users' nvidia.com/mig.config and the like are never touched)
+OWNED_KEYS = frozenset({
+    GFD_PRESENT, GFD_PRODUCT, GFD_COUNT, GFD_MEMORY, GFD_FAMILY, GFD_MIG_STRATEGY,
+    "nvidia.com/gpu.replicas", "nvidia.com/gpu.sharing-strategy", "nvidia.com/mig.capable",
+    "nvidia.com/gpu.compute.major", "nvidia.com/gpu.compute.minor",
+    *(f"nvidia.com/cuda.driver-version.{k}" for k in ("major", "minor", "revision", "full")),
+    *(f"nvidia.com/cuda.runtime-version.{k}" for k in ("major", "minor", "full")),
+})
+_OWNED_MIG = re.compile(r"^nvidia\.com/mig-[A-Za-z0-9.+-]+\.(count|memory)$")
 MIG_CONFIG = "nvidia.com/mig.config"  # input: desired mig-parted config name
 MIG_CONFIG_STATE = "nvidia.com/mig.config.state"  # pending | success | failed
 
@@ -94,5 +102,4 @@ def gfd_labels(node: NodeGpus, sharing: SharingPolicy = SharingPolicy()) -> dict
 
 def stale(current: dict[str, str], new: dict[str, str]) -> list[str]:
     """Labels this agent owns that are on the node but no longer true (to delete)."""
-    return [k for k in current if k not in new and k.startswith(OWNED_PREFIXES)
-            and k not in (MIG_CONFIG, MIG_CONFIG_STATE)]
+    return [k for k in current if k not in new and (k in OWNED_KEYS or _OWNED_MIG.match(k))]

@@ -122,7 +122,7 @@ def busy_pids(nv: Nvml, index: int) -> list[int]:
     """PIDs with work on the GPU or any of its MIG devices (NVML's per-process lists)."""
     h = _handle(index)
     pids: set[int] = set()
-    for p in nv.first((pynvml.nvmlDeviceGetComputeRunningProcesses_v3, (h,)),
+    for p in nv.first(("nvmlDeviceGetComputeRunningProcesses_v3", (h,)),
                       (pynvml.nvmlDeviceGetComputeRunningProcesses_v2, (h,))) or ():
         pids.add(int(p.pid))
     mode = nv.query(pynvml.nvmlDeviceGetMigMode, h)
@@ -131,7 +131,7 @@ def busy_pids(nv: Nvml, index: int) -> list[int]:
             m = nv.query(pynvml.nvmlDeviceGetMigDeviceHandleByIndex, h, i)
             if m is None:
                 continue
-            for p in nv.first((pynvml.nvmlDeviceGetComputeRunningProcesses_v3, (m,)),
+            for p in nv.first(("nvmlDeviceGetComputeRunningProcesses_v3", (m,)),
                               (pynvml.nvmlDeviceGetComputeRunningProcesses_v2, (m,))) or ():
                 pids.add(int(p.pid))
     return sorted(pids)

@@ -15,7 +15,7 @@ import pynvml
 
 from gpugov.model.catalog import CATALOG
 from gpugov.model.mig import get_geometry
-from gpugov.node.nvml.library import GpuLost, Nvml
+from gpugov.node.nvml.library import MEMORY_V2, GpuLost, Nvml
 
 TOPOLOGY_PCIE_SWITCH = pynvml.NVML_TOPOLOGY_MULTIPLE  # at or below: behind one PCIe switch
 NVLINK_MAX_LINKS = 18
@@ -110,13 +110,13 @@ def _numa_from_sysfs(bus_id: str) -> int | None:
 
 
 def _numa(nv: Nvml, h: object, bus_id: str) -> int | None:
-    node = nv.query(pynvml.nvmlDeviceGetNumaNodeId, h)  # Grace C2C: the GPU is a NUMA node
+    node = nv.query("nvmlDeviceGetNumaNodeId", h)  # Grace C2C: the GPU is a NUMA node
     if node is not None and node >= 0:
         return int(node)
     node = _numa_from_sysfs(bus_id)
     if node is not None:
         return node
-    mask = nv.query(pynvml.nvmlDeviceGetMemoryAffinity, h, 1, 0)  # NVML_AFFINITY_SCOPE_NODE
+    mask = nv.query("nvmlDeviceGetMemoryAffinity", h, 1, 0)  # NVML_AFFINITY_SCOPE_NODE
     if mask:
         bits = int(mask[0])
         if bits:
@@ -236,7 +236,7 @@ def discover(nv: Nvml) -> NodeGpus:
     """Read every GPU of the node. Lost GPUs are left out (the health watcher reports them)."""
     count = nv.query(pynvml.nvmlDeviceGetCount) or 0
     driver = nv.query(pynvml.nvmlSystemGetDriverVersion) or ""
-    cuda = nv.first((pynvml.nvmlSystemGetCudaDriverVersion_v2, ()),
+    cuda = nv.first(("nvmlSystemGetCudaDriverVersion_v2", ()),
                     (pynvml.nvmlSystemGetCudaDriverVersion, ()))
     handles: list[tuple[int, object]] = []
     gpus: list[GpuInfo] = []
@@ -277,7 +277,7 @@ def _replace(g: GpuInfo, **kw: object) -> GpuInfo:
 def _one(nv: Nvml, index: int, h: object) -> GpuInfo:
     name = nv.query(pynvml.nvmlDeviceGetName, h) or "unknown"
     uuid = nv.query(pynvml.nvmlDeviceGetUUID, h) or ""
-    mem = nv.first((pynvml.nvmlDeviceGetMemoryInfo, (h, pynvml.nvmlMemory_v2)),
+    mem = nv.first((pynvml.nvmlDeviceGetMemoryInfo, (h, MEMORY_V2)),
                    (pynvml.nvmlDeviceGetMemoryInfo, (h,)))
     pci = nv.query(pynvml.nvmlDeviceGetPciInfo, h)
     bus = ""

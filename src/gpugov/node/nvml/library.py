@@ -78,35 +78,48 @@ class Nvml:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def query(self, fn: Callable[..., T], *args: Any) -> T | None:
+    def query(self, fn: Callable[..., T] | str, *args: Any) -> T | None:
         """Call one pynvml function; None when the driver lacks or refuses it.
 
         GPU_IS_LOST raises GpuLost (the caller marks the device unhealthy); other NVML errors
         are counted in `errors` and yield None.
         """
+        if isinstance(fn, str):  # a wrapper an older nvidia-ml-py may not have
+            name = fn
+            fn = getattr(pynvml, name, None)  # type: ignore[assignment]
+            if fn is None:
+                self.missing[f"{name}:function_not_found"] += 1
+                return None
         try:
-            return fn(*args)
+            return fn(*args)  # type: ignore[operator]
         except pynvml.NVMLError as exc:
             code = exc.value
             if code == pynvml.NVML_ERROR_GPU_IS_LOST:
-                raise GpuLost(f"{fn.__name__}: GPU is lost") from None
+                raise GpuLost(f"{_name(fn)}: GPU is lost") from None
             reason = _ABSENT.get(code)
             if reason:
-                self.missing[f"{fn.__name__}:{reason}"] += 1
+                self.missing[f"{_name(fn)}:{reason}"] += 1
             else:
                 self.errors[_reason(exc)] += 1
             return None
         except pynvml.NVMLLibraryMismatchError:
-            self.missing[f"{fn.__name__}:function_not_found"] += 1
+            self.missing[f"{_name(fn)}:function_not_found"] += 1
             return None
 
-    def first(self, *calls: tuple[Callable[..., T], tuple[Any, ...]]) -> T | None:
+    def first(self, *calls: tuple[Callable[..., T] | str, tuple[Any, ...]]) -> T | None:
         """The first call that gives a value: newest function first, older fallbacks after."""
         for fn, args in calls:
             value = self.query(fn, *args)
             if value is not None:
                 return value
         return None
+
+
+def _name(fn: object) -> str:
+    return getattr(fn, "__name__", str(fn))
+
+
+MEMORY_V2 = getattr(pynvml, "nvmlMemory_v2", None)  # absent from older nvidia-ml-py
 
 
 def _reason(exc: pynvml.NVMLError) -> str:

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import pynvml
 
-from gpugov.node.nvml.library import GpuLost, Nvml
+from gpugov.node.nvml.library import MEMORY_V2, GpuLost, Nvml
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,7 +43,7 @@ class DeviceSample:
 
 
 def _processes(nv: Nvml, h: object) -> tuple[Process, ...] | None:
-    procs = nv.first((pynvml.nvmlDeviceGetComputeRunningProcesses_v3, (h,)),
+    procs = nv.first(("nvmlDeviceGetComputeRunningProcesses_v3", (h,)),
                      (pynvml.nvmlDeviceGetComputeRunningProcesses_v2, (h,)))
     if procs is None:
         return None
@@ -57,7 +57,7 @@ def _processes(nv: Nvml, h: object) -> tuple[Process, ...] | None:
 
 
 def _memory(nv: Nvml, h: object) -> tuple[float | None, float | None]:
-    mem = nv.first((pynvml.nvmlDeviceGetMemoryInfo, (h, pynvml.nvmlMemory_v2)),
+    mem = nv.first((pynvml.nvmlDeviceGetMemoryInfo, (h, MEMORY_V2)),
                    (pynvml.nvmlDeviceGetMemoryInfo, (h,)))
     if mem is None:
         return None, None
@@ -75,7 +75,7 @@ def sample_device(nv: Nvml, index: int) -> DeviceSample:
         power = nv.query(pynvml.nvmlDeviceGetPowerUsage, h)
         temp = nv.query(pynvml.nvmlDeviceGetTemperature, h, pynvml.NVML_TEMPERATURE_GPU)
         clock = nv.query(pynvml.nvmlDeviceGetClockInfo, h, pynvml.NVML_CLOCK_SM)
-        throttle = nv.first((pynvml.nvmlDeviceGetCurrentClocksEventReasons, (h,)),
+        throttle = nv.first(("nvmlDeviceGetCurrentClocksEventReasons", (h,)),
                             (pynvml.nvmlDeviceGetCurrentClocksThrottleReasons, (h,)))
         procs = _processes(nv, h)
         mig: list[MigSample] = []
