@@ -1101,6 +1101,49 @@ def node_device_plugin_cmd(
     run(opts, node, source)
 
 
+@node_app.command("run")
+def node_run_cmd(
+    config: Path = typer.Option(..., "--config", help="node.yaml: defaultMode, "
+                                "timesliceReplicas, softSplit, migStrategy, devices"),
+    node_name: str = typer.Option(..., "--node-name", envvar="NODE_NAME",
+                                  help="this node's name (env NODE_NAME)"),
+    listen: str = typer.Option("0.0.0.0:9400", "--listen", help="HOST:PORT of the exporter"),
+    state_dir: Path = typer.Option(Path("/var/lib/gpugov"), "--state-dir",
+                                   help="host folder for pod regions and the library"),
+    plugin_dir: Path = typer.Option(Path("/var/lib/kubelet/device-plugins"), "--plugin-dir",
+                                    help="the kubelet's device plugin folder"),
+    kubeconfig: Path | None = typer.Option(None, "--kubeconfig",
+                                           help="default: the in-cluster service account"),
+    mig_config: Path | None = typer.Option(None, "--mig-config", help="mig-parted config file "
+                                           "for the agent (`gpugov plan mig --out`)"),
+    interval: float = typer.Option(10.0, "--interval", help="seconds between agent rounds"),
+    nvml_library: Path | None = typer.Option(None, "--nvml-library", help="libnvidia-ml.so.1 "
+                                             "to load (default: the loader path)"),
+) -> None:
+    """Device plugin, node agent and exporter in one process (the chart's node DaemonSet)."""
+    from gpugov.node.deviceplugin.all_in_one import RunOptions, load_node_file, run
+    from gpugov.node.deviceplugin.run import NodeConfigError, listen_address
+    from gpugov.node.nvml.library import NvmlUnavailable
+
+    try:
+        cfg = load_node_file(config)
+        listen_address(listen, "--listen")
+    except NodeConfigError as e:
+        raise _fail(str(e)) from None
+    if kubeconfig is not None and not kubeconfig.is_file():
+        raise _fail(f"--kubeconfig {kubeconfig}: no such file")
+    if mig_config is not None and not mig_config.is_file():
+        raise _fail(f"--mig-config {mig_config}: no such file")
+    if interval <= 0:
+        raise _fail(f"--interval {interval}: must be > 0")
+    try:
+        run(RunOptions(node_name, cfg, listen, state_dir, plugin_dir, kubeconfig, nvml_library,
+                       mig_config, interval))
+    except NvmlUnavailable as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(1) from None
+
+
 @app.command("verify")
 def verify_cmd(
     cuda_lib: Path | None = typer.Option(None, "--cuda-lib",

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -146,5 +147,86 @@ def test_device_plugin_command_with_real_apiserver_and_device_manager(
             f"http://127.0.0.1:{metrics_port}/metrics", timeout=10).read().decode())
         assert ('gpugov_deviceplugin_allocations_total{outcome="ok",resource="nvidia.com/gpu"} '
                 '25.0') in text  # 13 admissions + 12 direct claims
+
+    asyncio.run(main())
+
+
+def test_node_run_serves_plugin_agent_and_exporter_in_one_process(
+        k8s_control_plane, kubelet_driver_binary: Path, fakes, node, tmp_path: Path) -> None:
+    """What the chart's DaemonSet runs: `gpugov node run --config node.yaml` on a fake-NVML
+    node; the kubelet sees the soft split, the agent publishes the same inventory, the
+    exporter answers, and a soft-slice pod gets the library copied into the state folder."""
+    from kubernetes_asyncio import client
+    from nvml_fake import A100_80
+
+    from gpugov.k8s.annotations import INVENTORY, decode_inventory
+
+    cluster = k8s_control_plane
+    node.gpu(A100_80)
+    node.gpu(A100_80)
+    env = {**os.environ, **node.write()}
+    (tmp_path / "node.yaml").write_text("defaultMode: soft\nsoftSplit: 3\nmigStrategy: mixed\n"
+                                        "devices: []\n")
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+
+    async def main() -> None:
+        ns = await cluster.unique_namespace("run")
+        name = f"gpu-run-{ns}"
+        await cluster.acreate_nodes([{"apiVersion": "v1", "kind": "Node", "metadata": {
+            "name": name, "annotations": {"kwok.x-k8s.io/node": "fake"}}}])
+        state = tmp_path / "state"
+        with short_dir() as plugin_dir:
+            peer = KubeletPeer(kubelet_driver_binary, plugin_dir, tmp_path / "kubelet.log")
+            await asyncio.to_thread(peer.start)
+            log = open(tmp_path / "node-run.log", "w")  # noqa: SIM115 - closed below
+            proc = subprocess.Popen(
+                [sys.executable, "-c", "from gpugov.cli import app; app()", "node", "run",
+                 "--config", str(tmp_path / "node.yaml"), "--node-name", name,
+                 "--listen", f"127.0.0.1:{port}", "--state-dir", str(state),
+                 "--plugin-dir", str(plugin_dir), "--kubeconfig", str(cluster.kubeconfig),
+                 "--nvml-library", str(fakes.current / "libnvidia-ml.so.1"),
+                 "--interval", "0.5"],
+                stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env)
+            try:
+                deadline = time.monotonic() + 60
+                while (await asyncio.to_thread(peer.capacity))["allocatable"] != {GPU: 6}:
+                    assert time.monotonic() < deadline, (tmp_path / "node-run.log").read_text()
+                    await asyncio.sleep(0.1)
+                async with cluster.api() as api:
+                    core = client.CoreV1Api(api)
+                    while INVENTORY not in ((await core.read_node(name)).metadata.annotations
+                                            or {}):
+                        assert time.monotonic() < deadline
+                        await asyncio.sleep(0.1)
+                    inv = decode_inventory((await core.read_node(name)).metadata.annotations[
+                        INVENTORY])
+                    assert [d.mode for d in inv.devices] == [DeviceMode.SOFT] * 2
+                    g1 = inv.devices[1]
+                    slice_ = replace(soft(1, 250, 4096), uuid=g1.uuid)
+                    pod = await core.create_namespaced_pod(ns, pod_manifest(
+                        "nb", name, Allocation(name, IsolationLevel.SOFT, (slice_,))))
+                r = await asyncio.to_thread(peer.admit, pod.metadata.uid, "nb", {GPU: 1}, ns)
+                assert r["ok"], r
+                opts = r["containers"][0]["options"]
+                envs = {e["Name"]: e["Value"] for e in opts["Envs"]}
+                assert envs["NVIDIA_VISIBLE_DEVICES"] == g1.uuid
+                assert envs["GPUGOV_MEMORY_LIMIT_0"] == "4096Mi"
+                lib = {m["ContainerPath"]: m["HostPath"] for m in opts["Mounts"]}[
+                    "/usr/local/gpugov/lib/libgpugov.so"]
+                assert Path(lib) == state / "lib" / "libgpugov.so" and Path(lib).is_file()
+                text = await asyncio.to_thread(lambda: urllib.request.urlopen(
+                    f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode())
+                assert "DCGM_FI_DEV_FB_USED" in text
+                proc.send_signal(signal.SIGTERM)
+                assert proc.wait(timeout=20) == 0
+                assert not (plugin_dir / socket_name(GPU)).exists()
+            finally:
+                if proc.poll() is None:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait(timeout=10)
+                log.close()
+                await asyncio.to_thread(peer.stop)
 
     asyncio.run(main())

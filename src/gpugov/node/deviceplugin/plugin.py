@@ -83,6 +83,7 @@ class ResourcePlugin(pb_grpc.DevicePluginServicer):
         self._changed = asyncio.Event()
 
     async def start(self) -> None:
+        self.plugin_dir.mkdir(parents=True, exist_ok=True)
         self.socket.unlink(missing_ok=True)
         server = grpc.aio.server()
         pb_grpc.add_DevicePluginServicer_to_server(self, server)

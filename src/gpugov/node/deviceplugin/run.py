@@ -77,13 +77,34 @@ def check(opts: NodeOptions) -> tuple[str, DeviceSource]:
     return node, _nvml_source(opts)
 
 
-def listen_address(text: str) -> tuple[str, int]:
-    """HOST:PORT of --metrics-listen; NodeConfigError names the value and the form."""
+def listen_address(text: str, option: str = "--metrics-listen") -> tuple[str, int]:
+    """HOST:PORT; NodeConfigError names the option, the value and the form."""
     host, sep, port = text.rpartition(":")
     if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise NodeConfigError(f"--metrics-listen: {text!r}; expected HOST:PORT, "
-                              "e.g. 0.0.0.0:9401")
+        raise NodeConfigError(f"{option}: {text!r}; expected HOST:PORT, e.g. 0.0.0.0:9401")
     return host.strip("[]"), int(port)
+
+
+def install_library(state_dir: Path) -> Path | None:
+    """Copy libgpugov.so into `<state>/lib/` and return that path.
+
+    Allocate hands the kubelet *host* paths to mount. The plugin usually runs in a container
+    whose own files are not on the host, but its state folder is a hostPath mounted at the
+    same path, so a copy there is valid on both sides. None (soft slices refused) when the
+    package has no compiled library.
+    """
+    import shutil
+
+    src = _library()
+    if src is None:
+        return None
+    dst = state_dir / "lib" / src.name
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    if not dst.exists() or dst.read_bytes() != src.read_bytes():
+        tmp = dst.with_suffix(".tmp")
+        shutil.copyfile(src, tmp)
+        tmp.replace(dst)  # a container that already mapped the old file keeps it
+    return dst
 
 
 def _nvml_source(opts: NodeOptions) -> DeviceSource:
@@ -118,7 +139,7 @@ async def _serve(opts: NodeOptions, node: str, source: DeviceSource) -> None:
         host, port = listen_address(opts.metrics_listen)
         start_http_server(port, addr=host)  # a daemon thread; ends with the process
     async with client.ApiClient() as api:
-        cfg = ResponseConfig(state_dir=opts.state_dir, library=_library(),
+        cfg = ResponseConfig(state_dir=opts.state_dir, library=install_library(opts.state_dir),
                              device_specs=opts.device_specs, cdi=opts.cdi)
         mgr = DevicePluginManager(node, source, ApiPodSource(api), opts.plugin_dir, cfg,
                                   soft_replicas=opts.soft_replicas)

@@ -1,0 +1,143 @@
+"""`gpugov node run`: device plugin, node agent and exporter in one process per GPU node.
+
+This is what the Helm chart's node DaemonSet runs (`--config` is the chart's node.yaml). The
+three share one NVML session and one `NvmlDeviceSource`: the agent refreshes it every round
+and publishes it as `gpugov.io/inventory`, the device plugin advertises exactly that inventory
+to the kubelet, the exporter reads NVML at scrape time. Config problems raise
+`NodeConfigError` naming the file, the field, the value and what is allowed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from gpugov.node.deviceplugin.run import (
+    DEFAULT_STATE_DIR,
+    NodeConfigError,
+    install_library,
+    listen_address,
+)
+
+log = logging.getLogger("gpugov.node")
+
+
+class NodeFile(BaseModel):
+    """The chart's node.yaml."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    # how GPUs not in MIG mode are offered; GPUs in MIG mode are always served as MIG
+    # ("mig" = leave non-MIG GPUs whole until the agent applies a MIG layout)
+    defaultMode: Literal["exclusive", "soft", "timeslice", "mig"] = "exclusive"
+    timesliceReplicas: int = Field(4, ge=2)
+    softSplit: int = Field(10, ge=1)
+    migStrategy: Literal["mixed"] = "mixed"  # single: planned
+    devices: list[Any] = Field(default_factory=list, max_length=0)  # per-device: planned
+
+
+def load_node_file(path: Path) -> NodeFile:
+    try:
+        data = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise NodeConfigError(f"--config: {path}: cannot read ({exc.strerror})") from None
+    except yaml.YAMLError as exc:
+        raise NodeConfigError(f"--config: {path}: not YAML ({exc})") from None
+    try:
+        return NodeFile.model_validate(data or {})
+    except ValidationError as exc:
+        problems = []
+        for e in exc.errors():
+            where = ".".join(str(p) for p in e["loc"]) or "(top level)"
+            msg = e["msg"]
+            if where == "devices":
+                msg = "per-device modes are planned; leave devices empty"
+            elif where == "migStrategy":
+                msg = "only 'mixed' is served (single is planned)"
+            problems.append(f"{where}: {e.get('input')!r}: {msg}")
+        raise NodeConfigError(f"--config: {path}: " + "; ".join(problems)) from None
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    node_name: str
+    config: NodeFile
+    listen: str = "0.0.0.0:9400"
+    state_dir: Path = DEFAULT_STATE_DIR
+    plugin_dir: Path = Path("/var/lib/kubelet/device-plugins")
+    kubeconfig: Path | None = None
+    nvml_library: Path | None = None
+    mig_config: Path | None = None
+    interval_s: float = 10.0
+
+
+async def serve_all(opts: RunOptions) -> None:
+    """Run the three components until cancelled (SIGTERM cancels cleanly)."""
+    from kubernetes_asyncio import client, config
+
+    from gpugov.model.devices import DeviceMode
+    from gpugov.node.agent import AgentConfig, NodeAgent
+    from gpugov.node.deviceplugin.manager import DevicePluginManager
+    from gpugov.node.deviceplugin.pods import ApiPodSource
+    from gpugov.node.deviceplugin.response import ResponseConfig
+    from gpugov.node.exporter import ExporterConfig, NodeCollector, serve
+    from gpugov.node.nvml.health import HealthTracker
+    from gpugov.node.nvml.library import Nvml
+    from gpugov.node.nvml.source import NvmlDeviceSource, SharingPolicy
+
+    cfg = opts.config
+    mode = DeviceMode.EXCLUSIVE if cfg.defaultMode == "mig" else DeviceMode(cfg.defaultMode)
+    replicas = cfg.timesliceReplicas if mode == DeviceMode.TIMESLICE else 1
+    host, port = listen_address(opts.listen, "--listen")
+    regions = opts.state_dir / "regions"
+    regions.mkdir(parents=True, exist_ok=True)
+    nv = Nvml(str(opts.nvml_library) if opts.nvml_library else None)
+    try:
+        source = NvmlDeviceSource(nv, HealthTracker(nv), SharingPolicy(mode, replicas))
+        api_cfg = client.Configuration()
+        if opts.kubeconfig is not None:
+            await config.load_kube_config(config_file=str(opts.kubeconfig),
+                                          client_configuration=api_cfg)
+        else:
+            config.load_incluster_config(client_configuration=api_cfg)
+        async with client.ApiClient(api_cfg) as api:
+            agent = NodeAgent(api, source, AgentConfig(
+                opts.node_name, opts.mig_config, regions, opts.interval_s))
+            plugin = DevicePluginManager(
+                opts.node_name, source, ApiPodSource(api), opts.plugin_dir,
+                ResponseConfig(opts.state_dir, install_library(opts.state_dir)),
+                soft_replicas=cfg.softSplit)
+            await plugin.start()
+            me = asyncio.current_task()
+            assert me is not None
+            asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, me.cancel)
+            tasks = [asyncio.create_task(agent.run()),
+                     asyncio.create_task(serve(host, port, NodeCollector(
+                         nv, ExporterConfig(regions=regions))))]
+            try:
+                done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+                for t in done:
+                    t.result()  # a component that died takes the process down, loudly
+            finally:
+                for t in tasks:
+                    t.cancel()
+                for t in tasks:
+                    with contextlib.suppress(asyncio.CancelledError, Exception):
+                        await t
+                await plugin.stop()
+    finally:
+        nv.close()
+
+
+def run(opts: RunOptions) -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    with contextlib.suppress(KeyboardInterrupt, asyncio.CancelledError):
+        asyncio.run(serve_all(opts))
