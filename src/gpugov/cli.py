@@ -525,6 +525,7 @@ def modes(
                                          help="deprecated spelling of --node-count"),
 ) -> None:
     """Same workload as whole GPUs, MIG, soft slices, time-slices and MPS: what each delivers."""
+    from rich import box
     from rich.table import Table
 
     from gpugov.sim.modes import LIMITS, compare
@@ -548,10 +549,16 @@ def modes(
         return
 
     rows = compare(pods, seed, nodes, 8, model, replicas)
-    table = Table(title=f"{pods} pods (seed {seed}) on {nodes}×8 {model}")
-    for col in ("mode", "isolation", "pods placed", "compute placed", "stranded memory",
-                "MIG idle slices", "time-slice memory risk (max / GPUs > 1)"):
-        table.add_column(col, justify="left" if col in ("mode", "isolation") else "right")
+    table = Table(title=f"{pods} pods (seed {seed}) on {nodes}×8 {model}",
+                  box=box.SIMPLE_HEAD, pad_edge=False,
+                  caption="compute placed: share of the cluster's GPU compute; stranded: "
+                  "memory of occupied GPUs no pod claims; TS risk: memory time-sliced pods "
+                  "may touch / card memory, worst GPU / share of GPUs above 1")
+    for col in ("mode", "isolation", "pods placed", "compute placed", "stranded",
+                "MIG idle slices", "TS risk"):
+        table.add_column(col, justify="left" if col in ("mode", "isolation") else "right",
+                         no_wrap=col in ("mode", "isolation", "pods placed"),
+                         min_width=max(map(len, col.split())))
     for r in rows:
         risk = ("-" if r.ts_max_risk is None
                 else f"{r.ts_max_risk:.2f} / {100 * (r.ts_overcommitted or 0):.0f}%")
