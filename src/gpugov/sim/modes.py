@@ -357,14 +357,20 @@ def print_mixed(results: list[TierResult], title: str) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=title)
+    from rich import box
+
+    table = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False,
+                  caption="refused, weaker: only devices with weaker isolation than the tier "
+                  "requires had room")
     for col in ("tier", "required", "pods", "placed", "hard", "soft", "none",
-                "refused: only weaker isolation had room", "refused: no room"):
-        table.add_column(col, justify="left" if col in ("tier", "required") else "right")
+                "refused, weaker", "refused, no room"):
+        table.add_column(col, justify="left" if col in ("tier", "required") else "right",
+                         no_wrap=col in ("tier", "required"),
+                         min_width=max(map(len, col.split())))
     for r in results:
         table.add_row(str(r.tier), str(r.floor), str(r.pods), str(r.placed),
                       *(str(r.delivered[lvl]) for lvl in (IsolationLevel.HARD,
                                                           IsolationLevel.SOFT,
                                                           IsolationLevel.NONE)),
                       str(r.refused_isolation), str(r.refused_no_room))
-    Console(width=140).print(table)
+    Console().print(table)  # as wide as the terminal
