@@ -43,8 +43,16 @@ def _setup(cluster) -> str:  # noqa: ANN001
     cluster.create_nodes([manifest])
 
     async def run() -> str:
+        from gpugov.k8s.devcluster.dev import install_crds
+
         ns = await cluster.unique_namespace("obs")
-        objs = [pod("annotated", ns=ns, node=NODE, queue="q-obs", tenant="t-obs",
+        await install_crds(cluster.kubeconfig)
+        async with cluster.api() as api:  # a Queue object: its quota is the declared view
+            await client.CustomObjectsApi(api).create_cluster_custom_object(
+                "gpugov.io", "v1alpha1", "queues",
+                {"apiVersion": "gpugov.io/v1alpha1", "kind": "Queue",
+                 "metadata": {"name": f"{ns}-q"}, "spec": {"quota": {"gpu": 2}}})
+        objs = [pod("annotated", ns=ns, node=NODE, queue=f"{ns}-q", tenant="t-obs",
                     request={"count": 1, "milli": 500, "memoryMiB": 40960},
                     devices=[device("GPU-obs-0", 0, "soft", 500, 40960)]),
                 pod("plain", ns=ns, node=NODE, queue=None, tenant=None, gpu_limit=1)]
@@ -83,7 +91,9 @@ def test_reconcile_serves_cluster_views_while_prometheus_is_down(k8s_control_pla
                 got = _metrics(f"http://127.0.0.1:{port}/metrics")
                 if any(s.labels.get("namespace") == ns
                        for s in got.get("gpugov_allocated_gpus", [])) and \
-                        got.get("gpugov_reconciler_errors_total"):
+                        got.get("gpugov_reconciler_errors_total") and \
+                        any(s.labels["queue"] == f"{ns}-q"
+                            for s in got.get("gpugov_queue_quota_gpus", [])):
                     break
             except OSError:
                 pass
@@ -98,6 +108,9 @@ def test_reconcile_serves_cluster_views_while_prometheus_is_down(k8s_control_pla
         declared = {s.labels["pod"]: s.value for s in got["gpugov_declared_gpus"]
                     if s.labels["namespace"] == ns}
         assert declared == {"annotated": 1, "plain": 1}  # plain: from its nvidia.com/gpu limit
+        quota = {s.labels["queue"]: s.value for s in got["gpugov_queue_quota_gpus"]}
+        usage = {s.labels["queue"]: s.value for s in got["gpugov_queue_usage_gpus"]}
+        assert quota[f"{ns}-q"] == 2 and usage[f"{ns}-q"] == 0.5  # from the Queue object
         # used is unknown, not zero, while Prometheus is down
         assert not [s for s in got.get("gpugov_used_memory_bytes", [])
                     if s.labels["namespace"] == ns]
@@ -116,11 +129,13 @@ def test_reconcile_serves_cluster_views_while_prometheus_is_down(k8s_control_pla
 
 
 def test_top_once_reads_the_cluster_directly(k8s_control_plane, tmp_path):
-    _setup(k8s_control_plane)
+    ns = _setup(k8s_control_plane)
     r = CliRunner().invoke(app, ["top", "--once", "--kubeconfig",
                                  str(k8s_control_plane.kubeconfig)])
     assert r.exit_code == 0, r.output
-    assert "q-obs" in r.output and NODE in r.output and "soft" in r.output
+    row = next(line for line in r.output.splitlines() if f"{ns}-q" in line)
+    assert row.split("│")[2].strip() == "2.00"  # the Queue object's quota
+    assert NODE in r.output and "soft" in r.output
 
 
 def test_bad_kubeconfig_is_a_clear_error(tmp_path) -> None:

@@ -48,3 +48,23 @@ async def read_cluster(api: client.ApiClient) -> tuple[list[dict[str, Any]],
     pods = await _list(api, "list_pod_for_all_namespaces")
     nodes = await _list(api, "list_node")
     return pods, nodes
+
+
+QUEUE_GROUP, QUEUE_VERSION, QUEUE_PLURAL = "gpugov.io", "v1alpha1", "queues"
+
+
+async def read_queues(api: client.ApiClient) -> list[dict[str, Any]] | None:
+    """The cluster's `Queue` objects (gpugov.io/v1alpha1), or None when the CRD is absent."""
+    custom = client.CustomObjectsApi(api)
+    try:
+        resp = await custom.list_cluster_custom_object(QUEUE_GROUP, QUEUE_VERSION, QUEUE_PLURAL,
+                                                       _preload_content=False)
+        body = json.loads(await resp.read())
+    except client.exceptions.ApiException as e:
+        if e.status == 404:
+            return None
+        raise ClusterError(f"cannot list Queues ({QUEUE_GROUP}/{QUEUE_VERSION}): "
+                           f"{e.status} {e.reason}") from None
+    except Exception as e:  # network, TLS, auth
+        raise ClusterError(f"cannot list Queues ({QUEUE_GROUP}/{QUEUE_VERSION}): {e}") from None
+    return list(body.get("items") or [])

@@ -19,7 +19,7 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
-from gpugov.observe.cluster import ClusterError, api_client, read_cluster
+from gpugov.observe.cluster import ClusterError, api_client, read_cluster, read_queues
 from gpugov.observe.metrics import ReconcilerMetrics
 from gpugov.observe.promapi import Prometheus, PrometheusError
 from gpugov.observe.usage import read_used
@@ -65,8 +65,12 @@ def records(pods: list[dict[str, Any]], nodes: list[dict[str, Any]]
 class Reconciler:
     """One cycle at a time; `metrics` is what `/metrics` serves."""
 
-    def __init__(self, opts: Options, tree: Any | None = None) -> None:
-        self.opts, self.tree = opts, tree
+    def __init__(self, opts: Options, tree: Any | None = None,
+                 queue_source: Callable[[], Awaitable[list[dict[str, Any]] | None]] | None = None
+                 ) -> None:
+        """`tree`: quotas from a config file; else `queue_source` gives Queue objects."""
+        self.opts, self.tree, self.queue_source = opts, tree, queue_source
+        self._queue_tree_last: Any | None = None
         self.metrics = ReconcilerMetrics(opts.max_pods)
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self.metrics)
@@ -89,6 +93,9 @@ class Reconciler:
             self._say(f"{e}; keeping the last cluster view")
         pods, nodes = self._cluster or ([], [])
         pod_recs, node_recs, node_problems = records(pods, nodes)
+        tree = self.tree
+        if tree is None and self.queue_source is not None:
+            tree = await self._queue_tree()
         refused, devices = None, None
         try:
             used = await read_used(prom, self.opts.window)
@@ -98,7 +105,7 @@ class Reconciler:
             self.metrics.error("prometheus-unreachable")
             self._say(f"{e}; the used view is unknown until it answers")
             uses, agents = [], set()  # declared and allocated are still exported
-        rec = reconcile(pod_recs, node_recs, uses, agents, self.tree, self.opts.idle_threshold,
+        rec = reconcile(pod_recs, node_recs, uses, agents, tree, self.opts.idle_threshold,
                         devices)
         if refused is None:  # no measurement: unknown, not "every node lacks the agent"
             rec.nodes_without_agent = []
@@ -110,6 +117,26 @@ class Reconciler:
         self._last_cycle = now
         self.metrics.update(rec, dt, refused)
         return rec
+
+    async def _queue_tree(self) -> Any | None:
+        """The tree from the Queue objects; the last good one when they cannot be used."""
+        from gpugov.control.config import ConfigError
+
+        assert self.queue_source is not None
+        try:
+            objs = await self.queue_source()
+        except ClusterError as e:
+            self.metrics.error("kubernetes-unreachable")
+            self._say(f"{e}; keeping the last queue quotas")
+            return self._queue_tree_last
+        if not objs:
+            return None  # no Queue CRD or no Queue: queues from pod annotations only
+        try:
+            self._queue_tree_last = tree_from_queues(objs)
+        except (ConfigError, KeyError, ValueError) as e:
+            self.metrics.error("queue-objects-invalid")
+            self._say(f"{e}; keeping the last queue quotas")
+        return self._queue_tree_last
 
     async def serve(self, stop: asyncio.Event, source: ClusterSource | None = None,
                     started: asyncio.Event | None = None) -> None:
@@ -145,6 +172,11 @@ class Reconciler:
 
             async def source() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
                 return await read_cluster(api)
+
+            if self.tree is None and self.queue_source is None:
+                async def queues() -> list[dict[str, Any]] | None:
+                    return await read_queues(api)
+                self.queue_source = queues
         try:
             async with Prometheus(self.opts.prometheus) as prom:
                 while not stop.is_set():
@@ -159,6 +191,16 @@ class Reconciler:
             if api is not None:
                 await api.close()
             await runner.cleanup()
+
+
+def tree_from_queues(objs: list[dict[str, Any]]) -> Any:
+    """The queue tree from the cluster's Queue objects (ConfigError names the bad field)."""
+    from gpugov.control.config import parse_config
+    from gpugov.control.tree import build_tree
+
+    queues = [{"name": (o.get("metadata") or {}).get("name"), **(o.get("spec") or {})}
+              for o in objs]
+    return build_tree(parse_config({"queues": queues}, "Queue objects (gpugov.io/v1alpha1)"))
 
 
 def load_tree(path: Path) -> Any:
