@@ -96,3 +96,21 @@ def test_bad_options_exit_2_with_the_option_named(args: list[str], message: str)
     result = CliRunner().invoke(app, ["node", "device-plugin", "--node-name", "n", *args])
     assert result.exit_code == 2, result.output
     assert message in result.output
+
+
+def test_node_run_refuses_a_bad_node_yaml_naming_each_field(tmp_path: Path) -> None:
+    cfg = tmp_path / "node.yaml"
+    cfg.write_text("defaultMode: mps\nsoftSplit: 0\nmigStrategy: single\n"
+                   "devices: [{index: '0', mode: mig}]\nsplit: 3\n")
+    result = CliRunner().invoke(app, ["node", "run", "--config", str(cfg), "--node-name", "n"])
+    assert result.exit_code == 2, result.output
+    out = " ".join(result.output.split())
+    for part in ("defaultMode: 'mps': Input should be 'exclusive', 'soft', 'timeslice' or 'mig'",
+                 "softSplit: 0: Input should be greater than or equal to 1",
+                 "migStrategy: 'single': only 'mixed' is served (single is planned)",
+                 "devices: [{'index': '0', 'mode': 'mig'}]: per-device modes are planned",
+                 "split: 3: Extra inputs are not permitted"):
+        assert part in out, out
+    cfg.write_text("defaultMode: [unclosed\n")
+    result = CliRunner().invoke(app, ["node", "run", "--config", str(cfg), "--node-name", "n"])
+    assert result.exit_code == 2 and "not YAML" in result.output
