@@ -835,6 +835,8 @@ def scheduler_cmd(
                                             "(default: the one gpugov's webhook sets)"),
     node_selector: str = typer.Option("", "--node-selector",
                                       help="use only nodes with these labels: k=v[,k=v]"),
+    metrics_listen: str = typer.Option("", "--metrics-listen",
+                                       help="HOST:PORT to serve /metrics on (default: none)"),
 ) -> None:
     """Schedule pods whose schedulerName is gpugov's: queues, quotas, gangs, preemption."""
     from gpugov.k8s.leader import LeaseTiming
@@ -849,7 +851,8 @@ def scheduler_cmd(
     code = run(SchedulerOptions(_kubeconfig_file(kubeconfig), _policy_name(policy), leader_elect,
                                 lease_name, lease_namespace, identity, timing, concurrency,
                                 events=events, scheduler_name=scheduler_name,
-                                node_selector=_label_pairs(node_selector)))
+                                node_selector=_label_pairs(node_selector),
+                                metrics=_listen(metrics_listen) if metrics_listen else None))
     raise typer.Exit(code)
 
 

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import subprocess
+import urllib.request
 
 from gpugov.k8s.annotations import decode_allocation
+from gpugov.k8s.devcluster.processes import free_port
 from gpugov.k8s.scheduler import names
 from gpugov.k8s.scheduler.harness import (
     QUEUES,
@@ -173,7 +175,8 @@ def test_bad_input_gets_clear_conditions_and_the_scheduler_goes_on(k8s_control_p
             await e.add_nodes(1, 2)
             q = await e.queue("q")
             await e.tenant("lost", {"namespaces": [e.ns], "queue": f"{e.uid}-missing"})
-            sched = e.start_scheduler()
+            port = free_port()
+            sched = e.start_scheduler("", "--metrics-listen", f"127.0.0.1:{port}")
             await e.pods([
                 e.pod("garbled", q, annotations={names.ANN_REQUEST: "{not json"}),
                 e.pod("unknown", q, limits={"nvidia.com/gpux": "1"}),
@@ -200,6 +203,13 @@ def test_bad_input_gets_clear_conditions_and_the_scheduler_goes_on(k8s_control_p
             # the scheduler keeps going: a new good pod still binds
             await e.pods([e.pod("later", q)])
             await e.wait_bound(2)
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+                text = r.read().decode()
+            bad = {line.split()[0]: float(line.split()[1]) for line in text.splitlines()
+                   if line.startswith("gpugov_scheduler_bad_input_total{")}
+            assert bad.get('gpugov_scheduler_bad_input_total{kind="pod"}', 0) >= 3, bad
+            assert 'gpugov_scheduler_api_writes_total{outcome="ok",what="bind"} 2.0' in text
+            assert "gpugov_scheduler_leader 1.0" in text
 
     asyncio.run(main())
 

@@ -9,6 +9,7 @@ error status; `watch` yields (type, object) events of one list+watch stream.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,8 @@ import aiohttp
 from kubernetes_asyncio import client, config
 
 JSON = "application/json"
+_PROXY_VARS = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY",
+               "all_proxy")
 MERGE = "application/merge-patch+json"
 STRATEGIC = "application/strategic-merge-patch+json"
 
@@ -31,6 +34,18 @@ class Kube:
 
     def __init__(self, api: client.ApiClient) -> None:
         self.api = api
+        self._session: aiohttp.ClientSession | None = None
+        # the fast path skips aiohttp's per-request proxy lookup (trust_env, a thread hop per
+        # request): only when no proxy is configured in the environment
+        self._fast_ok = not any(os.environ.get(v) for v in _PROXY_VARS)
+
+    def _own_session(self) -> aiohttp.ClientSession:
+        """A session on the ApiClient's connector (its TLS and client certificate)."""
+        if self._session is None:
+            self._session = aiohttp.ClientSession(
+                connector=self.api.rest_client.pool_manager.connector, connector_owner=False,
+                trust_env=False, read_bufsize=2**21)
+        return self._session
 
     @classmethod
     async def from_kubeconfig(cls, path: Path | str, pool: int = 128) -> Kube:
@@ -40,13 +55,16 @@ class Kube:
         return cls(client.ApiClient(cfg))
 
     async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
         await self.api.close()
 
     async def request(self, method: str, path: str, body: Any = None,
                       query: list[tuple[str, str]] | None = None, content_type: str = JSON,
                       timeout: float | None = 60.0) -> tuple[int, Any]:
         rest = self.api.rest_client
-        if not (getattr(rest, "proxy", None) or getattr(rest, "server_hostname", None)):
+        if self._fast_ok and not (getattr(rest, "proxy", None)
+                                  or getattr(rest, "server_hostname", None)):
             return await self._fast(method, path, body, query, content_type, timeout)
         resp = await self.api.call_api(
             path, method, query_params=query or [],
@@ -75,7 +93,7 @@ class Kube:
         if query:
             url += "?" + urlencode(query)
         data = None if body is None else json.dumps(body, separators=(",", ":"))
-        resp = await self.api.rest_client.pool_manager.request(
+        resp = await self._own_session().request(
             method, url, data=data, headers=headers,
             timeout=aiohttp.ClientTimeout(total=timeout))
         try:

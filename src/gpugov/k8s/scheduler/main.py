@@ -38,6 +38,7 @@ class SchedulerOptions:
     events: bool = True
     scheduler_name: str = ""
     node_selector: tuple[tuple[str, str], ...] = ()
+    metrics: tuple[str, int] | None = None  # HOST, PORT of /metrics
 
 
 def default_identity() -> str:
@@ -53,6 +54,13 @@ async def serve(opts: SchedulerOptions) -> int:
     elector = None
     keeper = None
     code = 0
+    parts: dict = {}
+    if opts.metrics is not None:
+        from gpugov.k8s.scheduler.metrics import SchedulerCollector, serve_metrics
+
+        serve_metrics(*opts.metrics, SchedulerCollector(lambda: (
+            parts.get("state"), parts.get("applier"), parts.get("runner"),
+            "runner" in parts and (elector is None or not elector.lost.is_set()))))
     try:
         if opts.leader_elect:
             elector = LeaderElector(kube, opts.lease_namespace, opts.lease_name,
@@ -73,8 +81,9 @@ async def serve(opts: SchedulerOptions) -> int:
         log.info("leading: scheduling pods with schedulerName %s", name)
         state = SchedulerState(policy=opts.policy, scheduler_name=name,
                                node_selector=dict(opts.node_selector))
-        runner = Runner(kube, state, Applier(kube, state, opts.concurrency, opts.events),
-                        period=opts.period)
+        applier = Applier(kube, state, opts.concurrency, opts.events)
+        runner = Runner(kube, state, applier, period=opts.period)
+        parts.update(state=state, applier=applier, runner=runner)
         await runner.run(stop)
         if elector is not None and elector.lost.is_set():
             code = 1

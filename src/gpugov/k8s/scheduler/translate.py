@@ -9,11 +9,10 @@ they come back with an `error` that names the object, the field and the value.
 
 from __future__ import annotations
 
-import calendar
 import contextlib
 import re
-import time
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
@@ -72,7 +71,7 @@ def parse_time(stamp: str | None) -> float:
     if not stamp:
         return 0.0
     try:
-        return float(calendar.timegm(time.strptime(stamp[:19], "%Y-%m-%dT%H:%M:%S")))
+        return datetime.fromisoformat(stamp[:19]).replace(tzinfo=UTC).timestamp()
     except ValueError:
         return 0.0
 
@@ -178,6 +177,7 @@ class PodInfo:
     queue_annotated: bool = False  # the webhook named the queue (else: from the Tenants)
     trust_annotated: bool = False
     source: tuple = ()  # (annotations, containers, group) it was translated from
+    allocation_text: str | None = None
 
     def resolve(self, tenants: dict[str, tuple[str, TrustTier]]) -> None:
         """Queue and trust from the Tenants, where the webhook did not write them."""
@@ -222,9 +222,18 @@ def pod_info(obj: dict[str, Any], tenants: dict[str, tuple[str, TrustTier]],
     not annotate. With `old` (the same pod seen before, same annotations and containers) the
     request translation is reused: a pod is seen several times (created, bound, running)."""
     meta, spec, status = _meta(obj), obj.get("spec") or {}, obj.get("status") or {}
+    ann_all = meta.get("annotations") or {}
     if old is not None and old.uid == meta.get("uid", "") and \
-            old.source == (meta.get("annotations"), spec.get("containers"),
+            old.source == (_stable(ann_all), spec.get("containers"),
                            (meta.get("labels") or {}).get(names.PODGROUP_LABEL)):
+        text = ann_all.get(names.ANN_ALLOCATION)
+        if text != old.allocation_text:
+            old.allocation_text = text
+            try:
+                old.allocation = decode_allocation(text) if text is not None else None
+            except AnnotationError as e:
+                old.allocation = None
+                old.error = str(e)
         phase = status.get("phase", "")
         old.node = spec.get("nodeName") or ""
         old.done = phase in ("Succeeded", "Failed")
@@ -281,8 +290,18 @@ def pod_info(obj: dict[str, Any], tenants: dict[str, tuple[str, TrustTier]],
         group=labels.get(names.PODGROUP_LABEL) or None, allocation=allocation,
         error="; ".join(errors), conditions=conditions,
         queue_annotated=names.ANN_QUEUE in ann, trust_annotated=bool(trust_text),
-        source=(meta.get("annotations"), spec.get("containers"),
-                labels.get(names.PODGROUP_LABEL)))
+        source=(_stable(ann), spec.get("containers"), labels.get(names.PODGROUP_LABEL)),
+        allocation_text=ann.get(names.ANN_ALLOCATION))
+
+
+_RECORDS = (names.ANN_ALLOCATION, "gpugov.io/allocated")
+
+
+def _stable(ann: dict[str, str]) -> dict[str, str]:
+    """The annotations a pod's request depends on (not the records written after binding)."""
+    if not any(k in ann for k in _RECORDS):
+        return ann
+    return {k: v for k, v in ann.items() if k not in _RECORDS}
 
 
 # -- Queues, Tenants, PriorityClasses -> ControlConfig ---------------------------------------
