@@ -79,7 +79,7 @@ def plot_figure(result: StudyResult, published: dict[str, tuple[float, float]] |
                         label=f"{label} published" if ax is axes[0] else None)
     axes[0].plot(cols, np.minimum(cols, 100), "k:", lw=0.8, label="ideal")
     axes[0].set_title(f"GPU allocation — {result.workload}")
-    right = max(cols[-1], 130 if published else 0)
+    right = max(cols[-1], 130 if published else 0) + (2 if published else 0)  # whole markers
     axes[1].set_xlim(min(80, cols[-1]), right)
     axes[1].set_ylim(80, 100)
     axes[1].set_title("zoom (bands: min–max over seeds"
