@@ -96,7 +96,8 @@ def _kubectl_dry_run(kubeconfig: Path, docs: list[dict]) -> subprocess.Completed
     if not kubectl.exists():
         kubectl = Path("/usr/bin/kubectl")
     return subprocess.run([str(kubectl), f"--kubeconfig={kubeconfig}", "apply",
-                           "--server-side", "--dry-run=server", "--field-manager=gpugov-test",
+                           "--server-side", "--dry-run=server", "--force-conflicts",
+                           "--field-manager=gpugov-test",
                            "-f", "-"], input=yaml.safe_dump_all(docs), capture_output=True,
                           text=True, check=False)
 

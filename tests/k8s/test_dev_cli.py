@@ -48,24 +48,42 @@ def test_dev_up_serves_gpu_pods_and_down_leaves_nothing(tmp_path):
         again = gpugov("dev", "up", "--dir", str(work))
         assert again.returncode == 2 and "already running" in again.stderr
 
-        async def use() -> tuple[list[str], object, list[str]]:
+        def gpu_pod(name: str, limits: dict) -> dict:
+            return {"metadata": {"name": name}, "spec": {"containers": [
+                {"name": "c", "image": "x", "resources": {"limits": limits}}]}}
+
+        async def use():
             async with api_client(kubeconfig) as api:
                 core = client.CoreV1Api(api)
                 nodes = [n.metadata.name for n in (await core.list_node()).items]
                 await core.create_namespace({"metadata": {"name": "team"}})
-                pod = await core.create_namespaced_pod("team", {
-                    "metadata": {"name": "infer"},
-                    "spec": {"containers": [{"name": "c", "image": "x", "resources": {
-                        "limits": {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "20000"}}}]}})
+                pod = await core.create_namespaced_pod("team", gpu_pod(
+                    "infer", {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "20000"}))
+                await core.create_namespaced_pod("team", gpu_pod("huge",
+                                                                 {"nvidia.com/gpu": "64"}))
                 queues = await client.CustomObjectsApi(api).list_cluster_custom_object(
                     "gpugov.io", "v1alpha1", "queues")
-                return nodes, pod, [q["metadata"]["name"] for q in queues["items"]]
-        names, pod, queues = asyncio.run(use())
+                # gpugov's scheduler, running under the chart's RBAC, binds one and explains
+                # the other on its status (bind, status patch: allowed verbs)
+                for _ in range(300):
+                    bound = await core.read_namespaced_pod("infer", "team")
+                    huge = await core.read_namespaced_pod("huge", "team")
+                    conds = {c.type: c for c in huge.status.conditions or []}
+                    if bound.spec.node_name and "PodScheduled" in conds:
+                        break
+                    await asyncio.sleep(0.2)
+                return nodes, pod, [q["metadata"]["name"] for q in queues["items"]], bound, \
+                    conds.get("PodScheduled")
+        names, pod, queues, bound, unschedulable = asyncio.run(use())
         assert sorted(names) == ["a100-0", "a100-1"]
         assert queues == ["default"]
         assert pod.spec.scheduler_name == ann.SCHEDULER_NAME
         assert ann.decode_request(pod.metadata.annotations[ann.REQUEST]).memory_mib == 20000
         assert pod.metadata.annotations[ann.TENANT] == "default"
+        alloc = ann.decode_allocation(bound.metadata.annotations[ann.ALLOCATION])
+        assert alloc.node == bound.spec.node_name and alloc.devices[0].memory_mib == 20000
+        assert unschedulable is not None and unschedulable.status == "False"
+        assert "forbidden" not in (work / "logs" / "gpugov-scheduler.log").read_text().lower()
     finally:
         state = json.loads((work / "state.json").read_text()) if (work / "state.json").exists() \
             else {"processes": []}
@@ -74,7 +92,7 @@ def test_dev_up_serves_gpu_pods_and_down_leaves_nothing(tmp_path):
     assert down.returncode == 0, down.stderr
     started = {name for name, _, _ in pids}
     assert {"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok",
-            "gpugov-webhook"} <= started
+            "gpugov-webhook", "gpugov-scheduler"} <= started
     assert [name for name, pid, ticks in pids if alive(pid, ticks)] == []
     assert "stopped: " in down.stdout and "kube-apiserver" in down.stdout
 

@@ -22,9 +22,11 @@ from gpugov.k8s.devcluster.client import api_client, create_nodes, wait_nodes_re
 from gpugov.k8s.devcluster.cluster_file import load_cluster_file, node_objects
 from gpugov.k8s.devcluster.plane import LocalControlPlane, StartError, _get
 from gpugov.k8s.devcluster.processes import STATE_FILE, ProcessSet, free_port
+from gpugov.k8s.devcluster.rbac import apply_component_rbac, rules_file
 from gpugov.k8s.webhook import registration
 
 DEFAULT_QUEUE = "default"
+SYSTEM_NAMESPACE = "gpugov-system"
 CATCH_ALL_TENANT = "default"
 
 
@@ -139,8 +141,10 @@ async def create_defaults(kubeconfig: Path) -> None:
                     raise
 
 
-def start_webhook(plane: LocalControlPlane, timeout: float = 30.0) -> str:
-    """Issue a serving cert, start `gpugov webhook` on a free port, return its base URL."""
+def start_webhook(plane: LocalControlPlane, timeout: float = 30.0,
+                  kubeconfig: Path | None = None) -> str:
+    """Issue a serving cert, start `gpugov webhook` on a free port, return its base URL.
+    `kubeconfig`: the identity it runs as (default: the admin)."""
     assert plane.ca is not None
     pair = plane.ca.serving("gpugov-webhook")
     cert, key = plane.pki_dir / "webhook.crt", plane.pki_dir / "webhook.key"
@@ -148,10 +152,21 @@ def start_webhook(plane: LocalControlPlane, timeout: float = 30.0) -> str:
     port = free_port()
     plane.start_process("gpugov-webhook", gpugov_argv(
         "webhook", "--cert", str(cert), "--key", str(key), "--listen", f"127.0.0.1:{port}",
-        "--kubeconfig", str(plane.kubeconfig)),
+        "--kubeconfig", str(kubeconfig or plane.kubeconfig)),
         ready=lambda: _get(f"https://127.0.0.1:{port}/healthz", plane.ssl_context()) == b"ok",
         timeout=timeout)
     return f"https://127.0.0.1:{port}"
+
+
+def _component_kubeconfig(plane: LocalControlPlane, component: str,
+                          say: Callable[[str], None]) -> Path:
+    """gpugov's own processes run as the chart's ServiceAccounts, under the chart's RBAC (read
+    from the source checkout); without the chart's rules file they run as the admin."""
+    if not rules_file().is_file():
+        say(f"no {rules_file()}: {component} runs as the admin")
+        return plane.kubeconfig
+    return asyncio.run(apply_component_rbac(plane.kubeconfig, component, SYSTEM_NAMESPACE,
+                                            plane.workdir / f"kubeconfig-gpugov-{component}"))
 
 
 def up(workdir: Path, nodes: Path | None = None,
@@ -170,14 +185,17 @@ def up(workdir: Path, nodes: Path | None = None,
         say("installing CRDs")
         asyncio.run(install_crds(plane.kubeconfig))
         say("starting the admission webhook")
-        url = start_webhook(plane)
+        webhook_kc = _component_kubeconfig(plane, "webhook", say)
+        url = start_webhook(plane, kubeconfig=webhook_kc)
         asyncio.run(apply_webhook_configurations(
             plane.kubeconfig, registration.configurations(plane.ca.pair.cert, url=url)))
         asyncio.run(create_defaults(plane.kubeconfig))
         if has_command("scheduler"):
             say("starting gpugov scheduler")
-            plane.start_process("gpugov-scheduler",
-                                gpugov_argv("scheduler", "--kubeconfig", str(plane.kubeconfig)))
+            sched_kc = _component_kubeconfig(plane, "scheduler", say)
+            plane.start_process("gpugov-scheduler", gpugov_argv(
+                "scheduler", "--kubeconfig", str(sched_kc),
+                "--lease-namespace", SYSTEM_NAMESPACE))
         if cluster is not None:
             objs = node_objects(cluster)
             say(f"creating {len(objs)} fake GPU nodes")
