@@ -64,6 +64,25 @@ def test_default_render_has_every_component(helm):
     assert {"/var/lib/kubelet/device-plugins", "/dev"} <= mounts
 
 
+@pytest.mark.parametrize("values", [None, *EXAMPLES], ids=lambda v: v.name if v else "default")
+def test_node_config_is_what_gpugov_node_run_accepts(helm, values, tmp_path):
+    from gpugov.node.deviceplugin.all_in_one import load_node_file
+
+    docs = render(helm, *(["-f", str(values)] if values else []))
+    cm = next(d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"] ==
+              "gpugov-node")
+    path = tmp_path / "node.yaml"
+    path.write_text(cm["data"]["node.yaml"])
+    cfg = load_node_file(path)  # raises NodeConfigError naming the field
+    ds = next(d for d in docs if d["kind"] == "DaemonSet")
+    container = ds["spec"]["template"]["spec"]["containers"][0]
+    assert container["command"] == ["gpugov", "node", "run"]
+    assert "--config=/etc/gpugov/node.yaml" in container["args"]
+    assert {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}} in \
+        container["env"]
+    assert cfg.defaultMode in ("exclusive", "soft", "timeslice", "mig")
+
+
 def test_cel_condition_file_matches_the_code():
     text = (CHART / "files" / "gpu-pod-condition.cel").read_text().strip()
     assert text == registration.GPU_POD_CONDITION
