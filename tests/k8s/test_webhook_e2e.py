@@ -170,9 +170,19 @@ def test_garbage_body_gets_400_and_the_webhook_keeps_serving(hooked):
     assert status == 400 and b"body is not JSON" in body
     status, body = _post(hooked.webhook_url + "/validate", b'{"kind": "Pod"}', ctx)
     assert status == 400 and b"expected apiVersion admission.k8s.io/v1" in body
+    malformed = json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                            "request": {"uid": "x1", "kind": {"kind": "Pod"}, "namespace": "n",
+                                        "operation": "CREATE",
+                                        "object": {"spec": {"containers": [
+                                            {"resources": "lots"}, 7]}}}}).encode()
+    status, body = _post(hooked.webhook_url + "/mutate", malformed, ctx)
+    answer = json.loads(body)["response"]
+    assert status == 200 and answer["uid"] == "x1" and answer["allowed"] is False
+    assert answer["status"]["message"].startswith("gpugov webhook error:")
     with urllib.request.urlopen(hooked.webhook_url + "/metrics", context=ctx) as resp:
         metrics = resp.read().decode()
     assert 'gpugov_webhook_bad_requests_total{reason="not_admission_review"} 2.0' in metrics
+    assert 'gpugov_webhook_errors_total{webhook="mutate"} 1.0' in metrics
 
     async def run():
         ns = await hooked.unique_namespace("wh", SCOPE)
