@@ -162,3 +162,20 @@ def test_canonical_quantities_from_the_apiserver_are_read_as_numbers(stored, mib
 def test_fractional_quantity_is_refused():
     out = admission.mutate(review(pod({"nvidia.com/gpu": "500m"})), lambda ns: INTERNAL)
     assert "'500m' is not a plain integer (GPUs)" in out["response"]["status"]["message"]
+
+
+def test_tenant_and_queue_reviews_only_warn():
+    queues = {"root": None, "leaf": "root"}
+    tenant = {"uid": "u", "kind": {"kind": "Tenant"}, "object": {
+        "metadata": {"name": "t"}, "spec": {"namespaces": ["a"], "queue": "root"}}}
+    out = admission.tenancy_warnings(tenant, queues)["response"]
+    assert out["allowed"] is True
+    assert out["warnings"] == ["Tenant t: queue 'root' has child queues (leaf); only leaf "
+                               "queues take work"]
+    queue = {"uid": "u", "kind": {"kind": "Queue"}, "object": {
+        "metadata": {"name": "q"}, "spec": {"parent": "nope"}}}
+    assert admission.tenancy_warnings(queue, queues)["response"]["warnings"] == [
+        "Queue q: parent 'nope' does not exist"]
+    ok = {"uid": "u", "kind": {"kind": "Tenant"}, "object": {
+        "metadata": {"name": "t"}, "spec": {"namespaces": ["a"], "queue": "leaf"}}}
+    assert "warnings" not in admission.tenancy_warnings(ok, queues)["response"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import ssl
+import subprocess
 import urllib.error
 import urllib.request
 
@@ -29,7 +30,8 @@ def _configs(cluster, url: str) -> list[dict]:
     objs = registration.configurations(cluster.plane.ca.pair.cert, url=url)
     for o in objs:  # keep other test modules' pods away from this webhook
         for hook in o["webhooks"]:
-            hook["namespaceSelector"]["matchLabels"] = dict(SCOPE)
+            if "namespaceSelector" in hook:  # pods only; Tenants/Queues are cluster-scoped
+                hook["namespaceSelector"]["matchLabels"] = dict(SCOPE)
     return objs
 
 
@@ -188,3 +190,15 @@ def test_garbage_body_gets_400_and_the_webhook_keeps_serving(hooked):
         ns = await hooked.unique_namespace("wh", SCOPE)
         return await _create(hooked, ns, _pod("after", {"nvidia.com/gpu": "2"}))
     assert ann.decode_request(asyncio.run(run()).metadata.annotations[ann.REQUEST]).count == 2
+
+
+def test_tenant_naming_a_missing_queue_is_created_with_a_warning_kubectl_prints(hooked):
+    kubectl = hooked.bin_dir / "kubectl"
+    manifest = (f"apiVersion: {crds.API_VERSION}\nkind: Tenant\nmetadata: {{name: warn-me}}\n"
+                "spec: {namespaces: [warn-ns], queue: ghost}\n")
+    out = subprocess.run([str(kubectl), f"--kubeconfig={hooked.kubeconfig}", "apply", "-f", "-"],
+                         input=manifest, capture_output=True, text=True, check=False)
+    assert out.returncode == 0, out.stderr
+    assert "tenant.gpugov.io/warn-me created" in out.stdout
+    assert ("Warning: Tenant warn-me: queue 'ghost' does not exist; GPU pods of its namespaces "
+            "are refused until Queue 'ghost' is created") in out.stderr

@@ -189,3 +189,31 @@ def validate(req: Mapping[str, Any], scheduler_name: str = ann.SCHEDULER_NAME) -
         return response(uid, False, f"gpugov: {ann.REQUEST} no longer matches the pod's GPU "
                         "resources (changed after gpugov's webhook ran); recreate the pod")
     return response(uid)
+
+
+def tenancy_warnings(req: Mapping[str, Any], queues: Mapping[str, str | None]) -> dict[str, Any]:
+    """Answer a review of a Tenant or Queue: always allowed, with warnings (kubectl prints
+    them) when it points at a queue that does not exist or a Tenant's queue is not a leaf.
+    Never a refusal: objects are often applied in any order."""
+    uid = req["uid"]
+    obj = req.get("object")
+    kind = req.get("kind", {}).get("kind")
+    if not isinstance(obj, Mapping):
+        return response(uid)
+    spec = obj.get("spec") or {}
+    name = (obj.get("metadata") or {}).get("name", "?")
+    warnings: list[str] = []
+    if kind == "Tenant":
+        queue = spec.get("queue")
+        children = sorted(q for q, parent in queues.items() if parent == queue)
+        if queue not in queues:
+            warnings.append(f"Tenant {name}: queue {queue!r} does not exist; GPU pods of its "
+                            f"namespaces are refused until Queue {queue!r} is created")
+        elif children:
+            warnings.append(f"Tenant {name}: queue {queue!r} has child queues "
+                            f"({', '.join(children)}); only leaf queues take work")
+    elif kind == "Queue":
+        parent = spec.get("parent")
+        if parent is not None and parent not in queues:
+            warnings.append(f"Queue {name}: parent {parent!r} does not exist")
+    return response(uid, warnings=warnings or None)

@@ -66,11 +66,21 @@ def configurations(ca_pem: bytes, url: str | None = None,
     mutating["reinvocationPolicy"] = "Never"
     validating = _hook("validate.pods.gpugov.io", _client(url, service, "/validate", ca_pem),
                        skip, timeout)
+    # Tenants and Queues: warnings only (never blocks; Ignore when gpugov is down)
+    tenancy = {
+        "name": "validate.tenancy.gpugov.io",
+        "clientConfig": _client(url, service, "/validate", ca_pem),
+        "admissionReviewVersions": ["v1"], "sideEffects": "None", "failurePolicy": "Ignore",
+        "matchPolicy": "Equivalent", "timeoutSeconds": timeout,
+        "rules": [{"apiGroups": ["gpugov.io"], "apiVersions": ["v1alpha1"],
+                   "operations": ["CREATE", "UPDATE"], "resources": ["tenants", "queues"],
+                   "scope": "Cluster"}],
+    }
     return [
         {"apiVersion": "admissionregistration.k8s.io/v1",
          "kind": "MutatingWebhookConfiguration", "metadata": {"name": NAME},
          "webhooks": [mutating]},
         {"apiVersion": "admissionregistration.k8s.io/v1",
          "kind": "ValidatingWebhookConfiguration", "metadata": {"name": NAME},
-         "webhooks": [validating]},
+         "webhooks": [validating, tenancy]},
     ]

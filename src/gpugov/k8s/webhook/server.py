@@ -38,6 +38,18 @@ class TenancySource:
         self._last: tuple[list[dict[str, Any]], dict[str, str | None]] | None = None
         self._ns_labels: dict[str, dict[str, str]] = {}
 
+    async def queues(self) -> dict[str, str | None]:
+        """Queue name -> parent, from the API (or the last good read)."""
+        if self.api is None:
+            return {}
+        try:
+            items = (await client.CustomObjectsApi(self.api).list_cluster_custom_object(
+                GROUP, VERSION, "queues"))["items"]
+        except Exception as exc:
+            log.warning("cannot list queues: %s", exc)
+            return self._last[1] if self._last else {}
+        return {q["metadata"]["name"]: (q.get("spec") or {}).get("parent") for q in items}
+
     async def resolve(self, namespace: str) -> Resolution:
         if self.api is None:
             raise TenancyError("gpugov's webhook runs without API access; cannot resolve "
@@ -131,7 +143,10 @@ class WebhookApp:
         if isinstance(req, web.Response):
             return req
         try:
-            out = admission.validate(req, self.scheduler_name)
+            if req.get("kind", {}).get("kind") in ("Tenant", "Queue"):
+                out = admission.tenancy_warnings(req, await self.tenancy.queues())
+            else:
+                out = admission.validate(req, self.scheduler_name)
         except Exception as exc:
             self.errors.labels("validate").inc()
             log.exception("validate failed")
