@@ -133,6 +133,18 @@ typedef struct {
     CUdeviceptr dptr;
 } CUDA_MEM_ALLOC_NODE_PARAMS;
 
+/* The generic node parameters (cuGraphAddNode): a type, then a union of node kinds. */
+#define CU_GRAPH_NODE_TYPE_MEM_ALLOC 10
+typedef struct {
+    int type;
+    int reserved0[3];
+    union {
+        long long reserved1[29];
+        CUDA_MEM_ALLOC_NODE_PARAMS alloc;
+    };
+    long long reserved2;
+} CUgraphNodeParams;
+
 typedef struct {
     CUfunction function;
     unsigned int gridDimX, gridDimY, gridDimZ;

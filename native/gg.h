@@ -83,6 +83,11 @@
     X(cuCtxSetLimit, CUresult, (int, size_t)) \
     X(cuGraphAddMemAllocNode, CUresult, (CUgraphNode *, CUgraph, const CUgraphNode *, size_t, CUDA_MEM_ALLOC_NODE_PARAMS *)) \
     X(cuGraphDestroy, CUresult, (CUgraph)) \
+    X(cuGraphAddNode, CUresult, (CUgraphNode *, CUgraph, const CUgraphNode *, size_t, CUgraphNodeParams *)) \
+    X(cuGraphAddNode_v2, CUresult, (CUgraphNode *, CUgraph, const CUgraphNode *, const void *, size_t, CUgraphNodeParams *)) \
+    X(cuGraphClone, CUresult, (CUgraph *, CUgraph)) \
+    X(cuDeviceGraphMemTrim, CUresult, (CUdevice)) \
+    X(cuDeviceGetGraphMemAttribute, CUresult, (CUdevice, int, void *)) \
     X(cuStreamEndCapture, CUresult, (CUstream, CUgraph *)) \
     X(cuStreamEndCapture_ptsz, CUresult, (CUstream, CUgraph *)) \
     X(cuStreamIsCapturing, CUresult, (CUstream, int *)) \

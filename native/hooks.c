@@ -19,7 +19,8 @@
     X(cuMemPoolCreate) X(cuGraphAddMemAllocNode) X(cuGraphDestroy) X(cuStreamEndCapture) \
     X(cuStreamEndCapture_ptsz) X(cuCtxSetLimit) X(cuLaunch) X(cuLaunchGrid) X(cuLaunchGridAsync) \
     X(cuLaunchCooperativeKernelMultiDevice) X(cuMemAlloc) X(cuMemAllocPitch) X(cuArrayCreate) \
-    X(cuArray3DCreate) X(cuIpcOpenMemHandle) X(cuMemGetInfo) X(cuDeviceTotalMem)
+    X(cuArray3DCreate) X(cuIpcOpenMemHandle) X(cuMemGetInfo) X(cuDeviceTotalMem) X(cuGraphAddNode) \
+    X(cuGraphAddNode_v2) X(cuGraphClone) X(cuDeviceGraphMemTrim)
 
 struct hook { const char *name; void *fn; };
 

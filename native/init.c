@@ -184,6 +184,7 @@ static const struct gg_versioned versioned[] = {
     {"cuMemPoolCreate", 0, 0}, {"cuGraphAddMemAllocNode", 0, 0}, {"cuGraphDestroy", 0, 0},
     {"cuStreamEndCapture", 0, 1}, {"cuCtxSetLimit", 0, 0}, {"cuLaunch", 0, 0}, {"cuLaunchGrid", 0, 0},
     {"cuLaunchGridAsync", 0, 0}, {"cuLaunchCooperativeKernelMultiDevice", 0, 0},
+    {"cuGraphAddNode", 12030, 0}, {"cuGraphClone", 0, 0}, {"cuDeviceGraphMemTrim", 0, 0},
 };
 
 /* Replaces the driver's answer with our wrapper. A hooked function whose variant we
@@ -197,6 +198,11 @@ static CUresult swap_for_hook(const char *symbol, int version, cuuint64_t flags,
         void *hook = gg_hook_for_symbol(symbol); /* e.g. nvml-free names we export as-is */
         if (hook) *pfn = hook;
         return CUDA_SUCCESS;
+    }
+    if (v->v2_since && version < v->v2_since && strcmp(symbol, "cuGraphAddNode") == 0) {
+        /* its v1 (before CUDA 12.3) differs only by the edge data, and is wrapped too */
+        *pfn = gg_hook_for_symbol(symbol);
+        return *pfn ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
     }
     if (v->v2_since && version < v->v2_since) {
         gg_log(GG_LOG_ERROR, "refusing %s for CUDA version %d: its legacy variant is not "

@@ -76,12 +76,18 @@ int gg_current_device_ord(CUdevice *ord) {
 int gg_current_device(void) { return gg_current_device_ord(NULL); }
 
 static void refresh_pools(int dev, int locked);
+static void refresh_graph_memory(int dev);
+static void graph_settle(int dev);
 
 /* Charges bytes or logs one line naming limit, in-use and requested bytes. */
-static int charge_or_oom_locked(int dev, uint64_t bytes, const char *api, int pools_locked) {
+static int charge_or_oom_locked(int dev, uint64_t bytes, const char *api, int pools_locked, int graph_locked) {
     uint64_t limit = 0, in_use = 0;
     if (gg_charge(dev, bytes, 0, &limit, &in_use) == 0) return 0;
     refresh_pools(dev, pools_locked); /* pools may have returned memory since we looked */
+    /* the graph pool may have been trimmed; lock order is graph_mu before pool_mu, so a
+     * caller holding pool_mu does not look */
+    if (graph_locked) graph_settle(dev);
+    else if (!pools_locked) refresh_graph_memory(dev);
     if (gg_charge(dev, bytes, 0, &limit, &in_use) == 0) return 0;
     gg_log(GG_LOG_ERROR, "%s: out of memory on device %d: limit %llu bytes, in use %llu bytes, "
            "requested %llu bytes", api, dev, (unsigned long long)limit,
@@ -90,7 +96,7 @@ static int charge_or_oom_locked(int dev, uint64_t bytes, const char *api, int po
 }
 
 int gg_charge_or_oom(int dev, uint64_t bytes, const char *api) {
-    return charge_or_oom_locked(dev, bytes, api, 0);
+    return charge_or_oom_locked(dev, bytes, api, 0, 0);
 }
 #define charge_or_oom gg_charge_or_oom
 
@@ -283,12 +289,68 @@ static void refresh_pools(int dev, int locked) {
     if (!locked) pthread_mutex_unlock(&pool_mu);
 }
 
-/* ---- graph-owned memory: memory nodes (cuGraphAddMemAllocNode, or cuMemAllocAsync captured
- * from a stream) are charged when the graph declares them and credited when the graph that
- * declared them is destroyed (GG_KIND_GRAPH: key = graph, bytes = its nodes' bytes per
- * device; one entry per device, key mixed with the device). ---- */
+/* ---- graph-owned memory: memory nodes (cuGraphAddMemAllocNode, cuGraphAddNode of a
+ * memory-allocation node, cuMemAllocAsync captured from a stream, and the nodes a
+ * cuGraphClone copies) are declared by a graph (GG_KIND_GRAPH: key = graph ^ device, bytes)
+ * until it is destroyed. The driver backs them from the device's graph memory pool, which
+ * keeps what executable graphs allocated reserved until cuDeviceGraphMemTrim — also after
+ * the graphs are destroyed. So each device is charged max(declared, reserved): the declared
+ * part before the driver is asked (refused over the limit), the reserved part when gpugov
+ * looks (a graph is destroyed, the pool trimmed, or an allocation is about to be refused).
+ * ---- */
+
+#define CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT 2
+static uint64_t graph_declared[GG_MAX_DEVICES], graph_charged[GG_MAX_DEVICES];
+static pthread_mutex_t graph_mu = PTHREAD_MUTEX_INITIALIZER;
 
 static uint64_t graph_key(uint64_t g, int dev) { return g ^ ((uint64_t)dev << 56); }
+
+static uint64_t graph_reserved(int dev) {
+    cuuint64_t v = 0;
+    int ord = gg_device_ordinal(dev);
+    if (ord < 0 || !gg_real.cuDeviceGetGraphMemAttribute
+        || gg_real.cuDeviceGetGraphMemAttribute(ord, CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT, &v) != CUDA_SUCCESS)
+        return 0;
+    return v;
+}
+
+/* Brings dev's graph charge to max(declared, reserved). Caller holds graph_mu. */
+static void graph_settle(int dev) {
+    uint64_t want = graph_reserved(dev), limit, in_use;
+    if (want < graph_declared[dev]) want = graph_declared[dev];
+    if (want > graph_charged[dev]) gg_charge(dev, want - graph_charged[dev], 1, &limit, &in_use);
+    else if (want < graph_charged[dev]) gg_uncharge(dev, graph_charged[dev] - want);
+    graph_charged[dev] = want;
+}
+
+/* Declares bytes more graph memory on dev, charging what the charge does not cover yet;
+ * -1 (logged) over the limit. */
+static int graph_reserve(int dev, uint64_t bytes, const char *api) {
+    pthread_mutex_lock(&graph_mu);
+    uint64_t need = graph_declared[dev] > UINT64_MAX - bytes ? GG_TOO_BIG : graph_declared[dev] + bytes;
+    uint64_t grow = need > graph_charged[dev] ? need - graph_charged[dev] : 0;
+    int rc = grow && charge_or_oom_locked(dev, grow, api, 0, 1) ? -1 : 0;
+    if (!rc) {
+        graph_declared[dev] = need;
+        graph_charged[dev] += grow;
+    }
+    pthread_mutex_unlock(&graph_mu);
+    return rc;
+}
+
+/* Graph memory no longer declared (destroyed graph, failed call). */
+static void graph_unreserve(int dev, uint64_t bytes) {
+    pthread_mutex_lock(&graph_mu);
+    graph_declared[dev] = graph_declared[dev] > bytes ? graph_declared[dev] - bytes : 0;
+    graph_settle(dev);
+    pthread_mutex_unlock(&graph_mu);
+}
+
+static void refresh_graph_memory(int dev) {
+    pthread_mutex_lock(&graph_mu);
+    if (graph_charged[dev]) graph_settle(dev);
+    pthread_mutex_unlock(&graph_mu);
+}
 
 static void graph_add(int kind, uint64_t key, int dev, uint64_t bytes) {
     struct gg_entry e;
@@ -302,7 +364,7 @@ static void graph_release(int kind, uint64_t key, int move_to_kind, uint64_t to_
         struct gg_entry e;
         if (!gg_track_take(kind, graph_key(key, d), &e)) continue;
         if (move_to_kind) graph_add(move_to_kind, to_key, d, e.bytes);
-        else gg_uncharge(d, e.bytes);
+        else graph_unreserve(d, e.bytes);
     }
 }
 
@@ -315,10 +377,10 @@ static int stream_capturing(CUstream s, int ptsz) {
 
 static CUresult alloc_captured(CUdeviceptr *dptr, size_t bytes, CUmemoryPool pool, CUstream s, int ptsz,
                                int dev, const char *api) {
-    if (charge_or_oom(dev, bytes, api)) return CUDA_ERROR_OUT_OF_MEMORY;
+    if (graph_reserve(dev, bytes, api)) return CUDA_ERROR_OUT_OF_MEMORY;
     CUresult rc = pool ? (ptsz ? gg_real.cuMemAllocFromPoolAsync_ptsz : gg_real.cuMemAllocFromPoolAsync)(dptr, bytes, pool, s)
                        : (ptsz ? gg_real.cuMemAllocAsync_ptsz : gg_real.cuMemAllocAsync)(dptr, bytes, s);
-    if (rc != CUDA_SUCCESS) gg_uncharge(dev, bytes);
+    if (rc != CUDA_SUCCESS) graph_unreserve(dev, bytes);
     else graph_add(GG_KIND_CAPTURE, (uint64_t)(uintptr_t)s, dev, bytes);
     return rc;
 }
@@ -368,7 +430,7 @@ static CUresult alloc_async(CUdeviceptr *dptr, size_t bytes, CUmemoryPool pool, 
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     uint64_t grow = p->live + bytes > p->charged ? p->live + bytes - p->charged : 0;
-    if (grow && charge_or_oom_locked(p->dev, grow, api, 1)) {
+    if (grow && charge_or_oom_locked(p->dev, grow, api, 1, 0)) {
         pthread_mutex_unlock(&pool_mu);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
@@ -470,17 +532,100 @@ GG_EXPORT CUresult cuMemPoolDestroy(CUmemoryPool pool) {
 
 /* ---- graph memory nodes ---- */
 
+/* Declares one memory node's bytes, asks the driver (call), keeps or rolls back. */
+static CUresult add_mem_node(CUgraph g, const CUDA_MEM_ALLOC_NODE_PARAMS *prm, const char *api,
+                             CUresult (*call)(void *), void *ctx) {
+    if (!prm || !g || !prm->bytesize || prm->poolProps.location.type != CU_MEM_LOCATION_TYPE_DEVICE)
+        return call(ctx); /* the driver refuses it */
+    int dev = gg_device_index(prm->poolProps.location.id);
+    if (dev < 0) return dev == -2 ? CUDA_ERROR_NOT_SUPPORTED : CUDA_ERROR_INVALID_VALUE;
+    if (graph_reserve(dev, prm->bytesize, api)) return CUDA_ERROR_OUT_OF_MEMORY;
+    CUresult rc = call(ctx);
+    if (rc != CUDA_SUCCESS) graph_unreserve(dev, prm->bytesize);
+    else graph_add(GG_KIND_GRAPH, (uint64_t)(uintptr_t)g, dev, prm->bytesize);
+    return rc;
+}
+
+struct node_call {
+    CUgraphNode *node;
+    CUgraph g;
+    const CUgraphNode *deps;
+    const void *edges;
+    size_t n;
+    void *prm;
+};
+static CUresult call_mem_node(void *c) {
+    struct node_call *x = c;
+    return gg_real.cuGraphAddMemAllocNode(x->node, x->g, x->deps, x->n, x->prm);
+}
+static CUresult call_add_node(void *c) {
+    struct node_call *x = c;
+    return gg_real.cuGraphAddNode(x->node, x->g, x->deps, x->n, x->prm);
+}
+static CUresult call_add_node_v2(void *c) {
+    struct node_call *x = c;
+    return gg_real.cuGraphAddNode_v2(x->node, x->g, x->deps, x->edges, x->n, x->prm);
+}
+
 GG_EXPORT CUresult cuGraphAddMemAllocNode(CUgraphNode *node, CUgraph g, const CUgraphNode *deps, size_t n,
                                           CUDA_MEM_ALLOC_NODE_PARAMS *prm) {
     READY();
-    if (!prm || !g || !prm->bytesize || prm->poolProps.location.type != CU_MEM_LOCATION_TYPE_DEVICE)
-        return gg_real.cuGraphAddMemAllocNode(node, g, deps, n, prm); /* the driver refuses it */
-    int dev = gg_device_index(prm->poolProps.location.id);
-    if (dev < 0) return dev == -2 ? CUDA_ERROR_NOT_SUPPORTED : CUDA_ERROR_INVALID_VALUE;
-    if (charge_or_oom(dev, prm->bytesize, "cuGraphAddMemAllocNode")) return CUDA_ERROR_OUT_OF_MEMORY;
-    CUresult rc = gg_real.cuGraphAddMemAllocNode(node, g, deps, n, prm);
-    if (rc != CUDA_SUCCESS) gg_uncharge(dev, prm->bytesize);
-    else graph_add(GG_KIND_GRAPH, (uint64_t)(uintptr_t)g, dev, prm->bytesize);
+    struct node_call c = {node, g, deps, NULL, n, prm};
+    return add_mem_node(g, prm, "cuGraphAddMemAllocNode", call_mem_node, &c);
+}
+
+/* The generic node API: only memory-allocation nodes take memory. */
+static const CUDA_MEM_ALLOC_NODE_PARAMS *alloc_params(const CUgraphNodeParams *p) {
+    return p && p->type == CU_GRAPH_NODE_TYPE_MEM_ALLOC ? &p->alloc : NULL;
+}
+
+GG_EXPORT CUresult cuGraphAddNode(CUgraphNode *node, CUgraph g, const CUgraphNode *deps, size_t n,
+                                  CUgraphNodeParams *prm) {
+    READY();
+    if (!gg_real.cuGraphAddNode) return CUDA_ERROR_NOT_FOUND;
+    struct node_call c = {node, g, deps, NULL, n, prm};
+    if (!alloc_params(prm)) return call_add_node(&c);
+    return add_mem_node(g, alloc_params(prm), "cuGraphAddNode", call_add_node, &c);
+}
+
+GG_EXPORT CUresult cuGraphAddNode_v2(CUgraphNode *node, CUgraph g, const CUgraphNode *deps, const void *edges,
+                                     size_t n, CUgraphNodeParams *prm) {
+    READY();
+    if (!gg_real.cuGraphAddNode_v2) return CUDA_ERROR_NOT_FOUND;
+    struct node_call c = {node, g, deps, edges, n, prm};
+    if (!alloc_params(prm)) return call_add_node_v2(&c);
+    return add_mem_node(g, alloc_params(prm), "cuGraphAddNode", call_add_node_v2, &c);
+}
+
+/* A clone has memory nodes of its own: declared like the original's. */
+GG_EXPORT CUresult cuGraphClone(CUgraph *clone, CUgraph orig) {
+    READY();
+    uint64_t bytes[GG_MAX_DEVICES] = {0};
+    int d = 0;
+    for (; d < GG_MAX_DEVICES; d++) {
+        struct gg_entry e;
+        if (gg_track_get(GG_KIND_GRAPH, graph_key((uint64_t)(uintptr_t)orig, d), &e)) bytes[d] = e.bytes;
+        if (bytes[d] && graph_reserve(d, bytes[d], "cuGraphClone")) break;
+    }
+    if (d < GG_MAX_DEVICES) {
+        while (d--) if (bytes[d]) graph_unreserve(d, bytes[d]);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    CUresult rc = gg_real.cuGraphClone(clone, orig);
+    for (d = 0; d < GG_MAX_DEVICES; d++) {
+        if (!bytes[d]) continue;
+        if (rc == CUDA_SUCCESS && clone && *clone) graph_add(GG_KIND_GRAPH, (uint64_t)(uintptr_t)*clone, d, bytes[d]);
+        else graph_unreserve(d, bytes[d]);
+    }
+    return rc;
+}
+
+/* The graph memory pool returns reserved memory: settle the device's charge. */
+GG_EXPORT CUresult cuDeviceGraphMemTrim(CUdevice ord) {
+    READY();
+    CUresult rc = gg_real.cuDeviceGraphMemTrim ? gg_real.cuDeviceGraphMemTrim(ord) : CUDA_ERROR_NOT_FOUND;
+    int dev = gg_device_index(ord);
+    if (dev >= 0) refresh_graph_memory(dev);
     return rc;
 }
 

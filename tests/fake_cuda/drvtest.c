@@ -15,6 +15,8 @@
  *   destroys it) capture:B (cuMemAllocAsync captured into a graph) pattern:NAME:PCT-free:SECONDS
  *   threads:N:ITERS (N threads allocating, freeing and launching) exec:PROGRAM:ARG
  *   fork:MS (a child that sleeps MS milliseconds and exits; prints its pid)
+ *   graphnode:B / graphnode1:B (a graph with one memory node added with cuGraphAddNode_v2 /
+ *   the pre-12.3 cuGraphAddNode) graphclone:I (clone graph I) graphtrim (cuDeviceGraphMemTrim)
  * free:I releases whatever I is (cuMemFree, cuMemFreeAsync, cuArrayDestroy, cuMemRelease,
  * cuMemUnmap for a mapping, cuIpcCloseMemHandle); exported handles go through files.
  * Sizes accept Ki/Mi/Gi suffixes. */
@@ -65,7 +67,9 @@
     X(cuCtxSetLimit, (int, size_t)) X(cuGraphCreate, (CUgraph *, unsigned int)) \
     X(cuGraphAddMemAllocNode, (CUgraphNode *, CUgraph, const CUgraphNode *, size_t, CUDA_MEM_ALLOC_NODE_PARAMS *)) \
     X(cuGraphDestroy, (CUgraph)) X(cuStreamCreate, (CUstream *, unsigned int)) \
-    X(cuStreamBeginCapture_v2, (CUstream, int)) X(cuStreamEndCapture, (CUstream, CUgraph *))
+    X(cuStreamBeginCapture_v2, (CUstream, int)) X(cuStreamEndCapture, (CUstream, CUgraph *)) \
+    X(cuGraphAddNode_v2, (CUgraphNode *, CUgraph, const CUgraphNode *, const void *, size_t, CUgraphNodeParams *)) \
+    X(cuGraphClone, (CUgraph *, CUgraph)) X(cuDeviceGraphMemTrim, (CUdevice))
 
 #define FIELD(name, args) CUresult(*name) args;
 static struct { API(FIELD) } api;
@@ -468,6 +472,31 @@ static int run(char *cmd) {
         }
         if (rc && g) api.cuGraphDestroy(g);
         printf("%s rc=%d handle=%d\n", a[0], rc, !rc && g ? add(H_GRAPH, (uintptr_t)g, 0) : -1);
+    } else if (strcmp(a[0], "graphnode") == 0 || strcmp(a[0], "graphnode1") == 0) {
+        CUgraph g = NULL;
+        CUgraphNode node;
+        CUgraphNodeParams prm;
+        memset(&prm, 0, sizeof(prm));
+        prm.type = CU_GRAPH_NODE_TYPE_MEM_ALLOC;
+        prm.alloc.poolProps.allocType = 1;
+        prm.alloc.poolProps.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+        prm.alloc.bytesize = parse_size(a[1]);
+        rc = api.cuGraphCreate(&g, 0);
+        if (!rc && a[0][9] == '1') {
+            CUresult (*f)(CUgraphNode *, CUgraph, const CUgraphNode *, size_t, CUgraphNodeParams *);
+            *(void **)&f = entry("cuGraphAddNode", 12000);
+            rc = f ? f(&node, g, NULL, 0, &prm) : 500;
+        } else if (!rc) {
+            rc = api.cuGraphAddNode_v2(&node, g, NULL, NULL, 0, &prm);
+        }
+        if (rc && g) api.cuGraphDestroy(g);
+        printf("%s rc=%d handle=%d\n", a[0], rc, !rc ? add(H_GRAPH, (uintptr_t)g, 0) : -1);
+    } else if (strcmp(a[0], "graphclone") == 0) {
+        CUgraph c = NULL;
+        rc = api.cuGraphClone(&c, (CUgraph)(uintptr_t)handles[atoi(a[1])].v);
+        printf("graphclone rc=%d handle=%d\n", rc, !rc ? add(H_GRAPH, (uintptr_t)c, 0) : -1);
+    } else if (strcmp(a[0], "graphtrim") == 0) {
+        printf("graphtrim rc=%d\n", api.cuDeviceGraphMemTrim(0));
     } else if (strcmp(a[0], "pattern") == 0) {
         printf("pattern rc=0 util=%.4f\n", pattern(a[1], atof(a[2])));
     } else if (strcmp(a[0], "threads") == 0) {

@@ -859,6 +859,56 @@ EXPORT CUresult cuGraphAddMemAllocNode(CUgraphNode *node, CUgraph g, const CUgra
     if (rc == 0) *node = (CUgraphNode)(uintptr_t)prm->dptr;
     return rc;
 }
+static CUresult add_node(CUgraphNode *node, CUgraph g, CUgraphNodeParams *prm) {
+    if (!prm) return CUDA_ERROR_INVALID_VALUE;
+    if (prm->type != CU_GRAPH_NODE_TYPE_MEM_ALLOC) { /* other node kinds take no memory here */
+        if (node) *node = (CUgraphNode)prm;
+        return 0;
+    }
+    struct fgraph *x = (struct fgraph *)g;
+    CUDA_MEM_ALLOC_NODE_PARAMS *a = &prm->alloc;
+    if (!node || !x || !a->bytesize || a->poolProps.location.type != CU_MEM_LOCATION_TYPE_DEVICE
+        || phys(a->poolProps.location.id) < 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    x->dev = phys(a->poolProps.location.id);
+    CUresult rc = graph_reserve(x, a->bytesize, &a->dptr);
+    if (rc == 0) *node = (CUgraphNode)(uintptr_t)a->dptr;
+    return rc;
+}
+EXPORT CUresult cuGraphAddNode(CUgraphNode *node, CUgraph g, const CUgraphNode *deps, size_t n, CUgraphNodeParams *prm) {
+    (void)deps; (void)n; ENTER();
+    return add_node(node, g, prm);
+}
+EXPORT CUresult cuGraphAddNode_v2(CUgraphNode *node, CUgraph g, const CUgraphNode *deps, const void *edges, size_t n,
+                                  CUgraphNodeParams *prm) {
+    (void)deps; (void)edges; (void)n; ENTER();
+    return add_node(node, g, prm);
+}
+/* A clone's memory nodes are allocations of their own. */
+EXPORT CUresult cuGraphClone(CUgraph *out, CUgraph g) {
+    ENTER();
+    struct fgraph *x = (struct fgraph *)g;
+    if (!out || !x) return CUDA_ERROR_INVALID_VALUE;
+    struct fgraph *c = calloc(1, sizeof(*c));
+    c->dev = x->dev;
+    CUdeviceptr p;
+    if (x->bytes && graph_reserve(c, x->bytes, &p) != 0) { free(c); return CUDA_ERROR_OUT_OF_MEMORY; }
+    *out = (CUgraph)c;
+    return 0;
+}
+/* Graph memory the device holds (the fake backs memory nodes while their graph lives). */
+EXPORT CUresult cuDeviceGetGraphMemAttribute(CUdevice d, int attr, void *v) {
+    ENTER();
+    int p = phys(d);
+    if (p < 0 || !v || attr < 0 || attr > 3) return CUDA_ERROR_INVALID_VALUE;
+    uint64_t sum = 0;
+    pthread_mutex_lock(&mu);
+    for (int i = 0; i < nallocs; i++) if (allocs[i].live && allocs[i].kind == 3 && allocs[i].dev == p) sum += allocs[i].size;
+    pthread_mutex_unlock(&mu);
+    *(cuuint64_t *)v = sum;
+    return 0;
+}
+EXPORT CUresult cuDeviceGraphMemTrim(CUdevice d) { ENTER(); return phys(d) < 0 ? CUDA_ERROR_INVALID_VALUE : 0; }
 EXPORT CUresult cuGraphDestroy(CUgraph g) {
     ENTER();
     struct fgraph *x = (struct fgraph *)g;
@@ -942,7 +992,8 @@ EXPORT CUresult cuIpcOpenMemHandle(CUdeviceptr *p, CUipcMemHandle h, unsigned in
     X(cuGetProcAddress) X(cuGetProcAddress_v2) X(cuDeviceGetUuid) X(cuDeviceGetUuid_v2) X(cuCtxSetLimit) \
     X(cuCtxGetLimit) X(cuGraphCreate) X(cuGraphAddMemAllocNode) X(cuGraphDestroy) X(cuStreamBeginCapture_v2) \
     X(cuStreamEndCapture) X(cuStreamIsCapturing) X(cuLaunch) X(cuLaunchGrid) X(cuLaunchGridAsync) \
-    X(cuLaunchCooperativeKernelMultiDevice) X(cuArrayCreate) X(cuMemAlloc) X(cuIpcOpenMemHandle)
+    X(cuLaunchCooperativeKernelMultiDevice) X(cuArrayCreate) X(cuMemAlloc) X(cuIpcOpenMemHandle) \
+    X(cuGraphAddNode) X(cuGraphAddNode_v2) X(cuGraphClone) X(cuDeviceGetGraphMemAttribute) X(cuDeviceGraphMemTrim)
 
 EXPORT CUresult cuGetProcAddress(const char *sym, void **pfn, int ver, cuuint64_t flags);
 EXPORT CUresult cuGetProcAddress_v2(const char *sym, void **pfn, int ver, cuuint64_t flags, CUdriverProcAddressQueryResult *st);
@@ -958,7 +1009,8 @@ EXPORT CUresult cuGetProcAddress_v2(const char *sym, void **pfn, int ver, cuuint
     ENTER();
     char name[160];
     void *f = NULL;
-    int v2_since = strcmp(sym, "cuGetProcAddress") == 0 ? 12000 : strcmp(sym, "cuIpcOpenMemHandle") == 0 ? 11000 : 3020;
+    int v2_since = strcmp(sym, "cuGetProcAddress") == 0 ? 12000 : strcmp(sym, "cuIpcOpenMemHandle") == 0 ? 11000
+                 : strcmp(sym, "cuGraphAddNode") == 0 ? 12030 : 3020;
     if (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) {
         snprintf(name, sizeof(name), "%s_ptsz", sym);
         f = lookup(name);

@@ -100,6 +100,23 @@ def test_class06_graph_memory_node_is_charged(build):
 
 
 @pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("cmd", ["graphnode", "graphnode1"])
+def test_class06_generic_graph_node_of_memory_is_charged(build, mode, cmd):
+    # cuGraphAddNode_v2 / cuGraphAddNode with a memory-allocation node: the same memory
+    r = drv(build, mode, "ctx:0", "alloc:6Mi", f"{cmd}:4Mi", f"{cmd}:1Mi", "meminfo", "free:1",
+            "meminfo", env=LIMIT)
+    assert r.rcs(cmd) == [2, 0], r.stderr
+    assert free_bytes(r, 0) == 1 * MiB and free_bytes(r, 1) == 2 * MiB
+
+
+def test_class06_graph_clone_declares_its_own_memory(build):
+    r = drv(build, "procaddr", "ctx:0", "graphmem:3Mi", "graphclone:0", "meminfo", "graphclone:0",
+            "free:1", "meminfo", "free:0", "graphtrim", "meminfo", env=LIMIT)
+    assert r.rcs("graphclone") == [0, 2], r.stderr  # 3 + 3 fit in 8 MiB, a third 3 does not
+    assert [free_bytes(r, i) for i in range(3)] == [2 * MiB, 5 * MiB, 8 * MiB]
+
+
+@pytest.mark.parametrize("mode", MODES)
 def test_class06_stream_captured_async_allocation_is_charged(build, mode):
     r = drv(build, mode, "ctx:0", "alloc:6Mi", "capture:4Mi", "capture:1Mi", "meminfo",
             "free:1", "meminfo", env=LIMIT)
