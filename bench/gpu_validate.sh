@@ -81,6 +81,17 @@ elif what == "driver":
     prm = NodeParams(poolProps=props(), bytesize=small)
     out["graph_node_ok_rc"] = cu.cuGraphAddMemAllocNode(C.byref(node), g, None, 0, C.byref(prm))
     out["graph_node_charged"] = f0 - free_bytes()
+    ge = p()
+    out["graph_exec_rc"] = cu.cuGraphInstantiateWithFlags(C.byref(ge), g, C.c_ulonglong(0))
+    if out["graph_exec_rc"] == 0:  # the launch backs the node from the graph memory pool
+        cu.cuGraphLaunch(ge, None)
+        cu.cuCtxSynchronize()
+    cu.cuGraphDestroy(g)
+    out["graph_exec_still_charged"] = f0 - free_bytes()  # the pool still holds it
+    if out["graph_exec_rc"] == 0:
+        cu.cuGraphExecDestroy(ge)
+    cu.cuDeviceGraphMemTrim(0)
+    cu.cuGraphCreate(C.byref(g), 0)  # any destroy or trim settles; trim was just called
     cu.cuGraphDestroy(g)
     out["graph_destroy_credited"] = free_bytes() == f0
     s, cg = p(), p()
@@ -168,6 +179,9 @@ rows = [
     ("graph memory node charged / credited", gib(dp["graph_node_charged"]),
      "ok" if dp["graph_node_ok_rc"] == 0 and dp["graph_node_charged"] >= 64 << 20
      and dp["graph_destroy_credited"] else "NOT CHARGED"),
+    ("graph memory held by an executable graph", gib(dp["graph_exec_still_charged"]),
+     "ok" if dp["graph_exec_rc"] == 0 and dp["graph_exec_still_charged"] >= 64 << 20
+     else "NOT CHARGED"),
     ("captured cuMemAllocAsync over the limit", f"rc {dp['captured_over_rc']}",
      "ok" if dp["captured_over_rc"] == 2 else "ESCAPE"),
     ("cuCtxSetLimit heap over the limit", f"rc {dp['ctx_heap_over_rc']}",

@@ -17,6 +17,7 @@
  *   fork:MS (a child that sleeps MS milliseconds and exits; prints its pid)
  *   graphnode:B / graphnode1:B (a graph with one memory node added with cuGraphAddNode_v2 /
  *   the pre-12.3 cuGraphAddNode) graphclone:I (clone graph I) graphtrim (cuDeviceGraphMemTrim)
+ *   graphexec:I (instantiate graph I, launch the executable graph, keep it)
  * free:I releases whatever I is (cuMemFree, cuMemFreeAsync, cuArrayDestroy, cuMemRelease,
  * cuMemUnmap for a mapping, cuIpcCloseMemHandle); exported handles go through files.
  * Sizes accept Ki/Mi/Gi suffixes. */
@@ -69,7 +70,8 @@
     X(cuGraphDestroy, (CUgraph)) X(cuStreamCreate, (CUstream *, unsigned int)) \
     X(cuStreamBeginCapture_v2, (CUstream, int)) X(cuStreamEndCapture, (CUstream, CUgraph *)) \
     X(cuGraphAddNode_v2, (CUgraphNode *, CUgraph, const CUgraphNode *, const void *, size_t, CUgraphNodeParams *)) \
-    X(cuGraphClone, (CUgraph *, CUgraph)) X(cuDeviceGraphMemTrim, (CUdevice))
+    X(cuGraphClone, (CUgraph *, CUgraph)) X(cuDeviceGraphMemTrim, (CUdevice)) \
+    X(cuGraphInstantiateWithFlags, (CUgraphExec *, CUgraph, unsigned long long))
 
 #define FIELD(name, args) CUresult(*name) args;
 static struct { API(FIELD) } api;
@@ -495,6 +497,11 @@ static int run(char *cmd) {
         CUgraph c = NULL;
         rc = api.cuGraphClone(&c, (CUgraph)(uintptr_t)handles[atoi(a[1])].v);
         printf("graphclone rc=%d handle=%d\n", rc, !rc ? add(H_GRAPH, (uintptr_t)c, 0) : -1);
+    } else if (strcmp(a[0], "graphexec") == 0) {
+        CUgraphExec e = NULL;
+        rc = api.cuGraphInstantiateWithFlags(&e, (CUgraph)(uintptr_t)handles[atoi(a[1])].v, 0);
+        if (!rc) rc = api.cuGraphLaunch(e, NULL);
+        printf("graphexec rc=%d\n", rc);
     } else if (strcmp(a[0], "graphtrim") == 0) {
         printf("graphtrim rc=%d\n", api.cuDeviceGraphMemTrim(0));
     } else if (strcmp(a[0], "pattern") == 0) {

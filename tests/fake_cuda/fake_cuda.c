@@ -32,7 +32,7 @@ struct dev {
     CUmemoryPool default_pool, current_pool;
 };
 struct pool;
-struct alloc { uint64_t base, size; unsigned char *mem; int dev, kind, live; struct pool *pool; };
+struct alloc { uint64_t base, size; unsigned char *mem; int dev, kind, live; struct pool *pool; void *graph; };
 struct pool { int dev; uint64_t reserved, live; int destroyed; };
 struct ctx { int dev; }; /* physical device index */
 struct ev { int dev, recorded; uint64_t t; };
@@ -122,7 +122,7 @@ static CUresult new_alloc(CUdeviceptr *out, uint64_t size, int dev, int kind, in
     if (slot < 0 && nallocs < MAX_ALLOCS) slot = nallocs++;
     unsigned char *m = slot >= 0 ? take_buffer(size) : NULL;
     if (!m) { pthread_mutex_unlock(&mu); return CUDA_ERROR_OUT_OF_MEMORY; }
-    allocs[slot] = (struct alloc){(uint64_t)(uintptr_t)m, size, m, dev, kind, 1, NULL};
+    allocs[slot] = (struct alloc){(uint64_t)(uintptr_t)m, size, m, dev, kind, 1, NULL, NULL};
     if (charge) devs[dev].used += size;
     *out = (CUdeviceptr)(uintptr_t)m;
     pthread_mutex_unlock(&mu);
@@ -814,9 +814,11 @@ EXPORT CUresult cuCtxGetLimit(size_t *v, int which) {
 
 /* ---- graphs with memory nodes: a memory node's bytes are device memory from the moment
  * the graph holds them (the fake reserves at node creation; the driver at instantiation or
- * first launch); they return when the graph is destroyed ---- */
+ * first launch). They return when the graph is destroyed, unless an executable graph was
+ * instantiated from it: then the device's graph memory pool keeps them reserved until
+ * cuDeviceGraphMemTrim, as the driver's pool does with what executable graphs allocated ---- */
 
-struct fgraph { int dev; uint64_t bytes; };
+struct fgraph { int dev; uint64_t bytes; int instantiated; };
 #define MAX_STREAMS 64
 static struct { CUstream s; struct fgraph *g; } captures[MAX_STREAMS];
 static int capturing(CUstream s) {
@@ -828,7 +830,12 @@ static int capturing(CUstream s) {
 }
 static CUresult graph_reserve(struct fgraph *g, uint64_t n, CUdeviceptr *p) {
     CUresult rc = new_alloc(p, n, g->dev, 3, 1);
-    if (rc == 0) g->bytes += n;
+    if (rc == 0) {
+        g->bytes += n;
+        pthread_mutex_lock(&mu);
+        find_alloc(*p)->graph = g;
+        pthread_mutex_unlock(&mu);
+    }
     return rc;
 }
 static CUresult capture_alloc(CUdeviceptr *p, size_t n, CUstream s) {
@@ -908,22 +915,46 @@ EXPORT CUresult cuDeviceGetGraphMemAttribute(CUdevice d, int attr, void *v) {
     *(cuuint64_t *)v = sum;
     return 0;
 }
-EXPORT CUresult cuDeviceGraphMemTrim(CUdevice d) { ENTER(); return phys(d) < 0 ? CUDA_ERROR_INVALID_VALUE : 0; }
+/* Returns what the pool keeps for no graph (the fake does not track which executable graphs
+ * are still alive: trimming is only called by programs that destroyed theirs). */
+EXPORT CUresult cuDeviceGraphMemTrim(CUdevice d) {
+    ENTER();
+    int p = phys(d);
+    if (p < 0) return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&mu);
+    for (int i = 0; i < nallocs; i++)
+        if (allocs[i].live && allocs[i].kind == 3 && !allocs[i].graph && allocs[i].dev == p) {
+            allocs[i].live = 0;
+            devs[p].used -= allocs[i].size;
+        }
+    pthread_mutex_unlock(&mu);
+    return 0;
+}
 EXPORT CUresult cuGraphDestroy(CUgraph g) {
     ENTER();
     struct fgraph *x = (struct fgraph *)g;
     if (!x) return ERR_INVALID_HANDLE;
     pthread_mutex_lock(&mu);
-    for (int i = 0; i < nallocs; i++) /* kind 3: graph memory; freed with its graph */
-        if (allocs[i].live && allocs[i].kind == 3 && allocs[i].dev == x->dev && x->bytes >= allocs[i].size) {
+    for (int i = 0; i < nallocs; i++) /* kind 3: graph memory; freed with its graph or kept by the pool */
+        if (allocs[i].live && allocs[i].kind == 3 && allocs[i].graph == x) {
+            allocs[i].graph = NULL;
+            if (x->instantiated) continue;
             allocs[i].live = 0;
-            devs[x->dev].used -= allocs[i].size;
-            x->bytes -= allocs[i].size;
+            devs[allocs[i].dev].used -= allocs[i].size;
         }
     pthread_mutex_unlock(&mu);
     free(x);
     return 0;
 }
+EXPORT CUresult cuGraphInstantiateWithFlags(CUgraphExec *e, CUgraph g, unsigned long long f) {
+    (void)f; ENTER();
+    if (!e || !g) return CUDA_ERROR_INVALID_VALUE;
+    ((struct fgraph *)g)->instantiated = 1;
+    struct graph *x = calloc(1, sizeof(*x)); /* an executable graph of no kernels */
+    *e = (CUgraphExec)x;
+    return 0;
+}
+EXPORT CUresult cuGraphExecDestroy(CUgraphExec e) { ENTER(); free(e); return 0; }
 EXPORT CUresult cuStreamBeginCapture_v2(CUstream s, int mode) {
     (void)mode; ENTER();
     if (!s || cur_dev() < 0) return CUDA_ERROR_INVALID_VALUE; /* the legacy stream cannot capture */
@@ -993,7 +1024,8 @@ EXPORT CUresult cuIpcOpenMemHandle(CUdeviceptr *p, CUipcMemHandle h, unsigned in
     X(cuCtxGetLimit) X(cuGraphCreate) X(cuGraphAddMemAllocNode) X(cuGraphDestroy) X(cuStreamBeginCapture_v2) \
     X(cuStreamEndCapture) X(cuStreamIsCapturing) X(cuLaunch) X(cuLaunchGrid) X(cuLaunchGridAsync) \
     X(cuLaunchCooperativeKernelMultiDevice) X(cuArrayCreate) X(cuMemAlloc) X(cuIpcOpenMemHandle) \
-    X(cuGraphAddNode) X(cuGraphAddNode_v2) X(cuGraphClone) X(cuDeviceGetGraphMemAttribute) X(cuDeviceGraphMemTrim)
+    X(cuGraphAddNode) X(cuGraphAddNode_v2) X(cuGraphClone) X(cuDeviceGetGraphMemAttribute) X(cuDeviceGraphMemTrim) \
+    X(cuGraphInstantiateWithFlags) X(cuGraphExecDestroy)
 
 EXPORT CUresult cuGetProcAddress(const char *sym, void **pfn, int ver, cuuint64_t flags);
 EXPORT CUresult cuGetProcAddress_v2(const char *sym, void **pfn, int ver, cuuint64_t flags, CUdriverProcAddressQueryResult *st);

@@ -116,6 +116,16 @@ def test_class06_graph_clone_declares_its_own_memory(build):
     assert [free_bytes(r, i) for i in range(3)] == [2 * MiB, 5 * MiB, 8 * MiB]
 
 
+def test_class06_graph_memory_held_by_an_executable_graph_stays_charged(build):
+    # The graph is destroyed while an executable graph made from it lives: the device's graph
+    # memory pool still holds the node's memory, so it stays charged until trimmed.
+    r = drv(build, "procaddr", "ctx:0", "graphmem:4Mi", "graphexec:0", "free:0", "meminfo",
+            "alloc:6Mi", "graphtrim", "meminfo", "alloc:6Mi", env=LIMIT)
+    assert r.rcs("graphexec") == [0], r.stderr
+    assert free_bytes(r, 0) == 4 * MiB and r.rcs("alloc") == [2, 0], r.stderr
+    assert free_bytes(r, 1) == 8 * MiB
+
+
 @pytest.mark.parametrize("mode", MODES)
 def test_class06_stream_captured_async_allocation_is_charged(build, mode):
     r = drv(build, mode, "ctx:0", "alloc:6Mi", "capture:4Mi", "capture:1Mi", "meminfo",
