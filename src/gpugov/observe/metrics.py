@@ -28,6 +28,7 @@ class ReconcilerMetrics(Collector):
     def __init__(self, max_pods: int = 5000) -> None:
         self.max_pods = max_pods
         self.latest = Reconciliation()
+        self._folded: set[tuple[str, str]] = set()
         self.idle_seconds: dict[tuple[str, ...], float] = defaultdict(float)
         self.refusals: dict[tuple[str, ...], float] = defaultdict(float)
         self._last_refused: dict[tuple[str, str], float] = {}
@@ -39,6 +40,7 @@ class ReconcilerMetrics(Collector):
                refused: dict[tuple[str, str], float] | None, now: float | None = None) -> None:
         """Take a new reconciliation; `dt` seconds passed since the previous one."""
         self.latest = rec
+        self._folded = self._fold(rec)
         live = set()
         for p in rec.pods:
             key = self._labels(p)
@@ -66,8 +68,11 @@ class ReconcilerMetrics(Collector):
         self.errors[reason] += 1
 
     # -- collection ------------------------------------------------------------------------
-    def _capped(self) -> set[tuple[str, str]]:
-        rows = sorted(self.latest.pods, key=lambda p: (
+    def _fold(self, rec: Reconciliation) -> set[tuple[str, str]]:
+        """Pods beyond `max_pods` (smallest allocations first) get no series of their own."""
+        if len(rec.pods) <= self.max_pods:
+            return set()
+        rows = sorted(rec.pods, key=lambda p: (
             -((p.allocated.compute or 0.0) if p.allocated else 0.0), p.namespace, p.pod))
         return {(p.namespace, p.pod) for p in rows[self.max_pods:]}
 
@@ -75,12 +80,6 @@ class ReconcilerMetrics(Collector):
         if (p.namespace, p.pod) in self._folded:
             return p.namespace, OTHER, p.tenant, p.queue
         return p.namespace, p.pod, p.tenant, p.queue
-
-    @property
-    def _folded(self) -> set[tuple[str, str]]:
-        if len(self.latest.pods) <= self.max_pods:
-            return set()
-        return self._capped()
 
     def collect(self) -> Iterator[Metric]:
         rec = self.latest
