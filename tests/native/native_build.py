@@ -69,7 +69,9 @@ def build_all(out: Path, sanitized: bool = False, test_hooks: bool = True) -> Bu
         list(pool.map(run, jobs))
     run([cc, *WARN, *opt, "-o", str(out / "drvtest"), str(FAKE / "drvtest.c"), f"-L{out}",
          "-l:libcuda.so.1", f"-Wl,-rpath,{out}", "-ldl"])
-    preload = str(out / "libgpugov.so")
+    # GPUGOV_TEST_LIBRARY runs the tests against another build of the library (e.g. an older
+    # commit's, to see a regression test fail before its fix); the fake driver stays current.
+    preload = os.environ.get("GPUGOV_TEST_LIBRARY") or str(out / "libgpugov.so")
     if sanitized:  # the ASan runtime must come first in the initial library list
         asan = subprocess.run([cc, "-print-file-name=libasan.so"], capture_output=True,
                               text=True, check=True).stdout.strip()
