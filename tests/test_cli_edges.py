@@ -151,11 +151,14 @@ def test_read_only_folder_is_refused(trace: Path, tmp_path: Path) -> None:
 FULL_DISK = """
 import resource, signal, sys
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-resource.setrlimit(resource.RLIMIT_FSIZE, (2000, 2000))  # writes past 2 kB fail (EFBIG)
+resource.setrlimit(resource.RLIMIT_FSIZE, (1000, 1000))  # writes past 1 kB fail (EFBIG)
 from gpugov.cli import app
 sys.argv = ["gpugov", *sys.argv[1:]]
 app()
 """
+QUEUES = ("queues:\n  - {name: online-a, quota: {gpu: 8}}\n  - {name: online-b, quota: {gpu: 8}}\n"
+          "  - {name: batch-a, quota: {gpu: 0}}\n  - {name: batch-b, quota: {gpu: 0}}\n"
+          "priorityClasses:\n  - {name: online, value: 100}\n  - {name: batch, value: 10}\n")
 
 
 def _full_disk(*args: str) -> subprocess.CompletedProcess:
@@ -164,10 +167,13 @@ def _full_disk(*args: str) -> subprocess.CompletedProcess:
 
 
 def test_a_failed_write_leaves_no_partial_folder(trace: Path, tmp_path: Path) -> None:
+    """A full disk (here: a file size limit, the same EFBIG/ENOSPC path) mid-write."""
     out = tmp_path / "run"
-    p = _full_disk("replay", "--out", str(out), "--no-plots")
+    q = write(trace, "q.yaml", QUEUES)
+    p = _full_disk("replay", "--nodes", str(trace / "openb_node_list_gpu_node.csv"), "--jobs",
+                   str(trace / "openb_pod_list_tiny.csv"), "--queues", str(q), "--out", str(out))
     assert p.returncode == 2, p.stderr
-    assert "Traceback" not in p.stderr and p.stderr.count("error:") == 1
+    assert "Traceback" not in p.stderr and p.stderr.count("error:") == 1, p.stderr
     assert not out.exists() and [x.name for x in tmp_path.iterdir()] == ["trace"]
     p = _full_disk("simulate", "--nodes", str(trace / "openb_node_list_gpu_node.csv"), "--pods",
                    str(trace / "openb_pod_list_tiny.csv"), "--seeds", "1", "--policy",
@@ -177,16 +183,19 @@ def test_a_failed_write_leaves_no_partial_folder(trace: Path, tmp_path: Path) ->
 
 
 def test_rerun_into_an_existing_folder_replaces_files_and_removes_stale_plots(
-        tmp_path: Path) -> None:
+        trace: Path, tmp_path: Path) -> None:
     out = tmp_path / "run"
     out.mkdir()
     write(out, "usage_vs_fair_share.png", b"old plot")
     write(out, "mine.txt", "not ours")
-    res = runner.invoke(app, ["replay", "--out", str(out), "--no-plots"])
+    q = write(tmp_path, "q.yaml", QUEUES)
+    res = runner.invoke(app, ["replay", "--nodes", str(trace / "openb_node_list_gpu_node.csv"),
+                              "--jobs", str(trace / "openb_pod_list_tiny.csv"), "--queues",
+                              str(q), "--out", str(out), "--no-plots"])
     assert res.exit_code == 0, res.output
     names = sorted(p.name for p in out.iterdir())
     assert names == ["jobs.csv", "mine.txt", "queues.csv", "snapshot.json", "summary.json"]
-    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["q.yaml", "run", "trace"]
 
 
 # --- item 7: bytes and numbers users actually send ---------------------------------------------

@@ -132,7 +132,7 @@ def _setup(root: Path, kind: str) -> tuple[str, dict[Path, bytes]]:
 
 
 @pytest.mark.parametrize("command", COMMANDS)
-@settings(max_examples=10, deadline=None, derandomize=True,
+@settings(max_examples=8, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.too_slow])
 @given(kind=st.sampled_from(DESTINATIONS))
 def test_every_command_out_is_all_or_nothing(command: str, kind: str) -> None:
