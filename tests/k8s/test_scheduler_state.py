@@ -332,6 +332,24 @@ def test_unready_node_gets_no_new_pods() -> None:
     assert [b.node for b in plan.binds] == ["up"]
 
 
+def test_a_pod_leaving_a_cordoned_node_does_not_reopen_it() -> None:
+    st = make(nodes=1, gpus=2)
+    st.set_pod(pod("a", requests={"cpu": "2"}))
+    (b,) = st.cycle(T0).binds
+    st.bind_result(b, True)
+    bound = pod("a", requests={"cpu": "2"}, node_name="n0", allocation=encode_allocation(b.record))
+    st.set_pod(bound)
+    cordoned = node("n0", gpus=2)
+    cordoned["spec"] = {"unschedulable": True}
+    st.set_node(cordoned)
+    st.set_pod(pod("b"))
+    assert not st.cycle(T0 + 1).binds
+    st.delete_pod("team-a/a")
+    assert not st.cycle(T0 + 2).binds
+    st.set_node(node("n0", gpus=2))  # uncordoned
+    assert [b.name for b in st.cycle(T0 + 3).binds] == ["b"]
+
+
 def test_priority_class_extensions_and_preemption_within_a_queue() -> None:
     st = make(nodes=1, gpus=2, queues=[queue("qa", quota={"gpu": 2})])
     st.set_object("priorityclass", {"metadata": {"name": "low"}, "value": 10})

@@ -266,6 +266,11 @@ class SchedulerState:
             self.dirty = True
             return
         assert self.cp is not None
+        if rec.job.status == RUNNING and any(
+                not self.nodes[self.cp.state.names[a.node]].schedulable
+                for a in rec.job.allocations if self.cp.state.names[a.node] in self.nodes):
+            self.dirty = True  # freeing room on a node that takes no new pods: rebuild
+            return
         self.cp.finish(rec.job)
         self._forget(jname)
 
