@@ -98,13 +98,26 @@ def with_crds(k8s_control_plane):
 
 
 def test_apiserver_accepts_every_converted_object(with_crds):
+    plurals = {"Queue": "queues", "Tenant": "tenants", "PriorityPolicy": "prioritypolicies"}
+    made = []
     for o in crds.config_to_objects(parse_config(CONFIG)):
         if o["kind"] == "PriorityClass":
             continue
         o = {**o, "metadata": {"name": f"crd-ok-{o['metadata']['name']}"}}
-        plural = {"Queue": "queues", "Tenant": "tenants",
-                  "PriorityPolicy": "prioritypolicies"}[o["kind"]]
-        assert _create(with_crds, plural, o) is None
+        spec = dict(o["spec"])
+        for key in ("parent", "queue"):  # keep the renamed tree consistent
+            if key in spec:
+                spec[key] = f"crd-ok-{spec[key]}"
+        o["spec"] = spec
+        assert _create(with_crds, plurals[o["kind"]], o) is None
+        made.append((plurals[o["kind"]], o["metadata"]["name"]))
+
+    async def cleanup() -> None:  # the cluster is shared with other tests
+        async with with_crds.api() as api:
+            for plural, name in reversed(made):
+                await client.CustomObjectsApi(api).delete_cluster_custom_object(
+                    crds.GROUP, crds.VERSION, plural, name)
+    asyncio.run(cleanup())
 
 
 @pytest.mark.parametrize("plural,spec,needle", [

@@ -24,6 +24,7 @@ from gpugov.k8s.devcluster.dev import (
 from gpugov.k8s.webhook import registration
 
 SCOPE = {"gpugov-webhook-e2e": "true"}  # only namespaces with this label reach the webhook
+BROKEN_TENANTS: list[str] = ["warn-me"]  # deleted when the module ends
 
 
 def _configs(cluster, url: str) -> list[dict]:
@@ -51,6 +52,15 @@ def hooked(k8s_control_plane):
             reg = client.AdmissionregistrationV1Api(api)
             await reg.delete_mutating_webhook_configuration(registration.NAME)
             await reg.delete_validating_webhook_configuration(registration.NAME)
+            # the cluster is shared: drop the Tenants these tests made point at missing queues
+            custom = client.CustomObjectsApi(api)
+            for name in BROKEN_TENANTS:
+                try:
+                    await custom.delete_cluster_custom_object(crds.GROUP, crds.VERSION,
+                                                              "tenants", name)
+                except ApiException as exc:
+                    if exc.status != 404:
+                        raise
     asyncio.run(unregister())
 
 
@@ -133,6 +143,7 @@ def test_tenant_pointing_at_a_missing_queue_refuses_with_the_fix(hooked):
                 crds.GROUP, crds.VERSION, "tenants", {
                     "apiVersion": crds.API_VERSION, "kind": "Tenant", "metadata": {"name": ns},
                     "spec": {"namespaces": [ns], "queue": "no-such-queue"}})
+        BROKEN_TENANTS.append(ns)
         return ns, await _create(hooked, ns, _pod("p", {"nvidia.com/gpu": "1"}))
     ns, out = asyncio.run(run())
     assert (f"Tenant '{ns}' sends namespace '{ns}' to queue 'no-such-queue', which does not "
