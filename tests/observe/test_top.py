@@ -45,3 +45,56 @@ def test_frame_lists_problems_without_data() -> None:
 def test_top_needs_a_source() -> None:
     r = CliRunner().invoke(app, ["top", "--once"])
     assert r.exit_code == 2 and "--prometheus" in r.output
+
+
+def _run_in_pty(args: list[str]):  # type: ignore[no-untyped-def]
+    import os
+    import pty
+    import subprocess
+    import sys
+
+    master, slave = pty.openpty()
+    p = subprocess.Popen([sys.executable, "-c", "from gpugov.cli import app; app()", *args],
+                         stdin=slave, stdout=slave, stderr=slave, start_new_session=True,
+                         env={**os.environ, "TERM": "xterm", "COLUMNS": "120"})
+    os.close(slave)
+    return p, master
+
+
+def _read_until(master: int, words: str, timeout: float = 30) -> str:
+    import os
+    import select
+    import time
+
+    out, deadline = b"", time.monotonic() + timeout
+    while words.encode() not in out and time.monotonic() < deadline:
+        ready, _, _ = select.select([master], [], [], 0.2)
+        if ready:
+            try:
+                out += os.read(master, 65536)
+            except OSError:
+                break
+    return out.decode(errors="replace")
+
+
+def test_live_top_refreshes_and_quits_on_q_and_on_ctrl_c(stack) -> None:
+    import os
+    import signal
+
+    for how in ("q", "ctrl-c"):
+        p, master = _run_in_pty(["top", "--prometheus", stack.prom.url, "--interval", "0.5"])
+        try:
+            first = _read_until(master, "Queues")
+            assert "q or Ctrl-C quits" in first and "Queues" in first, first
+            again = _read_until(master, "gpugov top")  # the next frame, drawn in place
+            assert "gpugov top" in again and "\x1b[1A" in again  # cursor up: redrawn
+            if how == "q":
+                os.write(master, b"q")
+            else:
+                p.send_signal(signal.SIGINT)
+            assert p.wait(15) == 0
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+            os.close(master)

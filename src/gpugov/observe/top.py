@@ -57,11 +57,12 @@ def render(snap: Snapshot, max_rows: int = 10) -> RenderableType:
     for off in snap.offenders[:max_rows]:
         o.add_row(f"{off.namespace}/{off.pod}", off.what, off.detail,
                   style="red" if off.what == "leak" else "yellow")
-    parts: list[RenderableType] = [Text(f"gpugov top — {snap.source}", style="bold"), q, d, o]
+    header = Text(f"gpugov top — {snap.source}", style="bold")
+    header.append("   q or Ctrl-C quits", style="dim")
+    parts: list[RenderableType] = [header, q, d, o]
     if snap.problems:
         parts.append(Text("\n".join(f"! {p}" for p in snap.problems[:max_rows]),
                           style="dim"))
-    parts.append(Text("q or Ctrl-C quits", style="dim"))
     return Group(*parts)
 
 
