@@ -204,3 +204,11 @@ def test_a_recycled_pid_is_never_signalled(tmp_path):
     assert proc.popen.poll() is None  # untouched
     procs.stop("sleeper", grace=2)
     assert proc.popen.poll() is not None
+
+
+def test_the_documented_example_cluster_file_loads():
+    from gpugov.k8s.devcluster.cluster_file import node_objects
+
+    path = Path(__file__).resolve().parents[2] / "deploy" / "examples" / "cluster.yaml"
+    names = [n["metadata"]["name"] for n in node_objects(load_cluster_file(path))]
+    assert names == ["h100-0", "h100-1"]
