@@ -106,3 +106,23 @@ def test_dev_up_refuses_a_bad_cluster_file_before_starting_anything(tmp_path):
     assert f"{nodes}: invalid cluster file" in out.stderr
     assert "nodePools[0].model: unknown GPU model 'Z80'" in out.stderr
     assert not (tmp_path / "dev" / "state.json").exists()
+
+
+def test_dev_build_reports_the_cache_and_refuses_clearly_without_go(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from gpugov.cli import app
+    from gpugov.k8s.devcluster import build
+
+    ensure_binaries_or_skip()
+    cached = CliRunner().invoke(app, ["dev", "build"])
+    assert cached.exit_code == 0, cached.output
+    report = json.loads(cached.stdout)
+    assert report["steps_s"] == {} and report["sizes_bytes"]["kube-apiserver"] > 10_000_000
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))  # an empty binary cache
+    monkeypatch.setattr(build, "go_binary", lambda: None)
+    missing = CliRunner().invoke(app, ["dev", "build"])
+    assert missing.exit_code == 2
+    assert "Go is not installed: gpugov builds kube-apiserver, etcd and kwok from their Go " \
+        "modules" in missing.output
