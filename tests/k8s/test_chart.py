@@ -194,3 +194,34 @@ def test_rendered_rbac_is_the_rules_file(helm):
     assert lease_role["metadata"] == {**lease_role["metadata"], "name": "gpugov-scheduler",
                                       "namespace": NS}
     assert lease_role["rules"] == rules["scheduler"]["namespaceRules"]
+
+
+def test_scheduler_kubeconfig_works_with_a_mounted_token(helm, k8s_control_plane, tmp_path):
+    """The chart's kubeconfig ConfigMap (tokenFile + CA file of the pod's ServiceAccount),
+    with those files placed here, authenticates the scheduler's real token."""
+    cluster = k8s_control_plane
+    cm = next(d for d in render(helm) if d["kind"] == "ConfigMap" and
+              d["metadata"]["name"] == "gpugov-kubeconfig")
+    text = cm["data"]["kubeconfig"]
+    sa_kc = yaml.safe_load(asyncio.run(cluster.component_kubeconfig(
+        "scheduler", "gpugov-chart-kc")).read_text())
+    (tmp_path / "token").write_text(sa_kc["users"][0]["user"]["token"])
+    (tmp_path / "ca.crt").write_bytes((cluster.workdir / "pki" / "ca.crt").read_bytes())
+    text = text.replace("/var/run/secrets/kubernetes.io/serviceaccount", str(tmp_path))
+    text = text.replace("https://kubernetes.default.svc", cluster.server)
+    path = tmp_path / "kubeconfig"
+    path.write_text(text)
+
+    async def status(call) -> int:
+        try:
+            await call
+            return 200
+        except ApiException as exc:
+            return exc.status
+
+    async def run() -> tuple[int, int]:
+        async with api_client(path) as api:
+            core = client.CoreV1Api(api)
+            return (await status(core.list_node()),
+                    await status(core.list_secret_for_all_namespaces()))
+    assert asyncio.run(run()) == (200, 403)  # authenticated as the scheduler, not more
