@@ -79,3 +79,25 @@ def test_json_into_a_missing_folder_exits_2(fake, tmp_path: Path) -> None:
     code, text = _verify("--cuda-lib", str(fake.dir), "--library", "none",
                          "--json", str(tmp_path / "no" / "r.json"))
     assert code == 2 and "does not exist" in text
+
+
+@pytest.mark.parametrize("cuda_gib, status", [(80, "fail"), (30, "pass")])
+def test_mig_boundary_fails_when_cuda_sees_more_than_the_instance(fake, tmp_path: Path,
+                                                                  monkeypatch, cuda_gib,
+                                                                  status) -> None:
+    """MIG on (one 3g.40gb instance): CUDA showing the whole 80 GiB card means the container
+    is not confined to its instance; a device no larger than the instance passes."""
+    conf = tmp_path / "nvml.conf"
+    conf.write_text("driver 550.107.02 12040\n"
+                    "device GPU-00000000-1111-2222-3333-000000000000 0x20B210DE "
+                    "00000000:10:00.0 81920 NVIDIA A100-SXM4-80GB\n"
+                    "mig-mode 0 1\ngi 0 9 0\n")
+    (tmp_path / "nvml.events").touch()
+    monkeypatch.setenv("FAKE_NVML_CONFIG", str(conf))
+    monkeypatch.setenv("FAKE_NVML_EVENTS", str(tmp_path / "nvml.events"))
+    monkeypatch.setenv("FAKECUDA_MEM_BYTES", str(cuda_gib << 30))
+    out = tmp_path / "verify.json"
+    _verify("--cuda-lib", str(fake.dir), "--library", str(fake.lib), "--json", str(out))
+    mig = next(c for c in json.loads(out.read_text())["claims"] if c["name"] == "mig-boundary")
+    assert mig["status"] == status, mig
+    assert f"shows {cuda_gib * 1024} MiB" in mig["evidence"] and "40192 MiB" in mig["evidence"]
