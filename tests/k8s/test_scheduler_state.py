@@ -350,6 +350,36 @@ def test_a_pod_leaving_a_cordoned_node_does_not_reopen_it() -> None:
     assert [b.name for b in st.cycle(T0 + 3).binds] == ["b"]
 
 
+def test_node_selectors_are_honoured_or_refused_never_ignored() -> None:
+    st = SchedulerState()
+    st.set_node(node("a100", gpus=1))
+    st.set_node(node("h100", gpus=1, product="NVIDIA-H100-80GB-HBM3"))
+    st.set_object("queue", queue("qa"))
+    on_h100 = pod("on-h100")
+    on_h100["spec"]["nodeSelector"] = {names.PRODUCT_LABEL: "NVIDIA-H100-80GB-HBM3"}
+    everywhere = pod("linux")
+    everywhere["spec"]["nodeSelector"] = {"kubernetes.io/os": "linux"}
+    for n in ("a100", "h100"):
+        obj = node(n, gpus=1, product="NVIDIA-H100-80GB-HBM3" if n == "h100"
+                   else "NVIDIA-A100-SXM4-80GB")
+        obj["metadata"]["labels"]["kubernetes.io/os"] = "linux"
+        st.set_node(obj)
+    pinned = pod("pinned")
+    pinned["spec"]["nodeSelector"] = {"kubernetes.io/hostname": "a100"}
+    affine = pod("affine")
+    affine["spec"]["affinity"] = {"nodeAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": []}}}
+    for p in (on_h100, everywhere, pinned, affine):
+        st.set_pod(p)
+    plan = st.cycle(T0)
+    assert {b.name: b.node for b in plan.binds} == {"on-h100": "h100", "linux": "a100"}
+    msgs = {c.name: c.message for c in plan.conditions}
+    assert "nodeSelector {'kubernetes.io/hostname': 'a100'} excludes 2 of the 2 nodes" \
+        in msgs["pinned"]
+    assert "nodeAffinity (required) is not evaluated" in msgs["affine"]
+    assert "--node-selector" in msgs["pinned"]
+
+
 def test_priority_class_extensions_and_preemption_within_a_queue() -> None:
     st = make(nodes=1, gpus=2, queues=[queue("qa", quota={"gpu": 2})])
     st.set_object("priorityclass", {"metadata": {"name": "low"}, "value": 10})

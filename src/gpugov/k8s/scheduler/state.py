@@ -97,6 +97,11 @@ class Plan:
         return not (self.binds or self.evictions or self.conditions or self.queue_status)
 
 
+_INSTEAD = ("give gpugov its own node pool (`gpugov scheduler --node-selector`), ask for GPU "
+            "models with the gpugov.io/model annotation or an nvidia.com/gpu.product "
+            "nodeSelector, or use extender mode (kube-scheduler evaluates them)")
+
+
 def condition_message(code: str, detail: str) -> str:
     """The PodScheduled=False message: gpugov's reason code first, then the words."""
     return f"gpugov: {code}" + (f": {detail}" if detail else "")
@@ -144,10 +149,12 @@ class SchedulerState:
         self._job_seq = 0
         self.version = 0  # bumped by every node or pod event (readers cache on it)
         self._preq: dict[str, tuple[PodInfo, int, PodRequest]] = {}
+        self._selectors: dict[tuple, str] = {}  # nodeSelector -> problem ("" = none)
 
     # -- watch events ------------------------------------------------------------------------
     def set_node(self, obj: dict[str, Any]) -> None:
         self.version += 1
+        self._selectors.clear()
         labels = (obj.get("metadata") or {}).get("labels") or {}
         if any(labels.get(k) != v for k, v in self.node_selector.items()):
             self.delete_node((obj.get("metadata") or {}).get("name", ""))
@@ -162,6 +169,7 @@ class SchedulerState:
 
     def delete_node(self, name: str) -> None:
         self.version += 1
+        self._selectors.clear()
         if self.nodes.pop(name, None) is not None:
             self.dirty = True
 
@@ -503,6 +511,10 @@ class SchedulerState:
             if info.error:
                 self._condition(plan, info, INVALID, info.error)
                 continue
+            why = self._selector_problem(info)
+            if why:
+                self._condition(plan, info, INVALID, why)
+                continue
             leaf, code, detail = self._leaf(info)
             if leaf is None:
                 self._condition(plan, info, code, detail)
@@ -517,6 +529,27 @@ class SchedulerState:
                 self.job_of[key] = key
         for gkey, members in sorted(groups.items()):
             self._submit_group(plan, gkey, sorted(members, key=lambda p: (p.created, p.key)))
+
+    def _selector_problem(self, info: PodInfo) -> str:
+        """Node constraints the engine cannot evaluate per pod yet: a nodeSelector is
+        accepted when every node gpugov uses satisfies it (it changes nothing), refused
+        otherwise — a pod is never placed against its constraints."""
+        if info.node_affinity:
+            return ("spec.affinity.nodeAffinity (required) is not evaluated by gpugov's "
+                    "scheduler yet (planned); " + _INSTEAD)
+        if not info.node_selector:
+            return ""
+        why = self._selectors.get(info.node_selector)
+        if why is None:
+            sel = dict(info.node_selector)
+            bad = [n.name for n in self.nodes.values()
+                   if any(dict(n.labels).get(k) != v for k, v in sel.items())]
+            why = "" if not bad else (
+                f"nodeSelector {sel} excludes {len(bad)} of the {len(self.nodes)} nodes "
+                f"(e.g. {bad[0]}); gpugov's scheduler does not filter nodes by label per pod "
+                f"yet (planned); " + _INSTEAD)
+            self._selectors[info.node_selector] = why
+        return why
 
     def _submit_group(self, plan: Plan, gkey: str, members: list[PodInfo]) -> None:
         cp = self.cp

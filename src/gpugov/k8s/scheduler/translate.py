@@ -10,6 +10,7 @@ they come back with an `error` that names the object, the field and the value.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -91,6 +92,7 @@ class NodeInfo:
     uuids: tuple[str, ...]
     schedulable: bool
     error: str = ""
+    labels: tuple[tuple[str, str], ...] = ()
 
     @property
     def name(self) -> str:
@@ -119,7 +121,7 @@ def node_info(obj: dict[str, Any]) -> NodeInfo:
                 for c in status.get("conditions") or [])
     schedulable = ready and not (obj.get("spec") or {}).get("unschedulable", False)
     spec = NodeSpec(name, max(cpu, 0), max(mem, 0), max(gpus, 0), model if gpus > 0 else "")
-    return NodeInfo(spec, card, uuids, schedulable, error)
+    return NodeInfo(spec, card, uuids, schedulable, error, tuple(sorted(labels.items())))
 
 
 def _node_model(meta: dict[str, Any], labels: dict[str, str],
@@ -177,6 +179,8 @@ class PodInfo:
     queue_annotated: bool = False  # the webhook named the queue (else: from the Tenants)
     trust_annotated: bool = False
     source: tuple = ()  # (annotations, containers, group) it was translated from
+    node_selector: tuple[tuple[str, str], ...] = ()  # beyond the GPU product (-> models)
+    node_affinity: bool = False  # a required node affinity (not evaluated yet)
     allocation_text: str | None = None
 
     def resolve(self, tenants: dict[str, tuple[str, TrustTier]]) -> None:
@@ -280,6 +284,19 @@ def pod_info(obj: dict[str, Any], tenants: dict[str, tuple[str, TrustTier]],
                   for c in status.get("conditions") or []}
     phase = status.get("phase", "")
     terminating = bool(meta.get("deletionTimestamp"))
+    selector = dict(spec.get("nodeSelector") or {})
+    product = selector.pop(names.PRODUCT_LABEL, None)
+    if product is not None:
+        model, profile = model_from_product_label(product)
+        if profile is not None:
+            pass  # MIG single strategy: `translate` already restricted the models
+        elif model is not None and request is not None and \
+                (not request.models or model in request.models):
+            request = dataclasses.replace(request, models=(model,))  # placed by GPU model
+        else:
+            selector[names.PRODUCT_LABEL] = product  # checked like any other label
+    affinity = bool(((spec.get("affinity") or {}).get("nodeAffinity") or {})
+                    .get("requiredDuringSchedulingIgnoredDuringExecution"))
     return PodInfo(
         key=f"{ns}/{name}", namespace=ns, name=name, uid=meta.get("uid", ""),
         created=parse_time(meta.get("creationTimestamp")), node=spec.get("nodeName") or "",
@@ -291,7 +308,8 @@ def pod_info(obj: dict[str, Any], tenants: dict[str, tuple[str, TrustTier]],
         error="; ".join(errors), conditions=conditions,
         queue_annotated=names.ANN_QUEUE in ann, trust_annotated=bool(trust_text),
         source=(_stable(ann), spec.get("containers"), labels.get(names.PODGROUP_LABEL)),
-        allocation_text=ann.get(names.ANN_ALLOCATION))
+        allocation_text=ann.get(names.ANN_ALLOCATION),
+        node_selector=tuple(sorted(selector.items())), node_affinity=affinity)
 
 
 _RECORDS = (names.ANN_ALLOCATION, "gpugov.io/allocated")
