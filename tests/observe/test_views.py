@@ -152,3 +152,10 @@ def test_a_shared_device_without_per_pod_numbers_is_unknown_not_idle() -> None:
         assert row.used.memory_bytes == 1024 * MIB
         assert row.idle_compute == 0.0  # unknown is never billed as idle
         assert row.efficiency("compute") is None
+
+
+@pytest.mark.parametrize("phase", ["Succeeded", "Failed"])
+def test_finished_pods_are_in_no_view(phase) -> None:
+    p = pod("done", phase=phase, request={"count": 1}, devices=[device("GPU-1")])
+    rec = _join([p], [node("node-1", ["GPU-1"])], [])
+    assert rec.pods == [] and rec.devices == [] and rec.queues == []

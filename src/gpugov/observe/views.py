@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -230,7 +229,8 @@ def _gpu_limit(pod: Mapping[str, Any]) -> int:
 
 
 def pod_record(pod: Mapping[str, Any]) -> PodRecord | None:
-    """One pod's declared and allocated views; None for pods that involve no GPU at all.
+    """One pod's declared and allocated views; None for pods that involve no GPU at all and
+    for finished pods (Succeeded, Failed: they hold nothing and ask for nothing any more).
 
     Never raises on a malformed pod: what cannot be read is left out and said in `problems`.
     """
@@ -238,6 +238,8 @@ def pod_record(pod: Mapping[str, Any]) -> PodRecord | None:
     ann = meta.get("annotations") or {}
     ns, name = str(meta.get("namespace", "")), str(meta.get("name", ""))
     phase = str((pod.get("status") or {}).get("phase", "Unknown"))
+    if phase in ("Succeeded", "Failed"):
+        return None
     node = (pod.get("spec") or {}).get("nodeName") or None
     problems: list[str] = []
     declared: Amount | None = None
@@ -459,6 +461,3 @@ def reconcile(pods: Iterable[PodRecord], nodes: Iterable[NodeRecord],
     out.devices = _device_rows(pods, node_map, out.problems)
     return out
 
-
-def finite(x: float | None) -> bool:
-    return x is not None and math.isfinite(x)
