@@ -13,6 +13,8 @@ class PodRequest:
 
     `gpu_milli` is per device (1000 = a whole GPU); a sharing pod has `gpu_count == 1`
     and `0 < gpu_milli < 1000`. `models` empty means any GPU model is acceptable.
+    `gpu_memory_mib` is the GPU memory needed on each device (0 = not asked, as in the
+    openb traces); a whole-GPU pod holds all of its devices' memory whatever it asks.
     """
 
     name: str
@@ -21,9 +23,10 @@ class PodRequest:
     gpu_count: int = 0
     gpu_milli: int = 0
     models: tuple[str, ...] = ()
+    gpu_memory_mib: int = 0
 
     def __post_init__(self) -> None:
-        for field in ("cpu_milli", "memory_mib", "gpu_count", "gpu_milli"):
+        for field in ("cpu_milli", "memory_mib", "gpu_count", "gpu_milli", "gpu_memory_mib"):
             if getattr(self, field) < 0:
                 raise ValueError(f"{field} must be >= 0, got {getattr(self, field)}")
         if self.gpu_milli > MILLI_PER_GPU:
@@ -37,6 +40,11 @@ class PodRequest:
             raise ValueError(
                 f"gpu_count={self.gpu_count} and gpu_milli={self.gpu_milli} disagree: "
                 "both must be 0 for a CPU-only pod, or both positive"
+            )
+        if self.gpu_memory_mib and not self.gpu_count:
+            raise ValueError(
+                f"gpu_memory_mib={self.gpu_memory_mib} needs a GPU: a CPU-only pod asks for "
+                "no GPU memory"
             )
 
     @property
@@ -55,11 +63,16 @@ class PodRequest:
 
 @dataclass(frozen=True, slots=True)
 class Allocation:
-    """Where a request landed: a node index and, per device, the milli taken."""
+    """Where a request landed: a node index and, per device, the milli and GPU memory taken.
+
+    `memory_mib` is what a sharing pod holds on its device; a whole-GPU pod holds all of its
+    devices' memory, whatever this field says (the state charges the device's capacity).
+    """
 
     node: int
     devices: tuple[int, ...]
     milli: int
+    memory_mib: int = 0
 
     @property
     def total_gpu_milli(self) -> int:

@@ -58,8 +58,20 @@ class Policy(ABC):
         if not req.is_gpu:
             return ()
         if req.is_sharing:
-            return (best_fit_device(state.gpu_free[node], req.gpu_milli),)
+            return (best_fit_device(state.gpu_free[node], req.gpu_milli,
+                                    state.device_fits(req, node)),)
+        return lowest_fitting_devices(state, req, node)
+
+
+def lowest_fitting_devices(state: ClusterState, req: PodRequest, node: int) -> tuple[int, ...]:
+    """The lowest-index fully free devices of `node` for a whole-GPU request (with enough
+    memory when the request names it)."""
+    if not req.gpu_memory_mib:
         return lowest_free_devices(state.gpu_free[node], req.gpu_count)
+    idx = np.flatnonzero(state.device_fits(req, node))[:req.gpu_count]
+    if len(idx) < req.gpu_count:
+        raise ValueError(f"needs {req.gpu_count} free devices, node has {len(idx)}")
+    return tuple(int(i) for i in idx)
 
 
 def lowest_free_devices(free: np.ndarray, count: int) -> tuple[int, ...]:
@@ -70,11 +82,13 @@ def lowest_free_devices(free: np.ndarray, count: int) -> tuple[int, ...]:
     return tuple(int(i) for i in idx)
 
 
-def best_fit_device(free: np.ndarray, milli: int) -> int:
-    """The device with the least free milli still >= `milli` (lowest index on ties)."""
-    masked = np.where(free >= milli, free, np.iinfo(np.int64).max)
+def best_fit_device(free: np.ndarray, milli: int, fits: np.ndarray | None = None) -> int:
+    """The device with the least free milli still >= `milli` (lowest index on ties);
+    `fits` narrows the candidates further (e.g. to devices with enough GPU memory)."""
+    ok = free >= milli if fits is None else fits
+    masked = np.where(ok, free, np.iinfo(np.int64).max)
     i = int(masked.argmin())
-    if free[i] < milli:
+    if not ok[i]:
         raise ValueError(f"no device with {milli} milli free")
     return i
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from gpugov.model.catalog import MILLI_PER_GPU
 from gpugov.model.cluster import ClusterState
 from gpugov.model.request import Allocation, PodRequest
 from gpugov.placement.base import Policy
@@ -59,7 +60,7 @@ class Placer:
         """Policy scores of `nodes` (all feasible for `req`), served from cache when fresh."""
         if not self.policy.cacheable:
             return self.policy.score(self.state, req, nodes)
-        key = typical_key(req)
+        key = (typical_key(req), req.gpu_memory_mib)
         cache = self._caches.get(key)
         if cache is None:
             cache = _ScoreCache(len(self.state))
@@ -94,7 +95,7 @@ class Placer:
             key = s * len(self.state) + self._tiebreak[nodes]
             node = int(nodes[int(key.argmax())])
         devices = self.policy.choose_devices(self.state, req, node)
-        return Decision(Allocation(node, devices, req.gpu_milli if devices else 0))
+        return Decision(allocation_for(self.state, req, node, devices))
 
     def place(self, req: PodRequest) -> Decision:
         """Decide and commit."""
@@ -102,3 +103,15 @@ class Placer:
         if decision.allocation is not None:
             self.state.allocate(req, decision.allocation)
         return decision
+
+
+def allocation_for(state: ClusterState, req: PodRequest, node: int,
+                   devices: tuple[int, ...]) -> Allocation:
+    """The allocation of `req` on `devices` of `node`: milli and GPU memory per device (a
+    whole GPU holds its device's memory)."""
+    if not devices:
+        return Allocation(node, (), 0)
+    memory = req.gpu_memory_mib
+    if req.gpu_milli >= MILLI_PER_GPU:
+        memory = int(state.gpu_mem_cap[node, devices[0]])
+    return Allocation(node, devices, req.gpu_milli, memory)

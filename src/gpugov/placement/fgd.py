@@ -12,7 +12,7 @@ import numpy as np
 from gpugov.model.catalog import MILLI_PER_GPU
 from gpugov.model.cluster import ClusterState
 from gpugov.model.request import PodRequest
-from gpugov.placement.base import Policy, lowest_free_devices, truncate
+from gpugov.placement.base import Policy, lowest_fitting_devices, truncate
 
 
 class FgdPolicy(Policy):
@@ -28,7 +28,7 @@ class FgdPolicy(Policy):
         cpu_after = state.cpu_free[nodes] - req.cpu_milli
         models = state.model_idx[nodes]
         if req.is_sharing:
-            rows, cols = np.nonzero(free >= req.gpu_milli)
+            rows, cols = np.nonzero(state.device_fits(req, nodes))
             cand = free[rows].copy()
             cand[np.arange(len(rows)), cols] -= req.gpu_milli
             after = model.node_frag(cand, cpu_after[rows], models[rows])
@@ -46,7 +46,7 @@ class FgdPolicy(Policy):
         after_free = free.copy()
         if req.is_gpu:
             # whole GPUs: the k lowest-index fully free devices become empty
-            full = after_free == MILLI_PER_GPU
+            full = state.device_fits(req, nodes)
             taken = full & (np.cumsum(full, axis=1) <= req.gpu_count)
             after_free[taken] = 0
         after = model.node_frag(after_free, cpu_after, models)
@@ -65,4 +65,4 @@ class FgdPolicy(Policy):
             return (int(self._scores(state, req, np.array([node]))[1][0]),)
         if not req.is_gpu:
             return ()
-        return lowest_free_devices(state.gpu_free[node], req.gpu_count)
+        return lowest_fitting_devices(state, req, node)

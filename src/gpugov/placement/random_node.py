@@ -6,7 +6,7 @@ import numpy as np
 
 from gpugov.model.cluster import ClusterState
 from gpugov.model.request import PodRequest
-from gpugov.placement.base import Policy, lowest_free_devices
+from gpugov.placement.base import Policy, lowest_fitting_devices
 
 
 class RandomPolicy(Policy):
@@ -22,8 +22,8 @@ class RandomPolicy(Policy):
 
     def choose_devices(self, state: ClusterState, req: PodRequest, node: int) -> tuple[int, ...]:
         if req.is_sharing:
-            fitting = np.flatnonzero(state.gpu_free[node] >= req.gpu_milli)
+            fitting = np.flatnonzero(state.device_fits(req, node))
             return (int(fitting[int(self.ctx.rng.integers(len(fitting)))]),)
         if not req.is_gpu:
             return ()
-        return lowest_free_devices(state.gpu_free[node], req.gpu_count)
+        return lowest_fitting_devices(state, req, node)
