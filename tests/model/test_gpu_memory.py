@@ -11,9 +11,9 @@ from hypothesis import strategies as st
 from gpugov.model.catalog import CATALOG
 from gpugov.model.cluster import ClusterState, NodeSpec
 from gpugov.model.request import Allocation, PodRequest
+from gpugov.placement.base import PolicyContext
 from gpugov.placement.engine import Placer
 from gpugov.placement.fragmentation import FragmentationModel, TypicalPods
-from gpugov.placement.base import PolicyContext
 from gpugov.placement.registry import POLICIES
 
 GIB = 1024
@@ -136,7 +136,7 @@ def test_no_device_memory_is_ever_overcommitted(reqs: list[PodRequest], name: st
             assert (s.gpu_mem_cap[a.node, list(a.devices)] >= req.gpu_memory_mib).all()
     # recompute the memory held per device from the allocations alone
     held = np.zeros_like(s.gpu_mem_cap)
-    for req, a in placed:
+    for _req, a in placed:
         for dev in a.devices:
             held[a.node, dev] += s.gpu_mem_cap[a.node, dev] if a.milli == 1000 else a.memory_mib
     assert (held == s.gpu_mem_cap - s.gpu_mem_free).all()
