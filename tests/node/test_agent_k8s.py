@@ -1,6 +1,7 @@
 """The node agent on the fake NVML against the real kube-apiserver: GFD labels and the
 inventory annotation published, a MIG layout applied and one refused (GPU busy), XID ->
-unhealthy -> healthy, bypass reported as an Event, bad input reported without a crash."""
+unhealthy -> healthy, bypass and zombie memory reported as Events, bad input reported without
+a crash."""
 
 from __future__ import annotations
 
@@ -75,11 +76,12 @@ def agent_setup(k8s_control_plane, node, open_nvml, sleepers, tmp_path):
                                 "nvidia.com/mig-9g.1gb.count": "1", "team": "ml",
                                 "nvidia.com/gpu.deploy.device-plugin": "true"}}}])
     busy, accounted, bypass = sleepers.start(), sleepers.start(), sleepers.start()
+    gone = sleepers.dead_pid()
     node.gpu(A100_80, "cc 8 0", "power 60000 400000")
     node.gpu(A100_80, "cc 8 0", "mig-mode 1", "gi 0 0", f"proc {busy} {4 * GiB} 0",
              "power 60000 400000")
     node.gpu(H100_80, "cc 9 0", f"proc {accounted} {GiB}", f"proc {bypass} {2 * GiB}",
-             "power 60000 700000")
+             f"proc {gone} {GiB}", "power 60000 700000")
     write_region(tmp_path / "regions" / f"team-a_trainer-0_{UID}" / "region", [8 * GiB], [25],
                  [SlotSpec(accounted, start_ticks(accounted), [GiB])])
     (tmp_path / "mig.yaml").write_text(CONFIG)
@@ -87,11 +89,11 @@ def agent_setup(k8s_control_plane, node, open_nvml, sleepers, tmp_path):
     clock = Clock()
     source = NvmlDeviceSource(nv, HealthTracker(nv, recovery_s=60, clock=clock))
     cfg = AgentConfig(name, tmp_path / "mig.yaml", tmp_path / "regions", drain_grace_s=0)
-    return k8s_control_plane, name, source, cfg, clock, node, bypass
+    return k8s_control_plane, name, source, cfg, clock, node, (bypass, gone)
 
 
 def test_agent_publishes_applies_mig_and_tracks_health(agent_setup):
-    cluster, name, source, cfg, clock, fake, bypass = agent_setup
+    cluster, name, source, cfg, clock, fake, (bypass, gone) = agent_setup
 
     async def scenario() -> None:
         async with cluster.api() as api:
@@ -117,8 +119,13 @@ def test_agent_publishes_applies_mig_and_tracks_health(agent_setup):
                 ("H100-SXM5-80GB", DeviceMode.EXCLUSIVE)]
             assert inv.power_budget_w == 1500.0 and all(d.healthy for d in inv.devices)
             # bypass: a process on the shared H100 that no region accounts for
-            assert any(r == "GpuMemoryBypass" and f"PID {bypass}" in m
-                       for r, m in await _events(api, name))
+            events = await _events(api, name)
+            assert any(r == "GpuMemoryBypass" and f"PID {bypass} " in m for r, m in events)
+            # zombie: memory NVML still lists for a process that is gone
+            assert any(r == "GpuMemoryZombie" and f"PID {gone} " in m for r, m in events)
+            assert [r for r, _ in events].count("GpuMemoryBypass") == 1
+            await agent.check_memory()  # a finding is reported once, not every round
+            assert [r for r, _ in await _events(api, name)].count("GpuMemoryBypass") == 1
 
             # MIG: GPU 0 is idle and changes; GPU 1 runs a process and is refused
             await _label(api, name, "nvidia.com/mig.config", "mixed")
