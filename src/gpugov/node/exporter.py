@@ -23,10 +23,10 @@ from prometheus_client.registry import Collector
 
 from gpugov.node import metric_names as mn
 from gpugov.node.detect import Findings, detect, nvml_pids
-from gpugov.node.nvml.discovery import catalog_model, discover
+from gpugov.node.nvml.discovery import GpuInfo, catalog_model, discover
 from gpugov.node.nvml.health import DEFAULT_RECOVERY_S, HealthTracker
 from gpugov.node.nvml.library import Nvml
-from gpugov.node.nvml.samples import sample_all
+from gpugov.node.nvml.samples import DeviceSample, sample_all
 from gpugov.node.pod_regions import PodRegion, scan
 from gpugov.node.procs import ProcTable
 
@@ -56,6 +56,8 @@ class NodeCollector(Collector):
         self._nvml_errors_seen: Counter[str] = Counter()
         self._lock = threading.Lock()
         self.last_findings = Findings()
+        self._discovery_key: tuple | None = None
+        self._topo: dict[int, GpuInfo] = {}
 
     def _count_nvml_errors(self) -> None:
         new = self.nvml.errors - self._nvml_errors_seen
@@ -72,6 +74,16 @@ class NodeCollector(Collector):
                 self.errors["scrape_failed"] += 1
                 yield self._errors_metric()
 
+    def _discovery(self, samples: list[DeviceSample]) -> dict[int, GpuInfo]:
+        """Discovery (names, models, MIG profiles) is re-read only when the set of GPUs or
+        of their MIG instances changed since the last scrape: it is the costly part."""
+        key = tuple((s.index, s.uuid, tuple(sorted(m.gi_id for m in s.mig)))
+                    for s in samples if not s.lost)
+        if key != self._discovery_key:
+            self._topo = {g.index: g for g in discover(self.nvml).gpus}
+            self._discovery_key = key
+        return self._topo
+
     def _errors_metric(self) -> Metric:
         m = CounterMetricFamily(mn.EXPORTER_ERRORS, "Errors of the exporter by reason",
                                 labels=["reason"])
@@ -82,7 +94,7 @@ class NodeCollector(Collector):
     def _collect(self) -> Iterator[Metric]:
         self.health.poll()
         samples = sample_all(self.nvml)
-        topo = {g.index: g for g in discover(self.nvml).gpus}
+        topo = self._discovery(samples)
         regions, problems = scan(self.cfg.regions)
         for p in problems:
             self.errors[p.reason] += 1

@@ -173,9 +173,13 @@ def read_start_ticks(path: str | Path) -> dict[int, int]:
     if len(data) != region.size:
         raise RegionError(f"{path}: {len(data)} bytes, layout needs {region.size}")
     s = lay.structs["gg_slot"]
+    state_at, start_at = s.fields["state"].offset, s.fields["start_ticks"].offset
+    active = lay.constants["GG_SLOT_ACTIVE"]
+    u32, u64 = struct.Struct("<I"), struct.Struct("<Q")
     out: dict[int, int] = {}
+    base0 = region.fields["slots"].offset
     for i in range(region.fields["slots"].count):
-        base = region.fields["slots"].offset + i * s.size
-        if _get(data, base, s.fields["state"])[0] == lay.constants["GG_SLOT_ACTIVE"]:
-            out[i] = _get(data, base, s.fields["start_ticks"])[0]
+        base = base0 + i * s.size
+        if u32.unpack_from(data, base + state_at)[0] == active:
+            out[i] = u64.unpack_from(data, base + start_at)[0]
     return out
