@@ -1039,7 +1039,8 @@ def node_exporter_cmd(
     listen: str = typer.Option("0.0.0.0:9400", "--listen", help="HOST:PORT to serve /metrics"),
     regions: Path | None = typer.Option(None, "--regions", help="the device plugin's regions "
                                         "folder (<state>/regions); omit: no per-pod metrics"),
-    hostname: str = typer.Option("", "--hostname", help="Hostname label (default: this host)"),
+    hostname: str = typer.Option("", "--hostname", help="Hostname label (default: $NODE_NAME, "
+                                 "else this host)"),
     recovery_s: float = typer.Option(300.0, "--recovery-seconds",
                                      help="a GPU is healthy again this long after its last XID"),
     nvml_library: Path | None = typer.Option(None, "--nvml-library", help="libnvidia-ml.so.1 "
