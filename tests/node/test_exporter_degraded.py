@@ -64,3 +64,10 @@ def test_listen_address_is_checked():
             assert "expected HOST:PORT" in str(e)
         else:
             raise AssertionError(bad)
+
+
+def test_hostname_label_defaults_to_the_node_name(node, open_nvml, monkeypatch):
+    node.gpu(A100_80)
+    monkeypatch.setenv("NODE_NAME", "gpu-node-7")
+    m = scrape(NodeCollector(open_nvml(node), ExporterConfig()))
+    assert {s[0]["Hostname"] for s in m["gpugov_device_healthy"]} == {"gpu-node-7"}

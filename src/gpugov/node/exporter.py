@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import socket
 import threading
 from collections import Counter
@@ -50,7 +51,9 @@ class NodeCollector(Collector):
     def __init__(self, nvml: Nvml, cfg: ExporterConfig) -> None:
         self.nvml = nvml
         self.cfg = cfg
-        self.hostname = cfg.hostname or socket.gethostname()
+        # DaemonSet pods get NODE_NAME from the downward API; a pod's own hostname is the
+        # pod name, which would not join the node's other series
+        self.hostname = cfg.hostname or os.environ.get("NODE_NAME") or socket.gethostname()
         self.health = HealthTracker(nvml, cfg.recovery_s)
         self.errors: Counter[str] = Counter()
         self._nvml_errors_seen: Counter[str] = Counter()
