@@ -29,7 +29,8 @@ SCENARIOS = {
                 "xfreeasync:4", "graphmem:1Mi", "capture:1Mi", "free:5", "free:6",
                 "setlimit:2:1Mi", "setlimit:2:0", "legacy:array", "arrayfmt:8:8:0x99",
                 "launchv:grid:20:50", "launchv:multi:20:50", "pattern:loop4:0.3",
-                "pattern:random:0.3"],
+                "pattern:random:0.3", "graphnode:1Mi", "graphclone:7", "graphexec:7", "free:7",
+                "free:8", "graphtrim", "graphnode1:1Mi", "free:9"],
 }
 
 
