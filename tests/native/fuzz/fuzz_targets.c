@@ -52,10 +52,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 #ifdef FUZZ_REGION
 static char path[64];
 
+static void remove_region(void) { unlink(path); }
+
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
     (void)argc;
     (void)argv;
     snprintf(path, sizeof(path), "/tmp/gpugov-fuzz-region-%d", (int)getpid());
+    atexit(remove_region);
     gg_log_level = -1; /* quiet: refusals are expected */
     return 0;
 }
