@@ -48,10 +48,15 @@ def _setup(cluster) -> str:  # noqa: ANN001
         ns = await cluster.unique_namespace("obs")
         await install_crds(cluster.kubeconfig)
         async with cluster.api() as api:  # a Queue object: its quota is the declared view
-            await client.CustomObjectsApi(api).create_cluster_custom_object(
-                "gpugov.io", "v1alpha1", "queues",
-                {"apiVersion": "gpugov.io/v1alpha1", "kind": "Queue",
-                 "metadata": {"name": f"{ns}-q"}, "spec": {"quota": {"gpu": 2}}})
+            custom = client.CustomObjectsApi(api)
+            for name, spec in ((f"{ns}-q", {"quota": {"gpu": 2}}),
+                               # another team's broken Queue must not hide ours
+                               (f"{ns}-orphan", {"parent": f"{ns}-gone",
+                                                 "quota": {"gpu": 1}})):
+                await custom.create_cluster_custom_object(
+                    "gpugov.io", "v1alpha1", "queues",
+                    {"apiVersion": "gpugov.io/v1alpha1", "kind": "Queue",
+                     "metadata": {"name": name}, "spec": spec})
         objs = [pod("annotated", ns=ns, node=NODE, queue=f"{ns}-q", tenant="t-obs",
                     request={"count": 1, "milli": 500, "memoryMiB": 40960},
                     devices=[device("GPU-obs-0", 0, "soft", 500, 40960)]),
@@ -126,6 +131,7 @@ def test_reconcile_serves_cluster_views_while_prometheus_is_down(k8s_control_pla
     assert f"Prometheus at http://127.0.0.1:{dead} is unreachable" in text
     assert f"pod {ns}/plain has no gpugov.io/request annotation" in text
     assert text.count(f"pod {ns}/plain has no") == 1  # said once, not every cycle
+    assert f"queue tree '{ns}-orphan' left out" in text
 
 
 def test_top_once_reads_the_cluster_directly(k8s_control_plane, tmp_path):

@@ -159,3 +159,19 @@ def test_finished_pods_are_in_no_view(phase) -> None:
     p = pod("done", phase=phase, request={"count": 1}, devices=[device("GPU-1")])
     rec = _join([p], [node("node-1", ["GPU-1"])], [])
     assert rec.pods == [] and rec.devices == [] and rec.queues == []
+
+
+def test_one_bad_queue_object_does_not_hide_the_other_quotas() -> None:
+    from gpugov.observe.reconciler import tree_from_queues
+
+    def q(name: str, **spec: object) -> dict:
+        return {"kind": "Queue", "metadata": {"name": name}, "spec": spec}
+
+    tree, problems = tree_from_queues([q("org", quota={"gpu": 4}),
+                                       q("team", parent="org", quota={"gpu": 2}),
+                                       q("orphan", parent="gone", quota={"gpu": 1})])
+    assert tree is not None and sorted(tree.names) == ["org", "team"]
+    assert len(problems) == 1 and "'orphan' left out" in problems[0]
+    assert "gone" in problems[0]
+    tree, problems = tree_from_queues([q("a", quota={"gpu": 1})])
+    assert tree.names == ["a"] and problems == []

@@ -120,8 +120,6 @@ class Reconciler:
 
     async def _queue_tree(self) -> Any | None:
         """The tree from the Queue objects; the last good one when they cannot be used."""
-        from gpugov.control.config import ConfigError
-
         assert self.queue_source is not None
         try:
             objs = await self.queue_source()
@@ -131,11 +129,13 @@ class Reconciler:
             return self._queue_tree_last
         if not objs:
             return None  # no Queue CRD or no Queue: queues from pod annotations only
-        try:
-            self._queue_tree_last = tree_from_queues(objs)
-        except (ConfigError, KeyError, ValueError) as e:
+        tree, problems = tree_from_queues(objs)
+        for message in problems:
+            self._say(message)
+        if problems:
             self.metrics.error("queue-objects-invalid")
-            self._say(f"{e}; keeping the last queue quotas")
+        if tree is not None:
+            self._queue_tree_last = tree
         return self._queue_tree_last
 
     async def serve(self, stop: asyncio.Event, source: ClusterSource | None = None,
@@ -193,14 +193,48 @@ class Reconciler:
             await runner.cleanup()
 
 
-def tree_from_queues(objs: list[dict[str, Any]]) -> Any:
-    """The queue tree from the cluster's Queue objects (ConfigError names the bad field)."""
-    from gpugov.control.config import parse_config
+def tree_from_queues(objs: list[dict[str, Any]]) -> tuple[Any | None, list[str]]:
+    """The queue tree from the cluster's Queue objects, and why some were left out.
+
+    The objects are validated as the control plane's config. When the whole set is not a
+    valid tree, each top-level queue's subtree is tried alone and the invalid ones are left
+    out (one bad Queue must not hide every other queue's quota).
+    """
+    from gpugov.control.config import ConfigError, parse_config
     from gpugov.control.tree import build_tree
 
+    source = "Queue objects (gpugov.io/v1alpha1)"
     queues = [{"name": (o.get("metadata") or {}).get("name"), **(o.get("spec") or {})}
               for o in objs]
-    return build_tree(parse_config({"queues": queues}, "Queue objects (gpugov.io/v1alpha1)"))
+    try:
+        return build_tree(parse_config({"queues": queues}, source)), []
+    except (ConfigError, KeyError, ValueError) as whole:
+        first_error = str(whole)
+    by_name = {q["name"]: q for q in queues}
+
+    def root(q: dict[str, Any]) -> str:
+        seen = set()
+        while q.get("parent") in by_name and q["name"] not in seen:
+            seen.add(q["name"])
+            q = by_name[q["parent"]]
+        return str(q["name"])
+
+    trees: dict[str, list[dict[str, Any]]] = {}
+    for q in queues:
+        trees.setdefault(root(q), []).append(q)
+    kept, problems = [], []
+    for name, members in sorted(trees.items()):
+        try:
+            parse_config({"queues": members}, source)
+            kept += members
+        except (ConfigError, KeyError, ValueError) as e:
+            problems.append(f"queue tree {name!r} left out: {e}")
+    if not kept:
+        return None, [first_error]
+    try:
+        return build_tree(parse_config({"queues": kept}, source)), problems
+    except (ConfigError, KeyError, ValueError) as e:
+        return None, [*problems, str(e)]
 
 
 def load_tree(path: Path) -> Any:

@@ -139,7 +139,6 @@ def from_reconciliation(rec: Reconciliation, source: str,
 async def from_cluster(api: Any, prom: Prometheus | None, tree: Any | None,
                        window: str = "5m") -> Snapshot:
     """The reconciler's join run here: cluster objects, plus the used view if `prom`."""
-    from gpugov.control.config import ConfigError
     from gpugov.observe.cluster import read_cluster, read_queues
     from gpugov.observe.reconciler import records, tree_from_queues
     from gpugov.observe.usage import read_used
@@ -149,10 +148,9 @@ async def from_cluster(api: Any, prom: Prometheus | None, tree: Any | None,
     pod_recs, node_recs, problems = records(pods, nodes)
     if tree is None:
         objs = await read_queues(api)
-        try:
-            tree = tree_from_queues(objs) if objs else None
-        except (ConfigError, KeyError, ValueError) as e:
-            problems.append(f"{e}; queue quotas not shown")
+        if objs:
+            tree, queue_problems = tree_from_queues(objs)
+            problems += queue_problems
     uses, agents, note, leaks, devices = [], set(), None, {}, None
     if prom is not None:
         try:
