@@ -212,3 +212,34 @@ def test_the_documented_example_cluster_file_loads():
     path = Path(__file__).resolve().parents[2] / "deploy" / "examples" / "cluster.yaml"
     names = [n["metadata"]["name"] for n in node_objects(load_cluster_file(path))]
     assert names == ["h100-0", "h100-1"]
+
+
+def test_a_killed_test_run_leaves_no_control_plane_behind(tmp_path):
+    """With die_with_parent (the fixture's setting), SIGKILL of the Python process that
+    started the plane still takes etcd and kube-apiserver down."""
+    import signal
+    import subprocess
+
+    bins = ensure_binaries_or_skip()
+    script = (
+        "import sys, time\n"
+        "from pathlib import Path\n"
+        "from gpugov.k8s.devcluster.plane import LocalControlPlane\n"
+        f"p = LocalControlPlane(Path({str(tmp_path / 'p')!r}), binaries=Path({str(bins)!r}),"
+        " controller_manager=False, kwok=False, die_with_parent=True)\n"
+        "p.start()\n"
+        "print('up', flush=True)\n"
+        "time.sleep(120)\n")
+    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        assert parent.stdout.readline().strip() == "up"
+        state = json.loads((tmp_path / "p" / "state.json").read_text())
+        pids = [(p["pid"], p["ticks"]) for p in state["processes"]]
+        assert len(pids) == 2 and all(alive(pid, ticks) for pid, ticks in pids)
+    finally:
+        parent.send_signal(signal.SIGKILL)
+        parent.wait()
+    deadline = time.monotonic() + 30
+    while any(alive(pid, ticks) for pid, ticks in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert [pid for pid, ticks in pids if alive(pid, ticks)] == []

@@ -37,13 +37,15 @@ class LocalControlPlane:
     `scheduler_config`: a KubeSchedulerConfiguration file (its clientConnection.kubeconfig is
     filled in) or True for kube-scheduler's defaults; None starts no kube-scheduler.
     `extra_args`: per component (`kube-apiserver`, ...), additional command-line flags.
+    `die_with_parent`: every process gets SIGTERM if this Python process dies (tests).
     """
 
     def __init__(self, workdir: Path | str, *, binaries: Path | None = None,
                  controller_manager: bool = True, kwok: bool = True,
                  scheduler_config: Path | bool | None = None,
                  extra_args: dict[str, Sequence[str]] | None = None,
-                 progress: Callable[[str], None] | None = None) -> None:
+                 progress: Callable[[str], None] | None = None,
+                 die_with_parent: bool = False) -> None:
         self.workdir = Path(workdir).resolve()
         self.bin = binaries or build.bin_dir()
         self.with_cm = controller_manager
@@ -54,6 +56,7 @@ class LocalControlPlane:
         self.pki_dir = self.workdir / "pki"
         self.kubeconfig = self.workdir / "kubeconfig"
         self.procs = ProcessSet(self.workdir)
+        self.die_with_parent = die_with_parent
         self.ca: pki.CertificateAuthority | None = None
         self.api_port = 0
         self.etcd_port = 0
@@ -118,11 +121,14 @@ class LocalControlPlane:
     def start_process(self, name: str, argv: list[str],
                       ready: Callable[[], bool] | None = None, timeout: float = 60.0) -> None:
         """Start another process (webhook, scheduler) under this plane's bookkeeping."""
-        self.procs.start(name, argv)
+        self._start(name, argv)
         if ready is not None:
             self._wait(name, ready, timeout)
 
     # ------------------------------------------------------------------ steps
+    def _start(self, name: str, argv: list[str]) -> None:
+        self.procs.start(name, argv, die_with_parent=self.die_with_parent)
+
     def _needed(self) -> tuple[str, ...]:
         names = ["etcd", "kube-apiserver"]
         if self.with_cm:
@@ -153,7 +159,7 @@ class LocalControlPlane:
         data = self.workdir / "etcd"
         shutil.rmtree(data, ignore_errors=True)
         url = f"http://127.0.0.1:{self.etcd_port}"
-        self.procs.start("etcd", [
+        self._start("etcd", [
             str(self.bin / "etcd"), f"--data-dir={data}", f"--listen-client-urls={url}",
             f"--advertise-client-urls={url}", f"--listen-peer-urls=http://127.0.0.1:{peer}",
             f"--initial-advertise-peer-urls=http://127.0.0.1:{peer}",
@@ -170,7 +176,7 @@ class LocalControlPlane:
         self.say("starting kube-apiserver")
         self.api_port = free_port()
         p = self.pki_dir
-        self.procs.start("kube-apiserver", [
+        self._start("kube-apiserver", [
             str(self.bin / "kube-apiserver"),
             f"--etcd-servers=http://127.0.0.1:{self.etcd_port}",
             f"--secure-port={self.api_port}", "--bind-address=127.0.0.1",
@@ -198,7 +204,7 @@ class LocalControlPlane:
         port = free_port()
         p = self.pki_dir
         kc = str(self.kubeconfig)
-        self.procs.start("kube-controller-manager", [
+        self._start("kube-controller-manager", [
             str(self.bin / "kube-controller-manager"), f"--kubeconfig={kc}",
             f"--authentication-kubeconfig={kc}", f"--authorization-kubeconfig={kc}",
             "--bind-address=127.0.0.1", f"--secure-port={port}", "--leader-elect=false",
@@ -228,7 +234,7 @@ class LocalControlPlane:
         path = self.workdir / "kube-scheduler.yaml"
         path.write_text(yaml.safe_dump(cfg))
         kc = str(self.kubeconfig)
-        self.procs.start("kube-scheduler", [
+        self._start("kube-scheduler", [
             str(self.bin / "kube-scheduler"), f"--config={path}", "--bind-address=127.0.0.1",
             f"--secure-port={port}", f"--authentication-kubeconfig={kc}",
             f"--authorization-kubeconfig={kc}", f"--cert-dir={self.pki_dir / 'sched-generated'}",
@@ -239,7 +245,7 @@ class LocalControlPlane:
 
     def _start_kwok(self, timeout: float) -> None:
         self.say("starting kwok")
-        self.procs.start("kwok", [
+        self._start("kwok", [
             str(self.bin / "kwok"), f"--kubeconfig={self.kubeconfig}",
             "--manage-all-nodes=false",
             f"--manage-nodes-with-annotation-selector={KWOK_NODE_ANNOTATION}=fake",

@@ -107,7 +107,12 @@ class ProcessSet:
         ps.extra = data
         return ps
 
-    def start(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> Managed:
+    def start(self, name: str, argv: list[str], env: dict[str, str] | None = None,
+              die_with_parent: bool = False) -> Managed:
+        """Start `argv` in its own session, output to logs/NAME.log. `die_with_parent`: the
+        kernel sends SIGTERM when the starting process dies (even by SIGKILL), so a killed
+        test run leaves nothing behind; `gpugov dev up` leaves it off (its cluster outlives
+        the command)."""
         if name in self.procs and self.procs[name].running():
             raise RuntimeError(f"{name} is already running (pid {self.procs[name].pid})")
         log = self.workdir / "logs" / f"{name}.log"
@@ -115,7 +120,8 @@ class ProcessSet:
         with open(log, "ab") as out:
             popen = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL, cwd=self.workdir,
-                                     env=env, start_new_session=True)
+                                     env=env, start_new_session=True,
+                                     preexec_fn=_die_with_parent if die_with_parent else None)
         proc = Managed(name, popen.pid, _start_ticks(popen.pid), log, argv, popen)
         self.procs[name] = proc
         self.save()
@@ -146,6 +152,15 @@ class ProcessSet:
         """Stop in reverse start order (clients before the apiserver before etcd)."""
         for name in reversed(list(self.procs)):
             self.stop(name, grace)
+
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:  # runs in the child between fork and exec
+    import ctypes
+
+    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def _signal_group(proc: Managed, sig: signal.Signals) -> None:

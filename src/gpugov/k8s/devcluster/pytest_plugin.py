@@ -106,7 +106,8 @@ def ensure_binaries_or_skip() -> Path:
 def k8s_control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevCluster]:
     """A running local control plane for the whole session (etcd, apiserver, KCM, kwok)."""
     ensure_binaries_or_skip()
-    plane = LocalControlPlane(tmp_path_factory.mktemp("k8s-plane"))
+    # die_with_parent: a test run killed by a timeout leaves no apiserver behind
+    plane = LocalControlPlane(tmp_path_factory.mktemp("k8s-plane"), die_with_parent=True)
     plane.start()
     try:
         yield DevCluster(plane)
