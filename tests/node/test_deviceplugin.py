@@ -224,6 +224,8 @@ def test_soft_slices_on_two_gpus_get_per_ordinal_limits(tmp_path: Path) -> None:
         assert (r.envs["GPUGOV_MEMORY_LIMIT_1"], r.envs["GPUGOV_CORE_LIMIT_1"]) == ("30000Mi",
                                                                                    "100")
         assert r.envs["GPUGOV_SCRUB"] == "0"  # trusted tier only
+        # the library maps its indexes to these UUIDs, in the same order as the limits
+        assert r.envs["GPUGOV_DEVICE_UUIDS"] == f"{uuid(0)},{uuid(2)}"
 
     with_plugin(tmp_path, inventory, pods, body)
 

@@ -84,6 +84,9 @@ def container_response(request: list[PluginDevice],
         # ordinal -> UUID for the exporter (docs/contracts.md, pod regions)
         (region / "devices").write_text("".join(k + "\n" for k in keys))
         resp.envs["GPUGOV_SHARED_REGION"] = CONTAINER_REGION
+        # the library charges by UUID, so a process narrowing CUDA_VISIBLE_DEVICES itself
+        # still charges the device that owns the memory (docs/enforcement.md)
+        resp.envs["GPUGOV_DEVICE_UUIDS"] = visible
         if trust_tier == "trusted":
             resp.envs["GPUGOV_SCRUB"] = "0"
         resp.mounts.append(pb.Mount(container_path=CONTAINER_LIBRARY,
