@@ -20,7 +20,7 @@ from gpugov.k8s import crds
 from gpugov.k8s.devcluster import build
 from gpugov.k8s.devcluster.client import api_client, create_nodes, wait_nodes_ready
 from gpugov.k8s.devcluster.cluster_file import load_cluster_file, node_objects
-from gpugov.k8s.devcluster.plane import LocalControlPlane, StartError, _get
+from gpugov.k8s.devcluster.plane import LocalControlPlane, StartError, probe
 from gpugov.k8s.devcluster.processes import STATE_FILE, ProcessSet, free_port
 from gpugov.k8s.devcluster.rbac import apply_component_rbac, rules_file
 from gpugov.k8s.webhook import registration
@@ -153,7 +153,7 @@ def start_webhook(plane: LocalControlPlane, timeout: float = 30.0,
     plane.start_process("gpugov-webhook", gpugov_argv(
         "webhook", "--cert", str(cert), "--key", str(key), "--listen", f"127.0.0.1:{port}",
         "--kubeconfig", str(kubeconfig or plane.kubeconfig)),
-        ready=lambda: _get(f"https://127.0.0.1:{port}/healthz", plane.ssl_context()) == b"ok",
+        ready=lambda: probe(f"https://127.0.0.1:{port}/healthz", plane.ssl_context()) == b"ok",
         timeout=timeout)
     return f"https://127.0.0.1:{port}"
 
@@ -222,16 +222,3 @@ def down(workdir: Path, grace: float = 10.0) -> list[str]:
     names = list(procs.procs)
     procs.stop_all(grace)
     return names
-
-
-def status(workdir: Path) -> dict[str, Any]:
-    workdir = workdir.resolve()
-    if not (workdir / STATE_FILE).exists():
-        return {"running": False}
-    procs = ProcessSet.load(workdir)
-    return {"running": any(p.running() for p in procs.procs.values()),
-            "processes": {n: {"pid": p.pid, "running": p.running()}
-                          for n, p in procs.procs.items()},
-            **{k: v for k, v in procs.extra.items()}}
-
-

@@ -168,7 +168,7 @@ class LocalControlPlane:
             *self.extra_args.get("etcd", [])])
 
         def ok() -> bool:
-            body = _get(f"{url}/health", None)
+            body = probe(f"{url}/health", None)
             return body is not None and json.loads(body).get("health") == "true"
         self._wait("etcd", ok, timeout)
 
@@ -195,7 +195,7 @@ class LocalControlPlane:
                           "gpugov-admin")
         ctx = self.ssl_context()
         self._wait("kube-apiserver",
-                   lambda: _get(f"{self.server}/readyz", ctx) == b"ok", timeout)
+                   lambda: probe(f"{self.server}/readyz", ctx) == b"ok", timeout)
         self.procs.extra.update({"server": self.server, "kubeconfig": str(self.kubeconfig)})
         self.procs.save()
 
@@ -216,7 +216,7 @@ class LocalControlPlane:
             "-persistentvolume-expander,-ttl",
             *self.extra_args.get("kube-controller-manager", [])])
         self._wait("kube-controller-manager",
-                   lambda: _get(f"https://127.0.0.1:{port}/healthz", _insecure()) == b"ok",
+                   lambda: probe(f"https://127.0.0.1:{port}/healthz", _insecure()) == b"ok",
                    timeout)
 
     def _start_scheduler(self, timeout: float) -> None:
@@ -240,7 +240,7 @@ class LocalControlPlane:
             f"--authorization-kubeconfig={kc}", f"--cert-dir={self.pki_dir / 'sched-generated'}",
             *self.extra_args.get("kube-scheduler", [])])
         self._wait("kube-scheduler",
-                   lambda: _get(f"https://127.0.0.1:{port}/healthz", _insecure()) == b"ok",
+                   lambda: probe(f"https://127.0.0.1:{port}/healthz", _insecure()) == b"ok",
                    timeout)
 
     def _start_kwok(self, timeout: float) -> None:
@@ -283,7 +283,8 @@ def _insecure() -> ssl.SSLContext:
     return ctx
 
 
-def _get(url: str, ctx: ssl.SSLContext | None) -> bytes | None:
+def probe(url: str, ctx: ssl.SSLContext | None) -> bytes | None:
+    """GET `url`; the stripped body, or None when it cannot be reached (readiness checks)."""
     try:
         with urllib.request.urlopen(url, timeout=2, context=ctx) as resp:
             return resp.read().strip()
