@@ -330,10 +330,12 @@ class SchedulerState:
         self.tenants = tenant_map(list(self.tenant_objs.values()))
         for info in self.pods.values():  # Tenants may have changed
             info.resolve(self.tenants)
+        before = set(self.build.problems)
         self.build = build_config(list(self.queue_objs.values()), list(self.pc_objs.values()),
                                   list(self.policy_objs.values()))
         for p in self.build.problems:
-            self._bad("queue", p)
+            if p not in before:  # each problem is logged and counted once, not every cycle
+                self._bad("queue", p)
         infos = [self.nodes[n] for n in sorted(self.nodes)]
         self.node_index = {n.name: i for i, n in enumerate(infos)}
         self.card_mib = max((n.card_memory_mib for n in infos), default=0)
