@@ -54,11 +54,27 @@ async def apply_component_rbac(kubeconfig: Path, component: str, namespace: str,
         await _ignore_conflict(core.create_namespace({"metadata": {"name": namespace}}))
         await _ignore_conflict(core.create_namespaced_service_account(
             namespace, {"metadata": {"name": name}}))
-        await _ignore_conflict(rbac.create_cluster_role(
-            {"metadata": {"name": name}, "rules": rules["clusterRules"]}))
-        await _ignore_conflict(rbac.create_cluster_role_binding(
-            {"metadata": {"name": name}, "subjects": subject, "roleRef": {
-                "apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name}}))
+        role = {"metadata": {"name": name}, "rules": rules["clusterRules"]}
+        try:
+            await rbac.create_cluster_role(role)
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+            await rbac.patch_cluster_role(name, {"rules": rules["clusterRules"]})
+        try:
+            await rbac.create_cluster_role_binding(
+                {"metadata": {"name": name}, "subjects": subject, "roleRef": {
+                    "apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                    "name": name}})
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+            # one cluster, several namespaces (tests, dev): the binding gains this subject
+            binding = await rbac.read_cluster_role_binding(name)
+            subjects = [{"kind": x.kind, "name": x.name, "namespace": x.namespace}
+                        for x in binding.subjects or []]
+            if subject[0] not in subjects:
+                await rbac.patch_cluster_role_binding(name, {"subjects": subjects + subject})
         if rules.get("namespaceRules"):
             await _ignore_conflict(rbac.create_namespaced_role(
                 namespace, {"metadata": {"name": name}, "rules": rules["namespaceRules"]}))
