@@ -5,6 +5,13 @@ Everything is kept in exact integers: a node's fragmentation is stored as
 `sum_m count_m * frag_m` (milli-GPU times pod counts), so "no change" is exactly zero and
 integer scores derived from it are free of float noise. Divide by `TypicalPods.total` to
 get milli-GPU.
+
+GPU memory: typical shapes also carry the GPU memory they ask per device (0 in the openb
+traces, whose shapes and numbers are therefore exactly the study's). The FGD measure itself
+ignores memory (`memory=False`, what FGD-on-milli sees); the memory-aware measure
+(`memory=True`, used by the `gpugov` policy) lets a shape use a device only if both its
+milli and its memory fit, and adds the memory no typical shape can use, in milli units of
+each device's capacity (free MiB x 1000 / capacity MiB).
 """
 
 from __future__ import annotations
@@ -22,11 +29,13 @@ from gpugov.model.request import PodRequest
 POPULARITY_THRESHOLD = 0.95
 
 
-def typical_key(req: PodRequest) -> tuple[int, int, int, str]:
-    """(cpu, milli, count, model spec) — the study's key; memory plays no part."""
+def typical_key(req: PodRequest) -> tuple[int, int, int, str, int]:
+    """(cpu, milli, count, model spec, GPU memory per device) — the study's key (host memory
+    plays no part), plus the GPU memory the pod names (0 for every openb pod)."""
     if not req.is_gpu:
-        return (req.cpu_milli, 0, 0, "")
-    return (req.cpu_milli, req.gpu_milli, req.gpu_count, "|".join(req.models))
+        return (req.cpu_milli, 0, 0, "", 0)
+    return (req.cpu_milli, req.gpu_milli, req.gpu_count, "|".join(req.models),
+            req.gpu_memory_mib)
 
 
 @dataclass(frozen=True)
@@ -38,6 +47,7 @@ class TypicalPods:
     count: np.ndarray  # int64[M], GPUs per pod
     models: tuple[tuple[str, ...], ...]  # allowed models per shape, () = any
     weight: np.ndarray  # int64[M], pod counts (the probabilities are weight / total)
+    memory: np.ndarray  # int64[M], GPU memory MiB per device, 0 = not asked
 
     @property
     def total(self) -> int:
@@ -58,7 +68,7 @@ class TypicalPods:
         counts = Counter(typical_key(p) for p in pods)
         n = sum(counts.values())
         ordered = sorted(counts.items(), key=lambda kv: (kv[1], kv[0]), reverse=True)
-        chosen: list[tuple[tuple[int, int, int, str], int]] = []
+        chosen: list[tuple[tuple[int, int, int, str, int], int]] = []
         covered = 0
         for key, c in ordered:
             if n and covered >= threshold * n:
@@ -71,6 +81,7 @@ class TypicalPods:
             count=np.array([k[2] for k, _ in chosen], dtype=np.int64),
             models=tuple(tuple(x for x in k[3].split("|") if x) for k, _ in chosen),
             weight=np.array([c for _, c in chosen], dtype=np.int64),
+            memory=np.array([k[4] for k, _ in chosen], dtype=np.int64),
         )
 
 
@@ -92,9 +103,14 @@ class FragmentationModel:
         self._count = typical.count
         self._cpu = typical.cpu
         self._weight = typical.weight
+        self._memory = typical.memory
+        #: whether any typical shape names GPU memory; if none does, memory cannot be
+        #: fragmented in a way the workload notices and the memory-aware measure is FGD's.
+        self.names_memory = bool((typical.memory > 0).any())
         # fragmentation of each node's current state, valid while its version is unchanged
-        self._cached_version = np.full(len(state), -1, dtype=np.int64)
-        self._cached = np.zeros(len(state), dtype=np.int64)
+        # (one cache per measure: index 0 = FGD's, 1 = memory-aware)
+        self._cached_version = np.full((2, len(state)), -1, dtype=np.int64)
+        self._cached = np.zeros((2, len(state)), dtype=np.int64)
 
     def node_frag(self, gpu_free: np.ndarray, cpu_free: np.ndarray, model_idx: np.ndarray
                   ) -> np.ndarray:
@@ -116,14 +132,51 @@ class FragmentationModel:
         usable = (np.where(fits, big_sum, 0) * self._weight[None, :]).sum(axis=1)
         return self.total_weight * free_total - usable
 
-    def of_nodes(self, state: ClusterState, nodes: np.ndarray) -> np.ndarray:
-        """Fragmentation of the nodes' current states (cached per node version)."""
-        stale = nodes[self._cached_version[nodes] != state.version[nodes]]
+    def node_frag_memory(self, gpu_free: np.ndarray, cpu_free: np.ndarray,
+                         model_idx: np.ndarray, mem_free: np.ndarray, mem_cap: np.ndarray
+                         ) -> np.ndarray:
+        """Memory-aware fragmentation (int64, milli x pod count) of each given node state.
+
+        As `node_frag`, but a device is big enough for a GPU shape only when both its free
+        milli and its free memory are; plus the same measure over memory in milli units
+        (free MiB x 1000 // capacity): free memory that no fitting GPU shape can use.
+        Exactly `node_frag` when no typical shape names memory.
+        """
+        if not self.names_memory:
+            return self.node_frag(gpu_free, cpu_free, model_idx)
+        if gpu_free.shape[0] == 0 or self.total_weight == 0:
+            return np.zeros(gpu_free.shape[0], dtype=np.int64)
+        big = (gpu_free[:, :, None] >= self._milli[None, None, :]) & (
+            mem_free[:, :, None] >= self._memory[None, None, :])  # [C, G, M]
+        fit_count = big.sum(axis=1)
+        big64 = big.astype(np.int64)
+        mem_milli = np.where(mem_cap > 0, mem_free * 1000 // np.maximum(mem_cap, 1), 0)
+        big_sum = np.einsum("cg,cgm->cm", gpu_free, big64)
+        big_mem = np.einsum("cg,cgm->cm", mem_milli, big64)
+        fits = (fit_count >= self._count[None, :]) & (cpu_free[:, None] >= self._cpu[None, :])
+        fits &= self._access[model_idx]
+        w = self._weight[None, :]
+        usable = (np.where(fits, big_sum, 0) * w).sum(axis=1)
+        usable_mem = (np.where(fits, big_mem, 0) * w).sum(axis=1)
+        return (self.total_weight * gpu_free.sum(axis=1) - usable
+                + self.total_weight * mem_milli.sum(axis=1) - usable_mem)
+
+    def of_nodes(self, state: ClusterState, nodes: np.ndarray, memory: bool = False
+                 ) -> np.ndarray:
+        """Fragmentation of the nodes' current states (cached per node version); `memory`
+        selects the memory-aware measure."""
+        k = int(memory)
+        stale = nodes[self._cached_version[k, nodes] != state.version[nodes]]
         if len(stale):
-            self._cached[stale] = self.node_frag(state.gpu_free[stale], state.cpu_free[stale],
-                                                 state.model_idx[stale])
-            self._cached_version[stale] = state.version[stale]
-        return self._cached[nodes]
+            if memory:
+                self._cached[k, stale] = self.node_frag_memory(
+                    state.gpu_free[stale], state.cpu_free[stale], state.model_idx[stale],
+                    state.gpu_mem_free[stale], state.gpu_mem_cap[stale])
+            else:
+                self._cached[k, stale] = self.node_frag(
+                    state.gpu_free[stale], state.cpu_free[stale], state.model_idx[stale])
+            self._cached_version[k, stale] = state.version[stale]
+        return self._cached[k, nodes]
 
 
 class FragmentationMeter:

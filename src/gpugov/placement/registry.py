@@ -8,6 +8,7 @@ from gpugov.placement.dot_product import DotProductPolicy
 from gpugov.placement.fgd import FgdPolicy
 from gpugov.placement.gpu_clustering import GpuClusteringPolicy
 from gpugov.placement.gpu_packing import GpuPackingPolicy
+from gpugov.placement.gpugov import GpugovPolicy
 from gpugov.placement.random_node import RandomPolicy
 
 POLICIES: dict[str, type[Policy]] = {
@@ -21,6 +22,10 @@ POLICIES: dict[str, type[Policy]] = {
         FgdPolicy,
     )
 }
+
+#: policies beyond the FGD study's six (which `POLICIES` lists, in the study's order):
+#: usable by name everywhere a policy is chosen, not part of the study's "all".
+PRODUCTION_POLICIES: dict[str, type[Policy]] = {GpugovPolicy.name: GpugovPolicy}
 
 
 #: other spellings people type, after `_key` (lower case, letters and digits only)
@@ -38,8 +43,9 @@ def get_policy(name: str) -> type[Policy]:
     "best-fit", "BestFit", "gpu_packing", "dot-product" all work."""
     wanted = _key(name)
     wanted = ALIASES.get(wanted, wanted)
-    for p in POLICIES.values():
+    for p in (*POLICIES.values(), *PRODUCTION_POLICIES.values()):
         if wanted in (p.name, _key(p.label)):
             return p
-    raise KeyError(f"unknown policy {name!r}; choose one of: {', '.join(POLICIES)} "
+    raise KeyError(f"unknown policy {name!r}; choose one of: "
+                   f"{', '.join([*POLICIES, *PRODUCTION_POLICIES])} "
                    "(or all; several: repeat --policy or separate with commas)")
