@@ -354,10 +354,9 @@ def mixed_scenario(pods_per_tier: int = 40, seed: int = 0, model: str = "H100-SX
 
 def print_mixed(results: list[TierResult], title: str) -> None:
     """The per-tier table of `gpugov modes --mixed`."""
+    from rich import box
     from rich.console import Console
     from rich.table import Table
-
-    from rich import box
 
     table = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False,
                   caption="refused, weaker: only devices with weaker isolation than the tier "
