@@ -89,7 +89,7 @@ def test_reconcile_serves_cluster_views_while_prometheus_is_down(k8s_control_pla
          "--interval", "0.3"],
         stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 90  # a bound, not a speed claim: CI hosts are shared
         got: dict[str, list] = {}
         while time.monotonic() < deadline:
             try:
@@ -113,7 +113,8 @@ def test_reconcile_serves_cluster_views_while_prometheus_is_down(k8s_control_pla
         declared = {s.labels["pod"]: s.value for s in got["gpugov_declared_gpus"]
                     if s.labels["namespace"] == ns}
         assert declared == {"annotated": 1, "plain": 1}  # plain: from its nvidia.com/gpu limit
-        quota = {s.labels["queue"]: s.value for s in got["gpugov_queue_quota_gpus"]}
+        quota = {s.labels["queue"]: s.value for s in got.get("gpugov_queue_quota_gpus", [])}
+        assert f"{ns}-q" in quota, (tmp_path / "reconcile.log").read_text()
         usage = {s.labels["queue"]: s.value for s in got["gpugov_queue_usage_gpus"]}
         assert quota[f"{ns}-q"] == 2 and usage[f"{ns}-q"] == 0.5  # from the Queue object
         # used is unknown, not zero, while Prometheus is down
@@ -121,7 +122,7 @@ def test_reconcile_serves_cluster_views_while_prometheus_is_down(k8s_control_pla
                     if s.labels["namespace"] == ns]
         errors = {s.labels["reason"]: s.value for s in got["gpugov_reconciler_errors_total"]}
         assert errors["prometheus-unreachable"] >= 1
-        assert p.poll() is None  # still running
+        assert p.poll() is None, (tmp_path / "reconcile.log").read_text()  # still running
     finally:
         p.send_signal(signal.SIGTERM)
         code = p.wait(20)
@@ -136,11 +137,16 @@ def test_reconcile_serves_cluster_views_while_prometheus_is_down(k8s_control_pla
 
 def test_top_once_reads_the_cluster_directly(k8s_control_plane, tmp_path):
     ns = _setup(k8s_control_plane)
-    r = CliRunner().invoke(app, ["top", "--once", "--kubeconfig",
-                                 str(k8s_control_plane.kubeconfig)])
-    assert r.exit_code == 0, r.output
-    row = next(line for line in r.output.splitlines() if f"{ns}-q" in line)
-    assert row.split("│")[2].strip() == "2.00"  # the Queue object's quota
+    for _ in range(20):  # the pods' phase settles through kwok; the quota is there at once
+        r = CliRunner().invoke(app, ["top", "--once", "--kubeconfig",
+                                     str(k8s_control_plane.kubeconfig)])
+        assert r.exit_code == 0, r.output
+        row = next((line for line in r.output.splitlines() if f"{ns}-q" in line), "")
+        if row and row.split("│")[4].strip() == "0.50":
+            break
+        time.sleep(0.5)
+    assert row.split("│")[2].strip() == "2.00", r.output  # the Queue object's quota
+    assert row.split("│")[4].strip() == "0.50", r.output  # the annotated pod's share
     assert NODE in r.output and "soft" in r.output
 
 
