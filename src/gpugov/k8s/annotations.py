@@ -28,6 +28,10 @@ ALLOCATION = "gpugov.io/allocation"
 ALLOCATED = "gpugov.io/allocated"
 #: node annotation
 INVENTORY = "gpugov.io/inventory"
+#: node annotation the agent writes while it re-lays out MIG: "0,3" = GPU indexes gpugov skips
+UNSCHEDULABLE_GPUS = "gpugov.io/unschedulable-gpus"
+#: node annotation: JSON outcome of the agent's last MIG apply
+MIG_CONFIG_STATE = "gpugov.io/mig-config-state"
 #: the schedulerName the webhook sets on GPU pods
 SCHEDULER_NAME = "gpugov"
 #: pod label the webhook sets on GPU pods (lets tools select them cheaply)

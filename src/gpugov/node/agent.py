@@ -30,6 +30,7 @@ from typing import Any
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from gpugov.k8s import annotations as ann
 from gpugov.k8s.annotations import INVENTORY, encode_inventory
 from gpugov.node import labels as gfd
 from gpugov.node.detect import detect, nvml_pids
@@ -42,8 +43,8 @@ from gpugov.node.procs import ProcTable
 
 log = logging.getLogger(__name__)
 
-UNSCHEDULABLE_GPUS = "gpugov.io/unschedulable-gpus"  # "0,3": GPU indexes gpugov must skip
-MIG_CONFIG_STATE = "gpugov.io/mig-config-state"  # JSON outcome of the last MIG apply
+UNSCHEDULABLE_GPUS = ann.UNSCHEDULABLE_GPUS
+MIG_CONFIG_STATE = ann.MIG_CONFIG_STATE
 COMPONENT = "gpugov-node-agent"
 AGENT_ERRORS = "gpugov_node_agent_errors_total"
 MERGE = "application/merge-patch+json"
