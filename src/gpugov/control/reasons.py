@@ -23,6 +23,7 @@ ALL = (REJECTED, OVER_QUOTA, FAIR_SHARE, NO_NODE, GANG, PRIORITY, NOT_TRIED)
 #: engine failure reasons -> words
 NODE_WORDS = {
     "gpu": "no node has enough free GPU capacity of an allowed model",
+    "gpu-memory": "no node has a GPU with both the compute and the GPU memory asked for free",
     "gpu-model": "no node has an allowed GPU model",
     "cpu": "no node with room on its GPUs has enough free CPU",
     "memory": "no node with room on its GPUs and CPU has enough free memory",

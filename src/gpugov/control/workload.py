@@ -20,9 +20,11 @@ PENDING, RUNNING, FINISHED, REJECTED = "pending", "running", "finished", "reject
 
 
 def placement_request(pod: PodRequest, trust: TrustTier) -> PodRequest:
-    """The request placement sees: untrusted fractional pods take a whole device."""
+    """The request placement sees: untrusted fractional pods take a whole device (one with
+    at least the GPU memory they named)."""
     if trust is TrustTier.UNTRUSTED and pod.is_sharing:
-        return PodRequest(pod.name, pod.cpu_milli, pod.memory_mib, 1, MILLI_PER_GPU, pod.models)
+        return PodRequest(pod.name, pod.cpu_milli, pod.memory_mib, 1, MILLI_PER_GPU, pod.models,
+                          pod.gpu_memory_mib)
     return pod
 
 
@@ -56,7 +58,8 @@ class Job:
         self.demand = np.array([r.total_gpu_milli, r.cpu_milli, r.memory_mib],
                                dtype=np.float64) * self.pods
         # immutable, and looked up for every pending job in every cycle: build it once
-        self._shape = (r.cpu_milli, r.memory_mib, r.gpu_count, r.gpu_milli, r.models, self.pods)
+        self._shape = (r.cpu_milli, r.memory_mib, r.gpu_count, r.gpu_milli, r.models, self.pods,
+                       r.gpu_memory_mib)
 
     @property
     def priority(self) -> int:
