@@ -2,7 +2,10 @@
 queues (20 orgs x 10 teams). Prints cycle time and pods placed per second for several queue
 depths, so growth with depth is visible. A benchmark: it prints numbers, asserts nothing.
 
-    python bench/control_cycle.py [--policy fgd] [--depths 5000,20000,50000]
+    python bench/control_cycle.py [--policy fgd] [--depths 5000,20000,50000] [--gpu-memory]
+
+--gpu-memory: nodes carry 80 GiB cards and the sharing shapes also name GPU memory
+(`GPU_MEMORY_MIB`), so the filter and the device choice check both dimensions.
 """
 
 from __future__ import annotations
@@ -24,6 +27,9 @@ SHAPES = [  # (gpu_count, gpu_milli, cpu_milli, memory_mib, weight)
     (8, 1000, 64000, 262144, 0.05),
 ]
 
+#: GPU memory per device named by the sharing shapes under --gpu-memory (by gpu_milli)
+GPU_MEMORY_MIB = {500: 40 * 1024, 250: 20 * 1024}
+
 
 def config(orgs: int = 20, teams: int = 10, gpus: int = 40_000) -> dict:
     queues = []
@@ -38,14 +44,17 @@ def config(orgs: int = 20, teams: int = 10, gpus: int = 40_000) -> dict:
         {"name": "low", "value": 10, "preemptible": True}]}
 
 
-def run(depth: int, policy: str, seed: int = 0) -> tuple[float, int, int]:
+def run(depth: int, policy: str, seed: int = 0, gpu_memory: bool = False
+        ) -> tuple[float, int, int]:
     rng = np.random.default_rng(seed)
     cfg = parse_config(config())
-    nodes = [NodeSpec(f"n{i:05d}", 128_000, 1_048_576, 8, "A100") for i in range(5000)]
+    model = "A100-SXM4-80GB" if gpu_memory else "A100"
+    nodes = [NodeSpec(f"n{i:05d}", 128_000, 1_048_576, 8, model) for i in range(5000)]
     p = np.array([s[4] for s in SHAPES])
     kinds = rng.choice(len(SHAPES), size=depth, p=p / p.sum())
     leaves = rng.integers(0, 200, size=depth)
-    pods = [PodRequest(f"p{i}", SHAPES[k][2], SHAPES[k][3], SHAPES[k][0], SHAPES[k][1])
+    pods = [PodRequest(f"p{i}", SHAPES[k][2], SHAPES[k][3], SHAPES[k][0], SHAPES[k][1], (),
+                       GPU_MEMORY_MIB.get(SHAPES[k][1], 0) if gpu_memory else 0)
             for i, k in enumerate(kinds)]
     cp = new_control_plane(cfg, nodes, policy=policy, seed=seed, workload=pods)
     leaf_ids = [i for i, leaf in enumerate(cp.tree.is_leaf) if leaf]
@@ -62,12 +71,14 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--policy", default="fgd")
     ap.add_argument("--depths", default="5000,20000,50000")
+    ap.add_argument("--gpu-memory", action="store_true",
+                    help="sharing pods also name GPU memory (80 GiB cards)")
     a = ap.parse_args()
-    print(f"policy={a.policy} nodes=5000x8 GPUs leaf queues=200")
+    print(f"policy={a.policy} nodes=5000x8 GPUs leaf queues=200 gpu-memory={a.gpu_memory}")
     print(f"{'pending':>8} {'cycle_s':>8} {'placed':>7} {'considered':>10} {'pods/s':>8} "
           f"{'us/pending':>10}")
     for depth in (int(d) for d in a.depths.split(",")):
-        elapsed, placed, considered = run(depth, a.policy)
+        elapsed, placed, considered = run(depth, a.policy, gpu_memory=a.gpu_memory)
         print(f"{depth:>8} {elapsed:>8.2f} {placed:>7} {considered:>10} "
               f"{placed / elapsed:>8.0f} {1e6 * elapsed / depth:>10.1f}")
 

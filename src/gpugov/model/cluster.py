@@ -188,10 +188,12 @@ class ClusterState:
             if max(devs) >= self.gpu_count[n] or (self.gpu_free[n, devs] < alloc.milli).any():
                 raise ValueError(f"{req.name}: devices {devs} on {self.names[n]} lack capacity")
             mem = self._memory_taken(alloc, n, devs)
-            if (self.gpu_mem_free[n, devs] < mem).any():
-                raise ValueError(f"{req.name}: devices {devs} on {self.names[n]} lack GPU memory")
+            if mem is not None:
+                if (self.gpu_mem_free[n, devs] < mem).any():
+                    raise ValueError(
+                        f"{req.name}: devices {devs} on {self.names[n]} lack GPU memory")
+                self.gpu_mem_free[n, devs] -= mem
             self.gpu_free[n, devs] -= alloc.milli
-            self.gpu_mem_free[n, devs] -= mem
             self.kind_count[n, pod_kind(req)] += 1
         self.cpu_free[n] -= req.cpu_milli
         self.mem_free[n] -= req.memory_mib
@@ -204,7 +206,9 @@ class ClusterState:
         devs = list(alloc.devices)
         if devs:
             self.gpu_free[n, devs] += alloc.milli
-            self.gpu_mem_free[n, devs] += self._memory_taken(alloc, n, devs)
+            mem = self._memory_taken(alloc, n, devs)
+            if mem is not None:
+                self.gpu_mem_free[n, devs] += mem
             self.kind_count[n, pod_kind(req)] -= 1
         self.cpu_free[n] += req.cpu_milli
         self.mem_free[n] += req.memory_mib
@@ -214,11 +218,13 @@ class ClusterState:
             raise ValueError(f"{req.name}: release of an allocation that was never made")
         self._refresh(n)
 
-    def _memory_taken(self, alloc: Allocation, n: int, devs: list[int]) -> np.ndarray | int:
-        """GPU memory an allocation holds per device: all of it for whole GPUs."""
+    def _memory_taken(self, alloc: Allocation, n: int, devs: list[int]
+                      ) -> np.ndarray | int | None:
+        """GPU memory an allocation holds per device (all of it for whole GPUs); None when
+        it holds none, so memory-free sharing pods cost nothing extra."""
         if alloc.milli >= MILLI_PER_GPU:
             return self.gpu_mem_cap[n, devs]
-        return alloc.memory_mib
+        return alloc.memory_mib or None
 
     def _refresh(self, n: int) -> None:
         row = self.gpu_free[n]

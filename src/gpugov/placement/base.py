@@ -58,8 +58,8 @@ class Policy(ABC):
         if not req.is_gpu:
             return ()
         if req.is_sharing:
-            return (best_fit_device(state.gpu_free[node], req.gpu_milli,
-                                    state.device_fits(req, node)),)
+            fits = state.device_fits(req, node) if req.gpu_memory_mib else None
+            return (best_fit_device(state.gpu_free[node], req.gpu_milli, fits),)
         return lowest_fitting_devices(state, req, node)
 
 
