@@ -3,9 +3,9 @@ BestFit, and the same three on the openb default trace when it is present.
 
 Usage: python bench/bench_memory_bound.py [--seeds 42-51] [--trace-dir DIR]
 Prints, per policy, means over seeds at the moment the arrived GPU compute reaches 100 % of
-capacity (the FGD study's procedure, tune 1.3): the share of GPU compute allocated, the pods
-placed by then, and how many arrivals failed for lack of compute (`gpu`) or of GPU memory
-(`gpu-memory`).
+capacity (the FGD study's procedure, tune 1.3): the share of GPU compute allocated, the
+share of GPU memory allocated (whole GPUs hold all of theirs), the pods placed by then, and
+how many arrivals failed for lack of compute (`gpu`) or of GPU memory (`gpu-memory`).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import numpy as np
 
 from gpugov.model.cluster import ClusterState
 from gpugov.placement.fragmentation import TypicalPods
-from gpugov.sim.experiment import run_experiment
+from gpugov.sim.experiment import run_experiment, tuned_sequence
 from gpugov.sim.memory_workload import memory_bound_nodes, memory_bound_pods
 
 POLICIES = ("gpugov", "fgd", "bestfit")
@@ -41,6 +41,18 @@ def outcomes_at_full_arrival(result, capacity: int) -> tuple[int, int, int]:
     return seen.count(""), seen.count("gpu"), seen.count("gpu-memory")
 
 
+def memory_at_full_arrival(result, pods, state: ClusterState, seed: int) -> float:
+    """Allocated share (%) of GPU memory at 100 % arrival. The arrival sequence is rebuilt
+    as `run_experiment` draws it (the seed's first use), so outcomes line up with pods."""
+    sequence = tuned_sequence(pods, state.total_gpu_milli, 1.3, np.random.default_rng(seed))
+    assert len(sequence) == len(result.outcomes)
+    per_card = int(state.gpu_mem_cap.max())
+    held = sum(p.gpu_count * per_card if p.gpu_milli >= 1000 else p.gpu_memory_mib
+               for p, o in zip(sequence[:full_arrival_index(result, state.total_gpu_milli) + 1],
+                               result.outcomes, strict=False) if o == "")
+    return 100.0 * held / int(state.gpu_mem_cap.sum())
+
+
 def seeds_of(text: str) -> list[int]:
     if "-" in text:
         lo, hi = text.split("-")
@@ -49,17 +61,20 @@ def seeds_of(text: str) -> list[int]:
 
 
 def table(title: str, nodes, pods, seeds: list[int]) -> None:
-    capacity = ClusterState(nodes).total_gpu_milli
+    state = ClusterState(nodes)
+    capacity = state.total_gpu_milli
     typical = TypicalPods.from_requests(pods)
     print(f"{title}: {len(nodes)} nodes, {len(pods)} pods, seeds {seeds[0]}..{seeds[-1]}")
-    print(f"{'policy':<10}{'alloc% mean':>12}{'min':>8}{'max':>8}{'placed':>9}"
-          f"{'fail:gpu':>10}{'fail:mem':>10}")
+    print(f"{'policy':<10}{'compute%':>9}{'min':>7}{'max':>7}{'gpumem%':>9}{'placed':>8}"
+          f"{'fail:gpu':>9}{'fail:mem':>9}")
     for name in POLICIES:
         runs = [run_experiment(nodes, pods, name, s, 1.3, typical) for s in seeds]
         values = [alloc_at_full_arrival(r, capacity) for r in runs]
+        mem = np.mean([memory_at_full_arrival(r, pods, state, s)
+                       for r, s in zip(runs, seeds, strict=True)])
         counts = np.mean([outcomes_at_full_arrival(r, capacity) for r in runs], axis=0)
-        print(f"{name:<10}{np.mean(values):>12.2f}{min(values):>8.2f}{max(values):>8.2f}"
-              f"{counts[0]:>9.1f}{counts[1]:>10.1f}{counts[2]:>10.1f}")
+        print(f"{name:<10}{np.mean(values):>9.2f}{min(values):>7.2f}{max(values):>7.2f}"
+              f"{mem:>9.2f}{counts[0]:>8.1f}{counts[1]:>9.1f}{counts[2]:>9.1f}")
 
 
 def main() -> None:
@@ -69,7 +84,7 @@ def main() -> None:
     ap.add_argument("--no-trace", action="store_true", help="skip the openb default trace")
     args = ap.parse_args()
     seeds = seeds_of(args.seeds)
-    table("memory-bound (5-40 GiB, 10-50 % compute, 5 % whole GPUs; 80 GiB cards)",
+    table("memory-bound (5-40 GiB by 5, 10-50 % compute by 10, 5 % whole GPUs; 80 GiB cards)",
           memory_bound_nodes(), memory_bound_pods(), seeds)
     trace = args.trace_dir / "openb_pod_list_default.csv"
     if not args.no_trace and trace.is_file():

@@ -27,17 +27,20 @@ def memory_bound_nodes(count: int = 64, gpus: int = 8) -> list[NodeSpec]:
 def memory_bound_pods(count: int = 4000, seed: int = 0, memory_gib: tuple[int, int] = (5, 40),
                       compute_pct: tuple[int, int] = (10, 50), whole_share: float = 0.05
                       ) -> list[PodRequest]:
-    """Inference pods of `memory_gib` GiB (uniform, whole GiB) and `compute_pct` % compute
-    (uniform, whole %), plus `whole_share` of whole-GPU pods; deterministic per `seed`."""
+    """Inference pods of `memory_gib` GiB (uniform in 5 GiB steps) and `compute_pct` %
+    compute (uniform in 10 % steps), 4 cores each, plus `whole_share` of whole-GPU pods
+    (1, 2 or 4 GPUs, 8 cores per GPU); deterministic per `seed`. Sizes come in steps, as
+    model-serving deployments do, so the workload has a few dozen typical shapes."""
     rng = np.random.default_rng(seed)
+    memories = np.arange(memory_gib[0], memory_gib[1] + 1, 5) * GIB
+    millis = np.arange(compute_pct[0], compute_pct[1] + 1, 10) * 10
     pods: list[PodRequest] = []
     for i in range(count):
-        cpu = int(rng.integers(1, 9)) * 1000
         if rng.random() < whole_share:
             n = int(rng.choice([1, 2, 4]))
-            pods.append(PodRequest(f"train-{i:05d}", cpu * n, 32_768 * n, n, 1000))
+            pods.append(PodRequest(f"train-{i:05d}", 8000 * n, 32_768 * n, n, 1000))
             continue
-        mem = int(rng.integers(memory_gib[0], memory_gib[1] + 1)) * GIB
-        milli = int(rng.integers(compute_pct[0], compute_pct[1] + 1)) * 10
-        pods.append(PodRequest(f"infer-{i:05d}", cpu, 16_384, 1, milli, (), mem))
+        mem = int(rng.choice(memories))
+        milli = int(rng.choice(millis))
+        pods.append(PodRequest(f"infer-{i:05d}", 4000, 16_384, 1, milli, (), mem))
     return pods
