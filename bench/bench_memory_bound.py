@@ -70,11 +70,13 @@ def table(title: str, nodes, pods, seeds: list[int]) -> None:
     for name in POLICIES:
         runs = [run_experiment(nodes, pods, name, s, 1.3, typical) for s in seeds]
         values = [alloc_at_full_arrival(r, capacity) for r in runs]
-        mem = np.mean([memory_at_full_arrival(r, pods, state, s)
-                       for r, s in zip(runs, seeds, strict=True)])
+        mem = float("nan")  # "-": GPU memory is meaningless when no pod names it
+        if any(p.gpu_memory_mib for p in pods):
+            mem = np.mean([memory_at_full_arrival(r, pods, state, s)
+                           for r, s in zip(runs, seeds, strict=True)])
         counts = np.mean([outcomes_at_full_arrival(r, capacity) for r in runs], axis=0)
         print(f"{name:<10}{np.mean(values):>9.2f}{min(values):>7.2f}{max(values):>7.2f}"
-              f"{mem:>9.2f}{counts[0]:>8.1f}{counts[1]:>9.1f}{counts[2]:>9.1f}")
+              f"{'-' if np.isnan(mem) else f'{mem:.2f}':>9}{counts[0]:>8.1f}{counts[1]:>9.1f}{counts[2]:>9.1f}")
 
 
 def main() -> None:
