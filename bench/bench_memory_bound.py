@@ -76,7 +76,8 @@ def table(title: str, nodes, pods, seeds: list[int]) -> None:
                            for r, s in zip(runs, seeds, strict=True)])
         counts = np.mean([outcomes_at_full_arrival(r, capacity) for r in runs], axis=0)
         print(f"{name:<10}{np.mean(values):>9.2f}{min(values):>7.2f}{max(values):>7.2f}"
-              f"{'-' if np.isnan(mem) else f'{mem:.2f}':>9}{counts[0]:>8.1f}{counts[1]:>9.1f}{counts[2]:>9.1f}")
+              f"{'-' if np.isnan(mem) else f'{mem:.2f}':>9}"
+              f"{counts[0]:>8.1f}{counts[1]:>9.1f}{counts[2]:>9.1f}")
 
 
 def main() -> None:
