@@ -187,12 +187,14 @@ class ClusterState:
         if devs:
             if max(devs) >= self.gpu_count[n] or (self.gpu_free[n, devs] < alloc.milli).any():
                 raise ValueError(f"{req.name}: devices {devs} on {self.names[n]} lack capacity")
-            mem = self._memory_taken(alloc, n, devs)
-            if mem is not None:
-                if (self.gpu_mem_free[n, devs] < mem).any():
+            if alloc.milli >= MILLI_PER_GPU:
+                # a fully free device has all its memory free: only milli > 0 holds memory
+                self.gpu_mem_free[n, devs] = 0
+            elif alloc.memory_mib:
+                if (self.gpu_mem_free[n, devs] < alloc.memory_mib).any():
                     raise ValueError(
                         f"{req.name}: devices {devs} on {self.names[n]} lack GPU memory")
-                self.gpu_mem_free[n, devs] -= mem
+                self.gpu_mem_free[n, devs] -= alloc.memory_mib
             self.gpu_free[n, devs] -= alloc.milli
             self.kind_count[n, pod_kind(req)] += 1
         self.cpu_free[n] -= req.cpu_milli
@@ -206,9 +208,10 @@ class ClusterState:
         devs = list(alloc.devices)
         if devs:
             self.gpu_free[n, devs] += alloc.milli
-            mem = self._memory_taken(alloc, n, devs)
-            if mem is not None:
-                self.gpu_mem_free[n, devs] += mem
+            if alloc.milli >= MILLI_PER_GPU:
+                self.gpu_mem_free[n, devs] = self.gpu_mem_cap[n, devs]
+            elif alloc.memory_mib:
+                self.gpu_mem_free[n, devs] += alloc.memory_mib
             self.kind_count[n, pod_kind(req)] -= 1
         self.cpu_free[n] += req.cpu_milli
         self.mem_free[n] += req.memory_mib
@@ -217,14 +220,6 @@ class ClusterState:
                 or (self.gpu_mem_free[n] > self.gpu_mem_cap[n]).any()):
             raise ValueError(f"{req.name}: release of an allocation that was never made")
         self._refresh(n)
-
-    def _memory_taken(self, alloc: Allocation, n: int, devs: list[int]
-                      ) -> np.ndarray | int | None:
-        """GPU memory an allocation holds per device (all of it for whole GPUs); None when
-        it holds none, so memory-free sharing pods cost nothing extra."""
-        if alloc.milli >= MILLI_PER_GPU:
-            return self.gpu_mem_cap[n, devs]
-        return alloc.memory_mib or None
 
     def _refresh(self, n: int) -> None:
         row = self.gpu_free[n]

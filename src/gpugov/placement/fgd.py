@@ -40,7 +40,8 @@ class FgdPolicy(Policy):
         if self.memory_aware:
             mem_free, mem_cap = state.gpu_mem_free[nodes], state.gpu_mem_cap[nodes]
         if req.is_sharing:
-            rows, cols = np.nonzero(state.device_fits(req, nodes))
+            fits = state.device_fits(req, nodes) if req.gpu_memory_mib else free >= req.gpu_milli
+            rows, cols = np.nonzero(fits)
             cand = free[rows].copy()
             cand[np.arange(len(rows)), cols] -= req.gpu_milli
             cand_mem = cand_cap = cand  # placeholders, as above
@@ -63,7 +64,8 @@ class FgdPolicy(Policy):
         after_mem = mem_free.copy() if self.memory_aware else mem_free
         if req.is_gpu:
             # whole GPUs: the k lowest-index fully free devices become empty
-            full = state.device_fits(req, nodes)
+            full = (state.device_fits(req, nodes) if req.gpu_memory_mib
+                    else free == MILLI_PER_GPU)
             taken = full & (np.cumsum(full, axis=1) <= req.gpu_count)
             after_free[taken] = 0
             if self.memory_aware:

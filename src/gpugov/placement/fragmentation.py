@@ -165,18 +165,18 @@ class FragmentationModel:
                  ) -> np.ndarray:
         """Fragmentation of the nodes' current states (cached per node version); `memory`
         selects the memory-aware measure."""
-        k = int(memory)
-        stale = nodes[self._cached_version[k, nodes] != state.version[nodes]]
+        cached_version, cached = self._cached_version[int(memory)], self._cached[int(memory)]
+        stale = nodes[cached_version[nodes] != state.version[nodes]]
         if len(stale):
             if memory:
-                self._cached[k, stale] = self.node_frag_memory(
+                cached[stale] = self.node_frag_memory(
                     state.gpu_free[stale], state.cpu_free[stale], state.model_idx[stale],
                     state.gpu_mem_free[stale], state.gpu_mem_cap[stale])
             else:
-                self._cached[k, stale] = self.node_frag(
+                cached[stale] = self.node_frag(
                     state.gpu_free[stale], state.cpu_free[stale], state.model_idx[stale])
-            self._cached_version[k, stale] = state.version[stale]
-        return self._cached[k, nodes]
+            cached_version[stale] = state.version[stale]
+        return cached[nodes]
 
 
 class FragmentationMeter:
