@@ -350,6 +350,47 @@ def test_a_pod_leaving_a_cordoned_node_does_not_reopen_it() -> None:
     assert [b.name for b in st.cycle(T0 + 3).binds] == ["b"]
 
 
+def _with_annotations(obj: dict, **ann: str) -> dict:
+    obj["metadata"]["annotations"] = dict(ann)
+    return obj
+
+
+def _inventory(gpus: int, unhealthy: set[int]) -> str:
+    return json.dumps({"v": 1, "devices": [
+        {"index": i, "uuid": f"GPU-{i}", "model": "A100-SXM4-80GB", "memoryMiB": 81920,
+         "mode": "exclusive", "healthy": i not in unhealthy} for i in range(gpus)]})
+
+
+def test_unhealthy_and_repartitioning_gpus_get_no_new_pods() -> None:
+    st = make(nodes=1, gpus=4)
+    st.set_node(_with_annotations(node("n0", 4), **{
+        names.ANN_INVENTORY: _inventory(4, {1}),     # XID: the agent reports it unhealthy
+        names.ANN_UNSCHEDULABLE_GPUS: "3"}))         # the agent is re-laying out MIG on 3
+    for i in range(4):
+        st.set_pod(pod(f"p{i}"))
+    plan = st.cycle(T0)
+    assert sorted(b.record.devices[0].index for b in plan.binds) == [0, 2]
+    bind_all(st, plan)
+    # a pod leaving the node must not reopen the blocked devices
+    st.delete_pod(f"team-a/{plan.binds[0].name}")
+    again = st.cycle(T0 + 1)
+    assert [b.record.devices[0].index for b in again.binds] == [plan.binds[0].record
+                                                                .devices[0].index]
+    bind_all(st, again)
+    # the agent is done and the XID cleared: both devices take pods again
+    st.set_node(_with_annotations(node("n0", 4), **{names.ANN_INVENTORY: _inventory(4, set())}))
+    st.set_pod(pod("p4"))  # one was still pending; with this one, two want a GPU
+    assert sorted(b.record.devices[0].index for b in st.cycle(T0 + 2).binds) == [1, 3]
+
+
+def test_an_unreadable_health_annotation_blocks_the_node_and_says_why() -> None:
+    st = make(nodes=1, gpus=2)
+    st.set_node(_with_annotations(node("n0", 2), **{names.ANN_UNSCHEDULABLE_GPUS: "one,two"}))
+    assert "unschedulable-gpus" in st.nodes["n0"].error
+    st.set_pod(pod("a"))
+    assert not st.cycle(T0).binds  # fail safe: no GPU of that node is used
+
+
 def test_node_selectors_are_honoured_or_refused_never_ignored() -> None:
     st = SchedulerState()
     st.set_node(node("a100", gpus=1))

@@ -47,6 +47,9 @@ from gpugov.model.request import Allocation, PodRequest
 
 log = logging.getLogger("gpugov.scheduler")
 
+#: name of the placeholder that holds a blocked device's free capacity in the state
+BLOCKED_DEVICE = "(blocked device)"
+
 #: reason codes of pods the engine never sees (beyond control/reasons.py's)
 INVALID = "invalid-request"
 NO_QUEUE = "no-queue"
@@ -160,9 +163,9 @@ class SchedulerState:
             self.delete_node((obj.get("metadata") or {}).get("name", ""))
             return
         info = node_info(obj)
-        if info.error:
-            self._bad("node", info.error)
         old = self.nodes.get(info.name)
+        if info.error and (old is None or old.error != info.error):
+            self._bad("node", info.error)  # once per problem, not once per heartbeat
         self.nodes[info.name] = info
         if old is None or old.signature() != info.signature():
             self.dirty = True
@@ -276,6 +279,7 @@ class SchedulerState:
         assert self.cp is not None
         if rec.job.status == RUNNING and any(
                 not self.nodes[self.cp.state.names[a.node]].schedulable
+                or self.nodes[self.cp.state.names[a.node]].blocked
                 for a in rec.job.allocations if self.cp.state.names[a.node] in self.nodes):
             self.dirty = True  # freeing room on a node that takes no new pods: rebuild
             return
@@ -358,6 +362,11 @@ class SchedulerState:
             if not n.schedulable:
                 state.cpu_free[i] = -1  # no new pod fits; pods already there keep their place
                 state.version[i] += 1
+            for d in n.blocked:  # hold what is left of a blocked device; its pods stay
+                left = int(state.gpu_free[i, d])
+                if left > 0:
+                    state.allocate(PodRequest(BLOCKED_DEVICE, 0, 0, 1, left),
+                                   Allocation(i, (d,), left))
 
     def _pclass(self, cfg: ControlConfig, info: PodInfo):
         try:

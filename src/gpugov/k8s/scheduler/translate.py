@@ -93,6 +93,9 @@ class NodeInfo:
     schedulable: bool
     error: str = ""
     labels: tuple[tuple[str, str], ...] = ()
+    #: device indexes no new pod may get: unhealthy in the agent's inventory, or listed in
+    #: its `gpugov.io/unschedulable-gpus` while it re-partitions MIG (docs/contracts.md)
+    blocked: tuple[int, ...] = ()
 
     @property
     def name(self) -> str:
@@ -100,7 +103,7 @@ class NodeInfo:
 
     def signature(self) -> tuple:
         """What, when it changes, changes placement (heartbeats do not)."""
-        return (self.spec, self.card_memory_mib, self.uuids, self.schedulable)
+        return (self.spec, self.card_memory_mib, self.uuids, self.schedulable, self.blocked)
 
 
 def node_info(obj: dict[str, Any]) -> NodeInfo:
@@ -121,7 +124,42 @@ def node_info(obj: dict[str, Any]) -> NodeInfo:
                 for c in status.get("conditions") or [])
     schedulable = ready and not (obj.get("spec") or {}).get("unschedulable", False)
     spec = NodeSpec(name, max(cpu, 0), max(mem, 0), max(gpus, 0), model if gpus > 0 else "")
-    return NodeInfo(spec, card, uuids, schedulable, error, tuple(sorted(labels.items())))
+    blocked, problem = _blocked_devices(meta, max(gpus, 0))
+    if problem:
+        error = f"{error}; {problem}" if error else problem
+    return NodeInfo(spec, card, uuids, schedulable, error, tuple(sorted(labels.items())),
+                    blocked)
+
+
+def _blocked_devices(meta: dict[str, Any], gpus: int) -> tuple[tuple[int, ...], str]:
+    """Devices gpugov must not place on, and a problem text when an annotation is unreadable.
+
+    Unreadable = fail safe: every device of the node is blocked (placing on a GPU the agent
+    is re-partitioning, or that raised an XID, costs a pod; waiting costs nothing)."""
+    import json
+
+    ann = meta.get("annotations") or {}
+    name = meta.get("name", "")
+    blocked: set[int] = set()
+    text = ann.get(names.ANN_UNSCHEDULABLE_GPUS)
+    if text:
+        try:
+            blocked |= {int(x) for x in str(text).split(",") if x.strip()}
+        except ValueError:
+            return tuple(range(gpus)), (
+                f"node {name}: annotation {names.ANN_UNSCHEDULABLE_GPUS}={text!r} is not a "
+                "comma-separated list of GPU indexes; no GPU of the node is used")
+    inv_text = ann.get(names.ANN_INVENTORY)
+    if inv_text:
+        try:
+            for d in json.loads(inv_text).get("devices") or []:
+                if d.get("healthy", True) is False:
+                    blocked.add(int(d["index"]))
+        except (ValueError, AttributeError, TypeError, KeyError):
+            return tuple(range(gpus)), (
+                f"node {name}: annotation {names.ANN_INVENTORY} is unreadable; no GPU of the "
+                "node is used")
+    return tuple(sorted(i for i in blocked if 0 <= i < gpus)), ""
 
 
 def _node_model(meta: dict[str, Any], labels: dict[str, str],
