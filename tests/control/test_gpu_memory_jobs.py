@@ -3,10 +3,14 @@ that fits nowhere for lack of GPU memory says so, untrusted tenants keep their m
 
 from __future__ import annotations
 
+import numpy as np
 from cp_helpers import nodes, plane
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from gpugov.control import reasons
 from gpugov.control.workload import PENDING, RUNNING, Job
+from gpugov.model.cluster import NodeSpec
 from gpugov.model.request import PodRequest
 
 GIB = 1024
@@ -49,3 +53,55 @@ def test_untrusted_tenant_takes_a_whole_card_with_enough_memory() -> None:
     assert cp.state.names[x.allocations[0].node] == "big"
     assert x.allocations[0].milli == 1000  # untrusted: the whole device
     assert cp.state.gpu_mem_free[x.allocations[0].node, x.allocations[0].devices[0]] == 0
+
+
+jobs_st = st.lists(st.tuples(
+    st.sampled_from(["ns-ext", "ns-int", "a"]), st.sampled_from(["high", "low"]),
+    st.sampled_from([(1, 100), (1, 300), (1, 500), (1, 1000), (2, 1000)]),
+    st.sampled_from([0, 0, 8, 20, 30, 50, 90]), st.integers(0, 3)), min_size=1, max_size=25)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(jobs_st, st.lists(st.integers(0, 3), max_size=6))
+def test_state_matches_running_jobs_and_memory_is_never_overcommitted(specs, finish) -> None:
+    cluster = [NodeSpec("big0", 64_000, 262_144, 2, "A100-SXM4-80GB"),
+               NodeSpec("big1", 64_000, 262_144, 2, "A100-SXM4-80GB"),
+               NodeSpec("t4", 64_000, 262_144, 2, "T4")]
+    cp = plane([{"name": "a"}, {"name": "ext"}, {"name": "int"}], cluster, policy="fgd",
+               tenants=[{"namespace": "ns-ext", "queue": "ext", "trust": "untrusted"},
+                        {"namespace": "ns-int", "queue": "int", "trust": "internal"}])
+    for step in range(4):
+        for i, (queue, pclass, (count, milli), gib, t) in enumerate(specs):
+            if t == step:
+                leaf, trust = cp.tree.resolve(queue)
+                pod = PodRequest(f"j{i}", 1000, 1024, count, milli, (), gib * GIB)
+                cp.submit(Job(f"j{i}", leaf, cp.cfg.priority_class(pclass), float(t), 1, pod,
+                              trust))
+        running = [j for j in cp.jobs.values() if j.status == RUNNING]
+        if step in finish and running:
+            cp.finish(running[0])
+        cp.cycle(float(step * 10))
+        s = cp.state
+        milli = np.zeros_like(s.gpu_cap)
+        memory = np.zeros_like(s.gpu_mem_cap)
+        holders: dict[tuple[int, int], set[str]] = {}
+        for j in cp.jobs.values():
+            if j.status != RUNNING:
+                continue
+            for a in j.allocations:
+                for d in a.devices:
+                    milli[a.node, d] += a.milli
+                    memory[a.node, d] += (s.gpu_mem_cap[a.node, d] if a.milli == 1000
+                                          else a.memory_mib)
+                    holders.setdefault((a.node, d), set()).add(j.name)
+                    # memory named by the pod is there on every device it holds
+                    assert s.gpu_mem_cap[a.node, d] >= j.pod.gpu_memory_mib
+                if j.trust.value == "untrusted":
+                    assert a.milli == 1000  # untrusted: whole devices only
+        assert (milli == s.gpu_cap - s.gpu_free).all()
+        assert (memory == s.gpu_mem_cap - s.gpu_mem_free).all()
+        assert (memory <= s.gpu_mem_cap).all() and (milli <= s.gpu_cap).all()
+        for names in holders.values():  # a whole device is never shared
+            owners = [cp.jobs[n] for n in names]
+            if any(a.milli == 1000 for o in owners for a in o.allocations):
+                assert len(owners) == 1
