@@ -359,15 +359,31 @@ def parse_config(data: Any, source: str = "<config>") -> ControlConfig:
     return cfg
 
 
+def yaml_loader() -> type:
+    """PyYAML's safe loader plus YAML 1.2 floats: `1e18` is a number, not a string (PyYAML
+    follows YAML 1.1, which wants a dot: `1.0e18`). Every YAML gpugov reads goes through it."""
+
+    class Loader(yaml.SafeLoader):
+        pass
+
+    Loader.add_implicit_resolver(
+        "tag:yaml.org,2002:float",
+        re.compile(r"^[-+]?(?:\d[\d_]*)?(?:\.\d*)?[eE][-+]?\d+$"),
+        list("-+0123456789."))
+    return Loader
+
+
 def load_config(path: Path | str) -> ControlConfig:
-    """Read and validate a YAML config file."""
+    """Read and validate a YAML config file (UTF-8; a spreadsheet's byte-order mark is fine)."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(str(path), [f"not UTF-8 text (byte {exc.start})"]) from None
     except OSError as exc:
         raise ConfigError(str(path), [f"cannot read: {exc.strerror or exc}"]) from None
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=yaml_loader())  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as exc:
         raise ConfigError(str(path), [f"not valid YAML: {exc}"]) from None
     return parse_config(data, str(path))

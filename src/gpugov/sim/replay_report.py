@@ -64,16 +64,23 @@ def summary(res: ReplayResult) -> dict:
 
 
 def plots(res: ReplayResult) -> dict[str, bytes]:
-    import matplotlib
+    """The report's PNGs by file name."""
+    return {name: _png(fig) for name, fig in figures(res).items()}
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
-    out: dict[str, bytes] = {}
+def figures(res: ReplayResult) -> dict:
+    """The report's figures (no pyplot: a bare Agg canvas keeps the import cheap and global
+    state out)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    out: dict = {}
     n = len(res.leaves)
     cols = min(n, 3)
     rows = (n + cols - 1) // cols
-    fig, axes = plt.subplots(rows, cols, figsize=(5 * cols, 3 * rows), squeeze=False)
+    fig = Figure(figsize=(5 * cols, 3 * rows))
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(rows, cols, squeeze=False)
     hours = res.times / 3600
     for k, leaf in enumerate(res.leaves):
         ax = axes[k // cols][k % cols]
@@ -87,11 +94,14 @@ def plots(res: ReplayResult) -> dict[str, bytes]:
         axes[k // cols][k % cols].axis("off")
     axes[0][0].legend(fontsize=7)
     fig.tight_layout()
-    out["usage_vs_fair_share.png"] = _png(fig, plt)
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 3.5))
+    out["usage_vs_fair_share.png"] = fig
+    fig = Figure(figsize=(11, 3.5))
+    FigureCanvasAgg(fig)
+    a1, a2 = fig.subplots(1, 2)
     a1.step(hours, res.gpu_allocation(), where="post")
     a1.set_title(f"GPUs allocated (cluster: {res.cp.state.total_gpu_milli / 1000:g})")
     a1.set_xlabel("hours")
+    a1.set_ylabel("GPUs allocated")
     for leaf in res.leaves:
         w = np.sort(res.waits_of(leaf))
         if len(w):
@@ -99,17 +109,17 @@ def plots(res: ReplayResult) -> dict[str, bytes]:
                     label=res.cp.tree.names[leaf])
     a2.set_xscale("log")
     a2.set_xlabel("wait (s, log; 0 shown as 1)")
+    a2.set_ylabel("fraction of jobs waiting ≤ x")
     a2.set_title("wait-time CDF per queue")
     a2.legend(fontsize=7)
     fig.tight_layout()
-    out["allocation_and_waits.png"] = _png(fig, plt)
+    out["allocation_and_waits.png"] = fig
     return out
 
 
-def _png(fig, plt) -> bytes:  # type: ignore[no-untyped-def]
+def _png(fig) -> bytes:  # type: ignore[no-untyped-def]
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=90)
-    plt.close(fig)
     return buf.getvalue()
 
 
@@ -178,18 +188,28 @@ def print_summary(res: ReplayResult, summ: dict | None = None) -> None:
         warn = Console(stderr=True)
         for w in res.warnings:
             warn.print(f"warning: {w}", markup=False, highlight=False)
+    from rich import box
+
+    rows = [[r["queue"], str(r["jobs"]), str(r["started"]), str(r["rejected"]),
+             f"{r['wait_p50_s']:.0f}", f"{r['wait_p95_s']:.0f}", f"{r['wait_p99_s']:.0f}",
+             f"{r['mean_gpus']:.1f}", f"{r['mean_fair_gpus']:.1f}",
+             f"{r['usage_over_fair']:.3f}", str(r["preempted"])] for r in summ["queues"]]
     table = Table(title=f"replay: {summ['jobs']} jobs, {summ['cycles']} cycles, "
-                        f"{summ['preemptions']} preemptions ({summ['reclaims']} reclaims)")
-    for col in ("queue", "jobs", "started", "rejected", "wait p50 s", "wait p95 s",
-                "wait p99 s", "mean GPUs", "mean fair share", "usage/fair", "preempted"):
-        table.add_column(col, justify="left" if col == "queue" else "right")
-    for r in summ["queues"]:
-        table.add_row(r["queue"], str(r["jobs"]), str(r["started"]), str(r["rejected"]),
-                      f"{r['wait_p50_s']:.0f}", f"{r['wait_p95_s']:.0f}",
-                      f"{r['wait_p99_s']:.0f}", f"{r['mean_gpus']:.1f}",
-                      f"{r['mean_fair_gpus']:.1f}", f"{r['usage_over_fair']:.3f}",
-                      str(r["preempted"]))
-    console = Console(width=140)
+                        f"{summ['preemptions']} preemptions ({summ['reclaims']} reclaims)",
+                  box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1), collapse_padding=True,
+                  caption="p50/p95/p99: wait in seconds; ran: started; rej: rejected; "
+                          "GPUs, fair: mean over time (fair = fair share); evicted: preempted")
+    cols = ("queue", "jobs", "ran", "rej", "p50", "p95", "p99", "GPUs", "fair", "use/fair",
+            "evicted")
+    for k, col in enumerate(cols):
+        # numbers are never cut: a column is at least as wide as its widest cell; short
+        # headers keep the table inside an 80-column terminal
+        widest = max([len(row[k]) for row in rows] + [len(col)])
+        table.add_column(col, justify="left" if k == 0 else "right",
+                         min_width=widest if k else min(widest, 12), overflow="fold")
+    for row in rows:
+        table.add_row(*row)
+    console = Console()  # the terminal's width (80 when not a terminal)
     console.print(table)
     console.print(
         f"GPU allocation over time: mean {summ['gpu_allocated_mean']:.1f}, p95 "

@@ -153,16 +153,9 @@ def _show(raw: str) -> str:
 
 def _yaml_loader() -> type:
     """PyYAML's safe loader, plus YAML 1.2 floats: `1e18` is a number, not a string."""
-    import yaml
+    from gpugov.control.config import yaml_loader
 
-    class Loader(yaml.SafeLoader):
-        pass
-
-    Loader.add_implicit_resolver(
-        "tag:yaml.org,2002:float",
-        re.compile(r"^[-+]?(?:\d[\d_]*)?(?:\.\d*)?[eE][-+]?\d+$"),
-        list("-+0123456789."))
-    return Loader
+    return yaml_loader()
 
 
 def load_yaml(path: Path | str) -> Any:
