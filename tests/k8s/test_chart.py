@@ -64,6 +64,22 @@ def test_default_render_has_every_component(helm):
     assert {"/var/lib/kubelet/device-plugins", "/dev"} <= mounts
 
 
+def test_reconciler_is_opt_in_and_needs_its_prometheus(helm):
+    assert not [d for d in render(helm) if "reconciler" in d["metadata"]["name"]]
+    out = subprocess.run([str(helm), "template", "gpugov", str(CHART), "--kube-version",
+                          build.K8S_VERSION, "--set", "reconciler.enabled=true"],
+                         capture_output=True, text=True, check=False)
+    assert out.returncode != 0 and "reconciler.prometheusUrl is required" in out.stderr
+    docs = render(helm, "--set", "reconciler.enabled=true", "--set",
+                  "reconciler.prometheusUrl=http://prom.monitoring:9090", "--set",
+                  "metrics.serviceMonitor.enabled=true")
+    by = {(d["kind"], d["metadata"]["name"]): d for d in docs}
+    (c,) = by[("Deployment", "gpugov-reconciler")]["spec"]["template"]["spec"]["containers"]
+    assert c["args"][:2] == ["reconcile", "--prometheus=http://prom.monitoring:9090"]
+    assert ("Service", "gpugov-reconciler") in by and ("ServiceMonitor", "gpugov-reconciler") in by
+    assert ("ServiceAccount", "gpugov-reconciler") in by
+
+
 @pytest.mark.parametrize("values", [None, *EXAMPLES], ids=lambda v: v.name if v else "default")
 def test_node_config_is_what_gpugov_node_run_accepts(helm, values, tmp_path):
     from gpugov.node.deviceplugin.all_in_one import load_node_file
@@ -166,6 +182,7 @@ async def _prepare(kubeconfig: Path) -> None:
 def test_rendered_manifests_pass_server_side_dry_run(helm, k8s_control_plane, values):
     asyncio.run(_prepare(k8s_control_plane.kubeconfig))
     args = ["--include-crds", "--set", "metrics.serviceMonitor.enabled=true",
+            "--set", "reconciler.enabled=true", "--set", "reconciler.prometheusUrl=http://p:9090",
             "--set", "metrics.prometheusRule.enabled=true",
             "--set", "metrics.dashboards.enabled=true"]
     if values is not None:
@@ -182,7 +199,10 @@ def test_rendered_manifests_pass_server_side_dry_run(helm, k8s_control_plane, va
 def test_rendered_rbac_is_the_rules_file(helm):
     rules = load_rules()
     docs = render(helm)
-    for component in ("scheduler", "webhook", "node"):
+    docs += [d for d in render(helm, "--set", "reconciler.enabled=true", "--set",
+                               "reconciler.prometheusUrl=http://prom:9090")
+             if d["metadata"]["name"] == "gpugov-reconciler"]
+    for component in ("scheduler", "webhook", "node", "reconciler"):
         role = next(d for d in docs if d["kind"] == "ClusterRole" and
                     d["metadata"]["name"] == f"gpugov-{component}")
         assert role["rules"] == rules[component]["clusterRules"]

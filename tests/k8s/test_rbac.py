@@ -10,6 +10,7 @@ from kubernetes_asyncio.client.rest import ApiException
 
 from gpugov.k8s.devcluster.client import api_client
 from gpugov.k8s.devcluster.dev import install_crds
+from gpugov.observe.cluster import read_cluster, read_queues
 
 NS = "gpugov-rbac"
 
@@ -57,6 +58,15 @@ def test_components_get_least_privilege(k8s_control_plane):
             seen["node list pods"] = await _status(core.list_pod_for_all_namespaces())
             seen["node list secrets"] = await _status(core.list_secret_for_all_namespaces())
             seen["node delete node"] = await _status(core.delete_node("x"))
+        async with api_client(await cluster.component_kubeconfig("reconciler", NS)) as api:
+            core = client.CoreV1Api(api)
+            # what `gpugov reconcile` reads, through its own code, under its own rules
+            pods, nodes = await read_cluster(api)
+            seen["reconciler reads its views"] = 200 if await read_queues(api) is not None \
+                and isinstance(pods, list) and isinstance(nodes, list) else 0
+            seen["reconciler list secrets"] = await _status(core.list_secret_for_all_namespaces())
+            seen["reconciler patch pod"] = await _status(
+                core.patch_namespaced_pod("x", NS, {"metadata": {"labels": {"a": "b"}}}))
         return seen
 
     assert asyncio.run(run()) == {
@@ -66,4 +76,6 @@ def test_components_get_least_privilege(k8s_control_plane):
         "sched get lease elsewhere": 403, "sched create clusterrole": 403,
         "webhook list tenants": 200, "webhook read namespace": 200, "webhook list pods": 403,
         "node list pods": 200, "node list secrets": 403, "node delete node": 403,
+        "reconciler reads its views": 200, "reconciler list secrets": 403,
+        "reconciler patch pod": 403,
     }

@@ -19,7 +19,7 @@ from kubernetes_asyncio.client.rest import ApiException
 
 from gpugov.k8s.devcluster.client import api_client
 
-COMPONENTS = ("scheduler", "webhook", "node")
+COMPONENTS = ("scheduler", "webhook", "node", "reconciler")
 
 
 def rules_file() -> Path:
