@@ -40,7 +40,9 @@ class GpuRequest:
         return self.mode.isolation
 
     def memory_on(self, card_memory_mib: int) -> int | None:
-        """Memory this request needs on a card of that size (None = not stated)."""
+        """GPU memory (MiB) this request needs on each device of a card with
+        `card_memory_mib` MiB: `memory_mib` when stated, else `memory_percent` of that card,
+        else None (the request names no memory)."""
         if self.memory_mib is not None:
             return self.memory_mib
         if self.memory_percent is not None:
@@ -49,16 +51,24 @@ class GpuRequest:
 
     def to_pod_request(self, name: str, cpu_milli: int = 0, memory_mib: int = 0,
                        card_memory_mib: int | None = None) -> PodRequest:
-        """The engine's request (compute share only). A memory-only slice gets the memory share
-        of the card as its compute share, so bin-packing counts it against something."""
+        """The engine's request: compute share per device and GPU memory per device.
+
+        `gpu_memory_mib` is `memory_on(card)` when the request names memory (0 otherwise,
+        and for MIG, whose profile fixes the memory), so the state only places it on devices
+        with that much free memory. `card_memory_mib` is the card the share is taken of
+        (default: the largest in the catalog); a `memory_percent` request needs it to know
+        its MiB. A memory-only slice (`milli` None) also gets the memory's share of that card
+        as its compute share, so compute bin-packing counts it against something."""
+        card = card_memory_mib or largest_card_mib()
+        need = self.memory_on(card)
         milli = self.milli
         if milli is None:
-            card = card_memory_mib or largest_card_mib()
-            need = self.memory_on(card) or card
-            milli = min(MILLI_PER_GPU, max(1, math.ceil(MILLI_PER_GPU * need / card)))
+            milli = min(MILLI_PER_GPU, max(1, math.ceil(MILLI_PER_GPU * (need or card) / card)))
         if self.mode is DeviceMode.MIG and self.mig_profile:
             milli = mig_milli(self.mig_profile, self.models)
-        return PodRequest(name, cpu_milli, memory_mib, self.count, milli, self.models)
+            need = None
+        return PodRequest(name, cpu_milli, memory_mib, self.count, milli, self.models,
+                          gpu_memory_mib=int(need or 0))
 
 
 def largest_card_mib() -> int:
