@@ -1,0 +1,236 @@
+"""A cluster description: the `cluster.yaml` nodePools format or the openb nodes CSV.
+
+Pure parsing and checks (no Kubernetes client), shared by the kwok dev cluster
+(`k8s.devcluster.cluster_file` turns it into Node objects) and the replay (`sim.fleet` turns it
+into the engine's nodes). Errors name the file, the path inside it (or the CSV line) and the
+field, and list every problem at once.
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
+
+from gpugov.model.catalog import CATALOG
+from gpugov.model.devices import DeviceMode
+from gpugov.model.mig import MIG_GEOMETRIES, MigInstance, find_placement, get_geometry
+
+NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
+
+
+class ClusterFileError(ValueError):
+    """A cluster file gpugov cannot use: one line per problem, each naming path and field."""
+
+    def __init__(self, source: str, problems: list[str]) -> None:
+        self.source, self.problems = source, problems
+        super().__init__(f"{source}: invalid cluster file:\n  " + "\n  ".join(problems))
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
+
+
+class Taint(_Strict):
+    key: str = Field(min_length=1)
+    value: str = ""
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
+
+
+class DeviceGroup(_Strict):
+    """Devices `index` ("0-1", "4" or 4) in one mode."""
+
+    index: str
+    mode: DeviceMode
+    layout: list[str] = Field(default_factory=list)
+    replicas: int = Field(1, ge=1)
+
+    @field_validator("index", mode="before")
+    @classmethod
+    def _index(cls, value: Any) -> str:
+        if isinstance(value, bool) or not isinstance(value, int | str):
+            raise ValueError(f"{value!r} is not an index; write 3 or a range like '0-3'")
+        text = str(value).strip()
+        if not re.fullmatch(r"\d+(-\d+)?", text):
+            raise ValueError(f"{value!r} is not an index; write 3 or a range like '0-3'")
+        return text
+
+    def indexes(self) -> range:
+        lo, _, hi = self.index.partition("-")
+        return range(int(lo), int(hi or lo) + 1)
+
+
+class NodePool(_Strict):
+    name: str = Field(pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$", max_length=200)
+    count: int = Field(ge=1)
+    model: str = ""
+    gpus: int = Field(0, ge=0)
+    cpu_milli: int = Field(alias="cpuMilli", ge=0)
+    memory_mib: int = Field(alias="memoryMiB", ge=0)
+    topology: Literal["nvswitch", "pcie", "none"] = "none"
+    power_budget_w: float | None = Field(None, alias="powerBudgetW", ge=0)
+    labels: dict[str, str] = Field(default_factory=dict)
+    taints: list[Taint] = Field(default_factory=list)
+    devices: list[DeviceGroup] = Field(default_factory=list)
+
+
+class ClusterFile(_Strict):
+    node_pools: list[NodePool] = Field(alias="nodePools", min_length=1)
+    _exact_names: bool = PrivateAttr(False)  # CSV: one pool per node, named as the node
+
+    def node_names(self, pool: NodePool) -> list[str]:
+        if self._exact_names:
+            return [pool.name]
+        return [f"{pool.name}-{i}" for i in range(pool.count)]
+
+
+def _loc(loc: tuple[Any, ...]) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else ("." if out else "") + str(part)
+    return out
+
+
+def _pool_problems(i: int, pool: NodePool) -> list[str]:
+    where = f"nodePools[{i}]"
+    problems: list[str] = []
+    if pool.gpus and pool.model not in CATALOG:
+        problems.append(f"{where}.model: unknown GPU model {pool.model!r}; allowed: "
+                        f"{', '.join(CATALOG)}")
+    if pool.gpus == 0 and pool.devices:
+        problems.append(f"{where}.devices: the pool has no GPUs (gpus: 0)")
+    seen: dict[int, int] = {}
+    for j, group in enumerate(pool.devices):
+        w = f"{where}.devices[{j}]"
+        for k in group.indexes():
+            if k >= pool.gpus:
+                problems.append(f"{w}.index: device {k} does not exist; allowed: "
+                                f"0..{pool.gpus - 1}")
+                break
+            if k in seen:
+                problems.append(f"{w}.index: device {k} is already in devices[{seen[k]}]; "
+                                "device ranges must not overlap")
+                break
+            seen[k] = j
+        if group.mode is DeviceMode.MIG:
+            if pool.model not in MIG_GEOMETRIES:
+                problems.append(f"{w}.mode: {pool.model or '(no model)'} has no MIG; MIG "
+                                f"models: {', '.join(MIG_GEOMETRIES)}")
+                continue
+            geometry = get_geometry(pool.model)
+            bad = [p for p in group.layout if p not in geometry.profile_names()]
+            if bad:
+                problems.append(f"{w}.layout: unknown profile(s) {', '.join(bad)} on "
+                                f"{pool.model}; allowed: {', '.join(geometry.profile_names())}")
+            elif not group.layout:
+                problems.append(f"{w}.layout: a MIG device needs a layout, e.g. "
+                                f"[{geometry.whole.name}]")
+            elif find_placement(geometry, group.layout) is None:
+                problems.append(f"{w}.layout: {', '.join(group.layout)} does not fit on one "
+                                f"{pool.model}")
+        elif group.layout:
+            problems.append(f"{w}.layout: only MIG devices have a layout (mode is "
+                            f"{group.mode.value})")
+        if group.mode in (DeviceMode.TIMESLICE, DeviceMode.MPS) and group.replicas < 2:
+            problems.append(f"{w}.replicas: {group.mode.value} needs replicas >= 2")
+    return problems
+
+
+def parse_cluster_yaml(data: Any, source: str) -> ClusterFile:
+    if not isinstance(data, dict):
+        raise ClusterFileError(source, ["<root>: expected a mapping with 'nodePools'"])
+    try:
+        cluster = ClusterFile.model_validate(data)
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors():
+            msg = err["msg"].removeprefix("Value error, ")
+            if err["type"] == "extra_forbidden":
+                msg = "unknown field"
+            value = err.get("input")
+            shown = "" if isinstance(value, dict | list) else f" (got {value!r})"
+            problems.append(f"{_loc(tuple(err['loc']))}: {msg}{shown}")
+        raise ClusterFileError(source, problems) from None
+    problems = [p for i, pool in enumerate(cluster.node_pools) for p in _pool_problems(i, pool)]
+    names = [pool.name for pool in cluster.node_pools]
+    for i, name in enumerate(names):
+        if name in names[:i]:
+            problems.append(f"nodePools[{i}].name: duplicate pool name {name!r}")
+    if problems:
+        raise ClusterFileError(source, problems)
+    return cluster
+
+
+def _csv_pools(path: Path) -> ClusterFile:
+    problems: list[str] = []
+    pools: list[dict[str, Any]] = []
+    with open(path, newline="", encoding="utf-8") as fh:
+        reader = csv.DictReader(fh)
+        missing_cols = [c for c in NODE_COLUMNS if c not in (reader.fieldnames or [])]
+        if missing_cols:
+            raise ClusterFileError(str(path), [f"line 1: missing column(s) "
+                                               f"{', '.join(missing_cols)}; need "
+                                               f"{','.join(NODE_COLUMNS)}"])
+        seen: set[str] = set()
+        for line, row in enumerate(reader, start=2):
+            name = (row["sn"] or "").strip()
+            values: dict[str, int] = {}
+            for col in ("cpu_milli", "memory_mib", "gpu"):
+                raw = (row[col] or "").strip()
+                if not raw.isdigit():
+                    problems.append(f"line {line}: {col}: {raw!r} is not a whole number >= 0")
+                values[col] = int(raw) if raw.isdigit() else 0
+            if not re.fullmatch(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?", name):
+                problems.append(f"line {line}: sn: {name!r} is not a valid node name "
+                                "(lower-case letters, digits, '-' and '.')")
+            elif name in seen:
+                problems.append(f"line {line}: sn: duplicate node name {name!r}")
+            seen.add(name)
+            model = (row["model"] or "").strip()
+            if values["gpu"] and model not in CATALOG:
+                problems.append(f"line {line}: model: unknown GPU model {model!r}; allowed: "
+                                f"{', '.join(CATALOG)}")
+            pools.append({"name": name, "count": 1, "model": model, "gpus": values["gpu"],
+                          "cpuMilli": values["cpu_milli"], "memoryMiB": values["memory_mib"]})
+    if problems:
+        raise ClusterFileError(str(path), problems)
+    if not pools:
+        raise ClusterFileError(str(path), ["no nodes (the file has only a header)"])
+    # one pool per CSV row, named after the node (see node_names)
+    cluster = ClusterFile.model_validate({"nodePools": pools})
+    cluster._exact_names = True
+    return cluster
+
+
+def load_cluster_file(path: Path | str) -> ClusterFile:
+    """Read `cluster.yaml` (nodePools) or an openb nodes CSV; ClusterFileError on bad input."""
+    path = Path(path)
+    if not path.is_file():
+        raise ClusterFileError(str(path), ["no such file"])
+    if path.suffix.lower() == ".csv":
+        return _csv_pools(path)
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        raise ClusterFileError(str(path), [f"not valid YAML: {exc}"]) from None
+    return parse_cluster_yaml(data, str(path))
+
+
+def device_modes(pool: NodePool) -> dict[int, DeviceGroup | None]:
+    modes: dict[int, DeviceGroup | None] = dict.fromkeys(range(pool.gpus))
+    for group in pool.devices:
+        for k in group.indexes():
+            modes[k] = group
+    return modes
+
+
+def mig_instances(pool: NodePool, index: int) -> tuple[MigInstance, ...]:
+    """Where the layout of device `index` puts its instances (empty unless MIG)."""
+    group = device_modes(pool).get(index)
+    if not group or group.mode is not DeviceMode.MIG:
+        return ()
+    return find_placement(get_geometry(pool.model), group.layout) or ()
