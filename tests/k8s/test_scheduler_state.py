@@ -447,3 +447,55 @@ def test_allocation_record_roundtrip_is_versioned_json() -> None:
     doc = json.loads(encode_allocation(b.record))
     assert doc["v"] == 1 and doc["node"] == "n0" and len(doc["devices"]) == 2
     assert decode_allocation(encode_allocation(b.record)) == b.record
+
+
+def _slice(name: str, mem_mib: int, cores: int = 10, **kw) -> dict:
+    return pod(name, limits={names.GPU_RESOURCE: "1", "nvidia.com/gpumem": str(mem_mib),
+                             "nvidia.com/gpucores": str(cores)}, **kw)
+
+
+def test_gpu_memory_is_placed_not_just_compute() -> None:
+    st = make(nodes=1, gpus=1)  # one 80 GiB card
+    for i in range(3):  # 10 % compute each, but 30 GiB: only two fit on the card
+        st.set_pod(_slice(f"m{i}", 30 * 1024, created=f"2027-01-15T08:00:0{i}Z"))
+    plan = st.cycle(T0)
+    assert sorted(b.name for b in plan.binds) == ["m0", "m1"]
+    assert all(b.record.devices[0].memory_mib == 30 * 1024 for b in plan.binds)
+    assert all(b.record.devices[0].milli == 100 for b in plan.binds)
+    (cond,) = plan.conditions
+    assert cond.name == "m2" and "GPU memory" in cond.message
+    # a restarted scheduler adopts the recorded slices with their memory: still no room
+    again = make(nodes=1, gpus=1)
+    for b in plan.binds:
+        obj = _slice(b.name, 30 * 1024, node_name=b.node,
+                     allocation=encode_allocation(b.record))
+        obj["metadata"]["uid"] = st.pods[b.key].uid
+        again.set_pod(obj)
+    again.set_pod(_slice("small", 16 * 1024))  # 20 GiB are left on the card
+    assert [b.name for b in again.cycle(T0 + 1).binds] == ["small"]
+    again.set_pod(_slice("m2", 30 * 1024))
+    assert again.cycle(T0 + 2).binds == []
+
+
+def test_a_node_publishing_its_memory_takes_memory_pods_whatever_its_model() -> None:
+    acme = node("acme", 2, product="Acme-X1")
+    acme["metadata"]["labels"][names.GPU_MEMORY_LABEL] = "49152"
+    info = node_info(acme)
+    assert (info.spec.model, info.card_memory_mib) == ("Acme-X1", 49152)
+    assert info.spec.device_memory_mib == 49152
+    mystery = node_info(node("mystery", 2, product="Mystery-Z"))
+    assert mystery.card_memory_mib == 0 and mystery.spec.device_memory_mib == 0
+    # the agent's inventory (what NVML read) is the node's own figure, ahead of the catalog
+    inv = _with_annotations(node("inv", 4), **{names.ANN_INVENTORY: json.dumps(
+        {"v": 1, "devices": [{"index": i, "uuid": f"GPU-{i}", "model": "A100-SXM4-80GB",
+                              "memoryMiB": 40960} for i in range(4)]})})
+    assert node_info(inv).spec.device_memory_mib == 40960
+
+    st = SchedulerState()
+    st.set_node(node("mystery", 2, product="Mystery-Z"))
+    st.set_node(acme)
+    for q in (queue("qa"), queue("qb")):
+        st.set_object("queue", q)
+    st.set_pod(_slice("m", 40 * 1024))
+    (b,) = st.cycle(T0).binds
+    assert b.node == "acme" and b.record.devices[0].memory_mib == 40 * 1024

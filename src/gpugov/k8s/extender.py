@@ -32,12 +32,12 @@ from gpugov.k8s.annotations import encode_allocation
 from gpugov.k8s.scheduler.apply import binding_body
 from gpugov.k8s.scheduler.kube import Kube, message
 from gpugov.k8s.scheduler.runner import Runner
-from gpugov.k8s.scheduler.state import Bind, SchedulerState
+from gpugov.k8s.scheduler.state import Bind, SchedulerState, recorded_allocation
 from gpugov.k8s.scheduler.translate import pod_info
 from gpugov.model.cluster import ClusterState
 from gpugov.model.request import Allocation, PodRequest
 from gpugov.placement.base import PolicyContext
-from gpugov.placement.engine import Placer
+from gpugov.placement.engine import Placer, allocation_for
 from gpugov.placement.fragmentation import FragmentationModel, TypicalPods
 from gpugov.placement.registry import get_policy
 
@@ -74,8 +74,7 @@ class ExtenderState:
             if info.done or record is None or record.node not in self.index:
                 continue
             req = placement_request(v.pod_request(info), info.trust)
-            alloc = Allocation(self.index[record.node], tuple(d.index for d in record.devices),
-                               req.gpu_milli if record.devices else 0)
+            alloc = recorded_allocation(state, req, self.index[record.node], record)
             try:
                 state.allocate(req, alloc)
             except ValueError:
@@ -131,7 +130,7 @@ class ExtenderState:
         if i is None or not self.state.feasible(req)[i]:
             return None
         devices = self.placer.policy.choose_devices(self.state, req, i)
-        return Allocation(i, devices, req.gpu_milli if devices else 0)
+        return allocation_for(self.state, req, i, devices)
 
 
 class Extender:

@@ -41,9 +41,11 @@ from gpugov.k8s.scheduler.translate import (
     tenant_map,
 )
 from gpugov.model.catalog import MILLI_PER_GPU
+from gpugov.model.cluster import ClusterState
 from gpugov.model.devices import DeviceMode
 from gpugov.model.isolation import IsolationLevel
 from gpugov.model.request import Allocation, PodRequest
+from gpugov.placement.engine import allocation_for
 
 log = logging.getLogger("gpugov.scheduler")
 
@@ -364,9 +366,11 @@ class SchedulerState:
                 state.version[i] += 1
             for d in n.blocked:  # hold what is left of a blocked device; its pods stay
                 left = int(state.gpu_free[i, d])
+                left_mem = int(state.gpu_mem_free[i, d]) if left < MILLI_PER_GPU else 0
                 if left > 0:
-                    state.allocate(PodRequest(BLOCKED_DEVICE, 0, 0, 1, left),
-                                   Allocation(i, (d,), left))
+                    state.allocate(PodRequest(BLOCKED_DEVICE, 0, 0, 1, left,
+                                              gpu_memory_mib=left_mem),
+                                   Allocation(i, (d,), left, left_mem))
 
     def _pclass(self, cfg: ControlConfig, info: PodInfo):
         try:
@@ -393,8 +397,9 @@ class SchedulerState:
         return q, "", ""
 
     def pod_request(self, info: PodInfo) -> PodRequest:
-        """The engine's request: compute share only (memory slices become a share of the
-        largest card in the cluster, `GpuRequest.to_pod_request`)."""
+        """The engine's request (`GpuRequest.to_pod_request`): GPU memory per device, and a
+        compute share; a memory-only slice's share, and a `memoryPercent`'s MiB, are taken of
+        the largest card in the cluster."""
         cached = self._preq.get(info.key)
         if cached is not None and cached[0] is info and cached[1] == self.card_mib:
             return cached[2]
@@ -440,8 +445,7 @@ class SchedulerState:
                 job = None
         req = job.request if job is not None else placement_request(self.pod_request(info),
                                                                     info.trust)
-        alloc = Allocation(node, tuple(d.index for d in record.devices),
-                           req.gpu_milli if record.devices else 0)
+        alloc = recorded_allocation(cp.state, req, node, record)
         try:
             cp.state.allocate(req, alloc)
         except ValueError:
@@ -624,7 +628,9 @@ class SchedulerState:
 
         `milli` is the pod's own compute share (an untrusted tenant's slice is placed on a
         device of its own, but limited to what it asked for); `memoryMiB` is what the
-        enforcement library applies: the card's memory for a whole device.
+        enforcement library applies: the card's memory for a whole device, else the memory
+        the engine charged on the device (`alloc.memory_mib`), else the request's memory on
+        this node's card, else the compute share's part of the card.
         """
         assert self.cp is not None
         return self.allocation_record_on(info, alloc, self.cp.state.names[alloc.node])
@@ -644,7 +650,8 @@ class SchedulerState:
                 share, mem = MILLI_PER_GPU, card
             else:
                 share = own
-                mem = req.memory_on(card) if card else req.memory_mib
+                mem = (alloc.memory_mib if alloc.memory_mib and alloc.milli < MILLI_PER_GPU
+                       else req.memory_on(card) if card else req.memory_mib)
                 if mem is None:
                     mem = card * share // MILLI_PER_GPU
             devices.append(AllocatedDevice(d, req.mode, share, int(mem or 0),
@@ -697,6 +704,13 @@ class SchedulerState:
     def job_for(self, key: str) -> Job | None:
         jname = self.job_of.get(key)
         return self.jobs[jname].job if jname else None
+
+
+def recorded_allocation(state: ClusterState, req: PodRequest, node: int,
+                        record: AllocationRecord) -> Allocation:
+    """The engine's allocation for a recorded one: the record's devices, the request's
+    milli and GPU memory (`placement.engine.allocation_for`)."""
+    return allocation_for(state, req, node, tuple(d.index for d in record.devices))
 
 
 def _amounts(vec: np.ndarray) -> dict[str, float]:

@@ -123,7 +123,8 @@ def node_info(obj: dict[str, Any]) -> NodeInfo:
     ready = any(c.get("type") == "Ready" and c.get("status") == "True"
                 for c in status.get("conditions") or [])
     schedulable = ready and not (obj.get("spec") or {}).get("unschedulable", False)
-    spec = NodeSpec(name, max(cpu, 0), max(mem, 0), max(gpus, 0), model if gpus > 0 else "")
+    spec = NodeSpec(name, max(cpu, 0), max(mem, 0), max(gpus, 0), model if gpus > 0 else "",
+                    gpu_memory_mib=card if gpus > 0 else None)
     blocked, problem = _blocked_devices(meta, max(gpus, 0))
     if problem:
         error = f"{error}; {problem}" if error else problem
@@ -164,10 +165,14 @@ def _blocked_devices(meta: dict[str, Any], gpus: int) -> tuple[tuple[int, ...], 
 
 def _node_model(meta: dict[str, Any], labels: dict[str, str],
                 gpus: int) -> tuple[str, int, tuple[str, ...]]:
-    """GPU model, card memory (MiB) and device UUIDs from the inventory or the GFD labels."""
+    """GPU model, card memory (MiB) and device UUIDs from the inventory or the GFD labels.
+
+    The card memory is the node's own figure when it publishes one (the inventory's
+    `memoryMiB`, what NVML reported; else GFD's `nvidia.com/gpu.memory`), else the catalog's
+    for the model, else 0 (no memory slice is placed on a card nobody vouches for)."""
     import json
 
-    model, uuids = "", ()
+    model, uuids, inv_card = "", (), 0
     inv_text = (meta.get("annotations") or {}).get(names.ANN_INVENTORY)
     if inv_text:
         try:
@@ -176,6 +181,7 @@ def _node_model(meta: dict[str, Any], labels: dict[str, str],
             if devs:
                 model = str(devs[0].get("model") or "")
                 uuids = tuple(str(d.get("uuid", "")) for d in devs)
+                inv_card = int(devs[0].get("memoryMiB") or 0)
         except (ValueError, AttributeError, TypeError):
             pass
     product = labels.get(names.PRODUCT_LABEL, "")
@@ -185,7 +191,9 @@ def _node_model(meta: dict[str, Any], labels: dict[str, str],
     card = CATALOG[model].memory_mib if model in CATALOG and CATALOG[model].memory_mib else 0
     with contextlib.suppress(ValueError):
         card = int(labels.get(names.GPU_MEMORY_LABEL, "")) or card
-    return model, card, uuids
+    if inv_card > 0:
+        card = inv_card
+    return model, max(card, 0), uuids
 
 
 # -- pods ----------------------------------------------------------------------------------
