@@ -570,7 +570,8 @@ def modes(
 
 # --- control plane: replay and explain ---
 REPLAY_PLOTS = ("usage_vs_fair_share.png", "allocation_and_waits.png")
-REPLAY_FILES = ("jobs.csv", "queues.csv", "summary.json", "snapshot.json", *REPLAY_PLOTS)
+REPLAY_FILES = ("jobs.csv", "allocations.csv", "queues.csv", "summary.json", "snapshot.json",
+                *REPLAY_PLOTS)
 
 
 def _write_replay(res, out: Path, plots: bool) -> dict:  # type: ignore[no-untyped-def]
@@ -602,9 +603,10 @@ def _write_replay(res, out: Path, plots: bool) -> dict:  # type: ignore[no-untyp
 
 @app.command("replay")
 def replay_cmd(
-    nodes_file: Path | None = typer.Option(None, "--nodes", metavar="FILE",
-                                           help="node CSV (openb format: "
-                                           "sn,cpu_milli,memory_mib,gpu,model)"),
+    nodes_file: Path | None = typer.Option(None, "--nodes", "--cluster", metavar="FILE",
+                                           help="cluster.yaml (nodePools) or node CSV (openb: "
+                                           "sn,cpu_milli,memory_mib,gpu,model); by extension "
+                                           "or content"),
     jobs: Path | None = typer.Option(None, "--jobs", metavar="FILE",
                                      help="job file, or an openb pod CSV"),
     queues: Path | None = typer.Option(None, "--queues", metavar="FILE",
@@ -623,19 +625,21 @@ def replay_cmd(
     plots: bool = typer.Option(True, "--plots/--no-plots", metavar=" ",
                                help="also write the PNG plots "
                                "(--no-plots removes plots an earlier run left in --out)"),
-    cluster_old: Path | None = typer.Option(None, "--cluster", metavar="FILE", hidden=True,
-                                            help="deprecated spelling of --nodes"),
+    scenario: str | None = typer.Option(None, "--scenario", metavar="NAME",
+                                        help="built-in scenario: tenants (the default with no "
+                                        "files) or mixed (memory slices, gangs, untrusted)"),
 ) -> None:
     """Replay jobs through queues over time; no arguments runs the built-in scenario."""
     from gpugov.sim.replay import ReplayOptions
     from gpugov.sim.replay_report import InputError, print_summary, run_from_files
 
-    cluster = _renamed(nodes_file, cluster_old, "--cluster", "--nodes")
+    cluster = nodes_file
     if out is not None:
         _check_out_folder(out, [cluster, jobs, queues], REPLAY_FILES)
     try:
         res = run_from_files(cluster, jobs, queues,
-                             ReplayOptions(policy=policy, seed=seed, period=period, until=until))
+                             ReplayOptions(policy=policy, seed=seed, period=period, until=until),
+                             scenario)
     except InputError as e:
         raise _fail(str(e)) from None
     if not res.jobs:
@@ -643,7 +647,8 @@ def replay_cmd(
     summ = _write_replay(res, out, plots) if out is not None else None
     print_summary(res, summ)
     if out is not None:
-        typer.echo(f"wrote {out}/jobs.csv, queues.csv, summary.json, snapshot.json"
+        typer.echo(f"wrote {out}/jobs.csv, allocations.csv, queues.csv, summary.json, "
+                   "snapshot.json"
                    + (", usage_vs_fair_share.png, allocation_and_waits.png" if plots else ""))
 
 

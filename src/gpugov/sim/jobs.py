@@ -3,7 +3,12 @@
 Job file columns: `name,queue,priority,submit_s,duration_s,pods,gpu_per_pod,gpu_milli,
 cpu_milli,memory_mib` (`queue` is a leaf queue or a tenant namespace; `priority` names a
 priority class, empty = the lowest class; `pods` > 1 is a gang; `gpu_milli` is per GPU and
-only < 1000 for a single-GPU pod). An openb pod file (it has `creation_time`) is converted
+only < 1000 for a single-GPU pod). Two optional columns: `namespace` (a tenant namespace of the
+config: it sets queue and trust tier; `queue` may then be empty) and `resources` (the
+container's limits in Kubernetes spelling, `;`-separated, e.g.
+`nvidia.com/gpu=1;nvidia.com/gpumem=20000;nvidia.com/gpucores=30`, translated by
+`model.resource_spellings.translate` like the webhook does; it replaces `gpu_per_pod` and
+`gpu_milli`, which must then be empty). An openb pod file (it has `creation_time`) is converted
 on the fly by `openb_jobs`. Every error names the file, the line, the field and the value.
 """
 
@@ -20,7 +25,9 @@ from gpugov.control.config import ControlConfig
 from gpugov.control.tree import QueueTree
 from gpugov.control.workload import Job
 from gpugov.model.catalog import MILLI_PER_GPU
+from gpugov.model.devices import DeviceMode
 from gpugov.model.request import PodRequest
+from gpugov.model.resource_spellings import RequestError, translate
 from gpugov.sim.numbers import csv_number
 from gpugov.sim.text_input import csv_rows, number, read_table, read_text
 from gpugov.sim.trace import (
@@ -72,6 +79,8 @@ class JobSpec:
     memory_mib: int
     models: tuple[str, ...] = ()
     line: int = 0
+    gpu_memory_mib: int = 0  # per device, from `resources` (0 = not asked)
+    namespace: str = ""  # the tenant namespace column (empty = not given)
 
 
 def _num(path: Path, line: int, row: dict[str, str], field: str, whole: bool) -> float:
@@ -90,10 +99,21 @@ def load_job_file(path: Path | str) -> list[JobSpec]:
     seen: set[str] = set()
     for line, row in read_table(path, JOB_COLUMNS, text):
         name = unique_name(path, line, row, "name", seen, "job")
-        if not row["queue"]:
-            raise TraceError(path, line, "queue", "empty queue")
-        gpus = int(_num(path, line, row, "gpu_per_pod", True))
-        milli = int(_num(path, line, row, "gpu_milli", True))
+        namespace = row.get("namespace", "").strip()
+        if not row["queue"] and not namespace:
+            raise TraceError(path, line, "queue", "empty queue (and no namespace)")
+        resources = row.get("resources", "").strip()
+        models: tuple[str, ...] = ()
+        gpu_memory = 0
+        if resources:
+            for col in ("gpu_per_pod", "gpu_milli"):
+                if row[col].strip():
+                    raise TraceError(path, line, col, f"{row[col]!r}: leave it empty when "
+                                     "resources is given (resources replaces it)")
+            gpus, milli, gpu_memory, models = resource_limits(path, line, resources)
+        else:
+            gpus = int(_num(path, line, row, "gpu_per_pod", True))
+            milli = int(_num(path, line, row, "gpu_milli", True))
         if gpus > 1 and milli != MILLI_PER_GPU:
             raise TraceError(path, line, "gpu_milli", f"{milli}: a {gpus}-GPU pod must "
                              f"ask for whole GPUs ({MILLI_PER_GPU})")
@@ -105,8 +125,56 @@ def load_job_file(path: Path | str) -> list[JobSpec]:
             _num(path, line, row, "duration_s", False),
             int(_num(path, line, row, "pods", True)), gpus, milli,
             int(_num(path, line, row, "cpu_milli", True)),
-            int(_num(path, line, row, "memory_mib", True)), line=line))
+            int(_num(path, line, row, "memory_mib", True)), models, line=line,
+            gpu_memory_mib=gpu_memory, namespace=namespace))
     return specs
+
+
+def parse_limits(path: Path, line: int, text: str) -> dict[str, str]:
+    """`name=value;name=value` into a limits mapping (names once each)."""
+    limits: dict[str, str] = {}
+    for part in text.split(";"):
+        part = part.strip()
+        if not part:
+            continue
+        key, sep, value = part.partition("=")
+        key, value = key.strip(), value.strip()
+        if not sep or not key or not value:
+            raise TraceError(path, line, "resources", f"{part!r} is not name=value; write e.g. "
+                             "nvidia.com/gpu=1;nvidia.com/gpumem=20000")
+        if key in limits:
+            raise TraceError(path, line, "resources", f"{key} is given twice")
+        limits[key] = value
+    return limits
+
+
+def resource_limits(path: Path, line: int, text: str
+                    ) -> tuple[int, int, int, tuple[str, ...]]:
+    """(GPUs per pod, milli per GPU, GPU memory MiB per GPU, models) of a `resources` cell,
+    through the webhook's translation; what the replay cannot run yet is refused as planned."""
+    limits = parse_limits(path, line, text)
+    unknown = [k for k in limits if not k.startswith("nvidia.com/")]
+    if unknown:
+        raise TraceError(path, line, "resources", f"{unknown[0]} is not a GPU resource; put "
+                         "CPU and memory in cpu_milli and memory_mib")
+    try:
+        req = translate(limits)
+    except RequestError as exc:
+        raise TraceError(path, line, "resources", str(exc)) from None
+    if req is None:
+        return 0, 0, 0, ()
+    if req.mode not in (DeviceMode.EXCLUSIVE, DeviceMode.SOFT):
+        raise TraceError(path, line, "resources", f"{', '.join(req.spellings)}: "
+                         f"{req.mode.value} requests are planned for the replay (its engine "
+                         "does not model MIG instances or time-slice replicas yet); ask for "
+                         "nvidia.com/gpu, nvidia.com/gpumem or nvidia.com/gpucores")
+    if req.memory_percent is not None:
+        raise TraceError(path, line, "resources", "nvidia.com/gpumem-percentage is planned "
+                         "for the replay (the card is not known when the job is read); "
+                         "write nvidia.com/gpumem in MiB")
+    pod = req.to_pod_request("x")
+    memory = req.memory_mib or 0 if pod.gpu_milli < MILLI_PER_GPU else 0
+    return pod.gpu_count, pod.gpu_milli, memory, req.models
 
 
 def openb_queue(name: str, qos: str) -> tuple[str, str]:
@@ -143,16 +211,27 @@ def to_jobs(specs: Sequence[JobSpec], cfg: ControlConfig, tree: QueueTree,
     jobs = []
     for s in specs:
         try:
-            leaf, trust = tree.resolve(s.queue)
+            leaf, trust = tree.resolve(s.queue or s.namespace)
         except KeyError as exc:
             raise TraceError(source, s.line or None, "queue", exc.args[0]) from None
+        if s.namespace:
+            if s.namespace not in tree.tenants:
+                raise TraceError(source, s.line or None, "namespace",
+                                 f"{s.namespace!r} is not a tenant namespace of the config; "
+                                 f"allowed: {', '.join(tree.tenants) or '(no tenants)'}")
+            leaf_ns, trust = tree.tenants[s.namespace]
+            if s.queue and leaf_ns != leaf:
+                raise TraceError(source, s.line or None, "namespace",
+                                 f"{s.namespace!r} maps to queue {tree.names[leaf_ns]!r}, but "
+                                 f"queue says {s.queue!r}; leave queue empty or make them agree")
+            leaf = leaf_ns
         try:
             pclass = cfg.priority_class(s.priority)
         except KeyError as exc:
             raise TraceError(source, s.line or None, "priority", exc.args[0]) from None
         count = s.gpu_per_pod if s.gpu_milli else 0
         pod = PodRequest(s.name, s.cpu_milli, s.memory_mib, count, s.gpu_milli if count else 0,
-                         s.models)
+                         s.models, s.gpu_memory_mib if count else 0)
         jobs.append(Job(s.name, leaf, pclass, s.submit, s.pods, pod, trust, s.duration))
     return jobs
 

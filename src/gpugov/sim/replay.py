@@ -11,6 +11,9 @@ cluster the cycle starts every job the quotas admit (the reservations are live, 
 control/cycle.py), so a job still pending then can never start and waiting longer would
 change nothing.
 
+Every pod's devices are recorded per running episode (`ReplayResult.allocations`, written
+as allocations.csv): an evicted pod that restarts gets new rows.
+
 Accounting: a job's time between submit and its end is exactly its waits plus its running
 episodes (`ReplayResult.episodes`); a job is never evicted in the cycle that started it.
 """
@@ -36,6 +39,38 @@ from gpugov.sim.jobs import JobSpec, to_jobs
 from gpugov.sim.numbers import csv_number
 
 FINISH, ARRIVE, TICK = 0, 1, 2
+ALLOCATION_COLUMNS = ("job", "pod", "namespace", "node", "device", "mode", "mig_profile",
+                      "mig_start", "memory_mib", "milli", "isolation", "start_s", "end_s")
+
+
+class _Allocations:
+    """allocations.csv rows: one per pod per device per running episode."""
+
+    def __init__(self, nodes: Sequence[NodeSpec], specs: Sequence[JobSpec]) -> None:
+        self.nodes = nodes
+        self.namespace = {s.name: s.namespace or "" for s in specs}
+        self.rows: list[list] = []
+        self.open: dict[str, list[int]] = {}
+
+    def start(self, job: Job, now: float) -> None:
+        req = job.request
+        whole = req.gpu_milli >= 1000
+        mode, isolation = ("exclusive", "hard") if whole else ("soft", "soft")
+        opened = []
+        for k, alloc in enumerate(job.allocations):
+            node = self.nodes[alloc.node]
+            memory = node.device_memory_mib if whole else (alloc.memory_mib
+                                                           or req.gpu_memory_mib)
+            for d in alloc.devices:
+                opened.append(len(self.rows))
+                self.rows.append([job.name, f"{job.name}-{k}", self.namespace.get(job.name, ""),
+                                  node.name, int(d), mode, "", "", int(memory),
+                                  int(alloc.milli), isolation, now, None])
+        self.open[job.name] = opened
+
+    def stop(self, name: str, now: float) -> None:
+        for i in self.open.pop(name, []):
+            self.rows[i][-1] = now
 
 
 @dataclass
@@ -99,6 +134,8 @@ class ReplayResult:
     #: per job, its running episodes [start, stop] (stop: eviction, end, or the replay's end)
     episodes: dict[str, list[list[float]]] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)  # config vs cluster (see cluster_fit)
+    #: allocations.csv rows (ALLOCATION_COLUMNS); end_s None while the pod still runs
+    allocations: list[list] = field(default_factory=list)
 
     def queue_names(self) -> list[str]:
         return [self.cp.tree.names[q] for q in self.leaves]
@@ -184,6 +221,7 @@ def replay(cfg: ControlConfig, nodes: Sequence[NodeSpec], specs: Sequence[JobSpe
     preemptions: list[PreemptionEvent] = []
     next_sample = 0.0
     cycles = 0
+    held = _Allocations(nodes, specs)
     min_runtime = any(c.min_runtime > 0 for c in cfg.priority_classes)
     now = 0.0
     tick_at = float("inf")
@@ -212,6 +250,7 @@ def replay(cfg: ControlConfig, nodes: Sequence[NodeSpec], specs: Sequence[JobSpe
             if kind == FINISH and job is not None and job.status == RUNNING \
                     and job.attempt == attempt:
                 cp.finish(job)
+                held.stop(job.name, now)
                 ends[job.name] = now
                 episodes[job.name][-1][1] = now
             elif kind == ARRIVE and job is not None:
@@ -228,6 +267,7 @@ def replay(cfg: ControlConfig, nodes: Sequence[NodeSpec], specs: Sequence[JobSpe
         cycles += 1
         for v in result.preempted:
             preemptions.append(v)
+            held.stop(v.victim, now)
             if v.victim in episodes:
                 episodes[v.victim][-1][1] = now
             if cp.jobs[v.victim].status == PENDING:
@@ -237,6 +277,7 @@ def replay(cfg: ControlConfig, nodes: Sequence[NodeSpec], specs: Sequence[JobSpe
                 continue  # started and evicted again in this cycle: still waiting
             waits[j.name] += now - pending_since.pop(j.name, now)
             starts[j.name] = now
+            held.start(j, now)
             episodes.setdefault(j.name, []).append([now, now])
             heapq.heappush(events, (now + j.duration, FINISH, seq, j, j.attempt))
             seq += 1
@@ -270,7 +311,7 @@ def replay(cfg: ControlConfig, nodes: Sequence[NodeSpec], specs: Sequence[JobSpe
         fair=np.array(fair).reshape(len(times), len(leaves)),
         pending=np.array(pend).reshape(len(times), len(leaves)), leaves=leaves,
         preemptions=preemptions, cycles=cycles, skipped_cycles=cp.skipped, snapshot=snap,
-        episodes=episodes, warnings=warnings,
+        episodes=episodes, warnings=warnings, allocations=held.rows,
     )
 
 
@@ -322,4 +363,11 @@ def job_rows(res: ReplayResult) -> list[list]:
     return rows
 
 
-__all__ = ["OptionError", "ReplayOptions", "ReplayResult", "job_rows", "reasons", "replay"]
+def allocation_rows(res: ReplayResult) -> list[list]:
+    """Rows of allocations.csv (ALLOCATION_COLUMNS), times as the other CSVs write them."""
+    return [[*r[:11], csv_number(r[11]), "" if r[12] is None else csv_number(r[12])]
+            for r in res.allocations]
+
+
+__all__ = ["ALLOCATION_COLUMNS", "OptionError", "ReplayOptions", "ReplayResult",
+           "allocation_rows", "job_rows", "reasons", "replay"]

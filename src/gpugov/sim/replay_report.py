@@ -1,4 +1,5 @@
-"""Files a replay writes: jobs.csv, queues.csv, summary.json, snapshot.json, PNG plots.
+"""Files a replay writes: jobs.csv, allocations.csv, queues.csv, summary.json, snapshot.json,
+PNG plots.
 
 Everything is rendered in memory first and written only at the end, so a failing run leaves
 no partial output folder behind.
@@ -14,7 +15,15 @@ from pathlib import Path
 import numpy as np
 
 from gpugov.sim.numbers import csv_number
-from gpugov.sim.replay import OptionError, ReplayOptions, ReplayResult, job_rows, replay
+from gpugov.sim.replay import (
+    ALLOCATION_COLUMNS,
+    OptionError,
+    ReplayOptions,
+    ReplayResult,
+    allocation_rows,
+    job_rows,
+    replay,
+)
 
 JOBS_HEADER = ["name", "queue", "submit_s", "start_s", "end_s", "wait_s", "preemptions",
                "status", "reason"]
@@ -128,6 +137,7 @@ def write_outputs(res: ReplayResult, out: Path, with_plots: bool = True) -> dict
     summ = summary(res)
     files: dict[str, bytes] = {
         "jobs.csv": _csv(job_rows(res), JOBS_HEADER).encode(),
+        "allocations.csv": _csv(allocation_rows(res), list(ALLOCATION_COLUMNS)).encode(),
         "queues.csv": _csv(queue_rows(res), QUEUES_HEADER).encode(),
         "summary.json": json.dumps(summ, indent=2).encode(),
         "snapshot.json": json.dumps(res.snapshot, indent=1).encode(),
@@ -144,22 +154,41 @@ class InputError(ValueError):
     """Bad replay input (config, nodes, jobs): the CLI prints it and exits 2."""
 
 
+SCENARIOS = ("tenants", "mixed")
+
+
 def run_from_files(cluster: Path | None, jobs: Path | None, queues: Path | None,
-                   opts: ReplayOptions) -> ReplayResult:
+                   opts: ReplayOptions, scenario: str | None = None) -> ReplayResult:
     """Load and validate every input first, then replay; no files are written here.
 
-    No arguments at all runs the built-in scenario; otherwise all three are required.
+    No arguments at all runs the built-in scenario (`scenario`: tenants, the default, or
+    mixed); otherwise all three are required. `cluster` is an openb nodes CSV or a
+    cluster.yaml (see `sim.fleet`).
     """
     from gpugov.control.config import ConfigError, load_config
+    from gpugov.model.cluster_spec import ClusterFileError
+    from gpugov.sim.fleet import load_fleet
     from gpugov.sim.jobs import load_job_file
     from gpugov.sim.scenario import scenario_config, scenario_jobs, scenario_nodes
-    from gpugov.sim.trace import TraceError, load_nodes
+    from gpugov.sim.trace import TraceError
 
     try:
         opts.check()
     except OptionError as exc:
         raise InputError(str(exc)) from None
     given = [p for p in (cluster, jobs, queues) if p is not None]
+    if scenario is not None:
+        if scenario not in SCENARIOS:
+            raise InputError(f"--scenario: unknown scenario {scenario!r}; allowed: "
+                             f"{', '.join(SCENARIOS)}")
+        if given:
+            raise InputError("--scenario runs a built-in scenario; give it without --nodes, "
+                             "--jobs and --queues")
+        if scenario == "mixed":
+            from gpugov.sim.mixed_scenario import mixed_config, mixed_jobs, mixed_nodes
+
+            return replay(mixed_config(), mixed_nodes(), mixed_jobs(), opts,
+                          "<built-in mixed scenario>")
     if not given:
         return replay(scenario_config(), scenario_nodes(), scenario_jobs(), opts,
                       "<built-in scenario>")
@@ -169,10 +198,10 @@ def run_from_files(cluster: Path | None, jobs: Path | None, queues: Path | None,
     assert cluster is not None and jobs is not None and queues is not None
     try:
         cfg = load_config(queues)
-        nodes = load_nodes(cluster)
+        nodes = load_fleet(cluster)
         specs = load_job_file(jobs)
         return replay(cfg, nodes, specs, opts, str(jobs), str(queues))
-    except (ConfigError, TraceError) as exc:
+    except (ConfigError, TraceError, ClusterFileError) as exc:
         raise InputError(str(exc)) from None
     except KeyError as exc:  # unknown placement policy
         raise InputError(str(exc.args[0])) from None
