@@ -149,6 +149,11 @@ uint64_t gg_device_limit(int dev);
 uint32_t gg_device_core_limit(int dev);
 struct gg_region *gg_region_ptr(void);
 void gg_count_launch(int dev);
+/* The region's monotonic per-device counters (layout v3): device time charged, time waited
+ * for tokens, allocations refused at the memory cap. */
+void gg_count_device_ns(int dev, int64_t ns);
+void gg_count_throttled_ns(int dev, int64_t ns);
+void gg_count_refused(int dev);
 void gg_region_after_fork(void);
 /* Exports (region.c): memory shared between processes of one region is charged once. */
 int gg_export_record(int kind, const void *handle, uint64_t ptr, uint64_t bytes, int dev);

@@ -89,6 +89,7 @@ static int charge_or_oom_locked(int dev, uint64_t bytes, const char *api, int po
     if (graph_locked) graph_settle(dev);
     else if (!pools_locked) refresh_graph_memory(dev);
     if (gg_charge(dev, bytes, 0, &limit, &in_use) == 0) return 0;
+    gg_count_refused(dev);
     gg_log(GG_LOG_ERROR, "%s: out of memory on device %d: limit %llu bytes, in use %llu bytes, "
            "requested %llu bytes", api, dev, (unsigned long long)limit,
            (unsigned long long)in_use, (unsigned long long)bytes);
@@ -425,6 +426,7 @@ static CUresult alloc_async(CUdeviceptr *dptr, size_t bytes, CUmemoryPool pool, 
     }
     if (bytes > UINT64_MAX - p->live) {
         pthread_mutex_unlock(&pool_mu);
+        gg_count_refused(p->dev);
         gg_log(GG_LOG_ERROR, "%s: out of memory on device %d: requested %llu bytes", api, p->dev,
                (unsigned long long)bytes);
         return CUDA_ERROR_OUT_OF_MEMORY;

@@ -465,6 +465,16 @@ void gg_count_launch(int dev) {
     if (my_slot >= 0) __atomic_add_fetch(&R->slots[my_slot].launches[dev], 1, __ATOMIC_RELAXED);
 }
 
+void gg_count_device_ns(int dev, int64_t ns) {
+    if (ns > 0) __atomic_add_fetch(&R->header.device_ns[dev], (uint64_t)ns, __ATOMIC_RELAXED);
+}
+
+void gg_count_throttled_ns(int dev, int64_t ns) {
+    if (ns > 0) __atomic_add_fetch(&R->header.throttled_ns[dev], (uint64_t)ns, __ATOMIC_RELAXED);
+}
+
+void gg_count_refused(int dev) { __atomic_add_fetch(&R->header.refused[dev], 1, __ATOMIC_RELAXED); }
+
 /* A forked child owns no device memory; it registers its own slot on first use. Its copy of
  * the parent's descriptor shares the parent's open file description (and so its slot
  * lock): the child reopens the file to get its own, so the parent's death is still seen. */

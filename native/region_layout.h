@@ -10,7 +10,7 @@
 #include <stdint.h>
 
 #define GG_REGION_MAGIC 0x3152564f47555047 /* "GPUGOVR1" little-endian */
-#define GG_REGION_VERSION 2
+#define GG_REGION_VERSION 3
 #define GG_MAX_DEVICES 16
 #define GG_MAX_SLOTS 256
 #define GG_LOCK_BYTES 64
@@ -66,6 +66,10 @@ struct gg_header {
     uint64_t refill_ns[GG_MAX_DEVICES];  /* CLOCK_MONOTONIC of last refill */
     uint64_t recoveries;               /* times a dead lock owner was recovered */
     uint64_t reaped;                   /* slots of dead processes released */
+    /* monotonic counters per device, added to atomically, never reset (layout v3) */
+    uint64_t device_ns[GG_MAX_DEVICES];    /* device time charged by the compute throttle, ns */
+    uint64_t throttled_ns[GG_MAX_DEVICES]; /* time launches waited for tokens, ns */
+    uint64_t refused[GG_MAX_DEVICES];      /* allocations refused at the memory cap */
 };
 
 struct gg_region {

@@ -60,6 +60,14 @@ static void sleep_ns(int64_t ns) {
     nanosleep(&ts, NULL);
 }
 
+/* Waits for tokens, counting the time waited in the region (throttled_ns). */
+static void wait_tokens(int dev, int64_t ns) {
+    if (ns <= 0) return;
+    uint64_t t0 = gg_now_ns();
+    sleep_ns(ns);
+    gg_count_throttled_ns(dev, (int64_t)(gg_now_ns() - t0));
+}
+
 static uint32_t rand32(void) {
     static __thread uint64_t x;
     if (!x) x = gg_now_ns() ^ (uint64_t)(uintptr_t)&x ^ 0x9E3779B97F4A7C15ULL;
@@ -134,6 +142,9 @@ static int collect(int dev, struct dev_state *d, struct sample *s, int wait) {
         }
         if (ns > d->max_cost) d->max_cost = ns;
         debit(dev, ns - s->debited); /* the timed launch pays exactly what it used */
+        gg_count_device_ns(dev, ns);
+    } else {
+        gg_count_device_ns(dev, s->debited); /* no timing: it keeps its estimate */
     }
     s->state = SAMPLE_FREE;
     return 1;
@@ -189,7 +200,8 @@ int gg_throttle_before(int dev, uint64_t key, CUstream stream) {
     if (cost) {
         debit(dev, cost);
         int64_t t = __atomic_load_n(&h->tokens_ns[dev], __ATOMIC_ACQUIRE);
-        if (t < 0) sleep_ns(-t * 100 / (int64_t)pct); /* until refills repay the debt */
+        if (sample < 0) gg_count_device_ns(dev, cost); /* untimed: charged its estimate */
+        if (t < 0) wait_tokens(dev, -t * 100 / (int64_t)pct); /* until refills repay the debt */
     }
     if (sample >= 0) {
         struct sample *s = &d->ring[sample & (SYNC_FLAG - 1)];
@@ -197,7 +209,11 @@ int gg_throttle_before(int dev, uint64_t key, CUstream stream) {
         /* the start event goes in after any wait, so a timing measures the kernel, not our sleep */
         if (gg_real.cuEventRecord(s->start, stream) != CUDA_SUCCESS) {
             __atomic_store_n(&s->state, SAMPLE_FREE, __ATOMIC_RELEASE);
-            if (unknown) debit(dev, d->max_cost ? d->max_cost : BURST_NS);
+            gg_count_device_ns(dev, cost);
+            if (unknown) {
+                debit(dev, d->max_cost ? d->max_cost : BURST_NS);
+                gg_count_device_ns(dev, d->max_cost ? d->max_cost : BURST_NS);
+            }
             return -1;
         }
     }
@@ -210,6 +226,7 @@ void gg_throttle_after(int dev, int sample, CUstream stream, CUresult rc) {
     struct sample *s = &d->ring[sample & (SYNC_FLAG - 1)];
     int ok = rc == CUDA_SUCCESS && gg_real.cuEventRecord(s->stop, stream) == CUDA_SUCCESS;
     pthread_mutex_lock(&d->mu);
+    if (!ok) gg_count_device_ns(dev, s->debited); /* not timed: it keeps its estimate */
     s->state = ok ? SAMPLE_PENDING : SAMPLE_FREE;
     if (ok && (sample & SYNC_FLAG)) collect(dev, d, s, 1); /* first of its key: settle before returning */
     pthread_mutex_unlock(&d->mu);
@@ -217,6 +234,6 @@ void gg_throttle_after(int dev, int sample, CUstream stream, CUresult rc) {
         uint32_t pct = gg_device_core_limit(dev);
         if (pct) refill(&gg_region_ptr()->header, dev, pct, d->max_cost); /* credit the wait */
         int64_t t = __atomic_load_n(&gg_region_ptr()->header.tokens_ns[dev], __ATOMIC_ACQUIRE);
-        if (pct && t < 0) sleep_ns(-t * 100 / (int64_t)pct);
+        if (pct && t < 0) wait_tokens(dev, -t * 100 / (int64_t)pct);
     }
 }

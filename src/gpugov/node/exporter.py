@@ -175,10 +175,17 @@ class NodeCollector(Collector):
                                   labels=POD_LABELS)
         compute = GaugeMetricFamily(mn.POD_COMPUTE_LIMIT, "Compute quota (0-1)",
                                     labels=POD_LABELS)
+        device_time = CounterMetricFamily(mn.POD_DEVICE_TIME, "Device time charged by the "
+                                          "library's compute throttle (s)", labels=POD_LABELS)
+        throttled = CounterMetricFamily(mn.POD_THROTTLED, "Time launches waited for compute "
+                                        "tokens (s)", labels=POD_LABELS)
+        refused = CounterMetricFamily(mn.POD_REFUSED, "Allocations refused at the memory cap",
+                                      labels=POD_LABELS)
         for ri, r in enumerate(regions):
             reg = r.region
             for k in range(len(reg.mem_limit)):
-                if not (reg.mem_limit[k] or reg.core_limit[k] or reg.used[k]):
+                counters = (reg.device_ns[k], reg.throttled_ns[k], reg.refused[k])
+                if not (reg.mem_limit[k] or reg.core_limit[k] or reg.used[k] or any(counters)):
                     continue
                 gpu, uuid = f.placement.get((ri, k), ("", ""))
                 labels = [r.namespace, r.pod, "", str(gpu), uuid]
@@ -187,7 +194,12 @@ class NodeCollector(Collector):
                     limit.add_metric(labels, reg.mem_limit[k])
                 if reg.core_limit[k]:
                     compute.add_metric(labels, reg.core_limit[k] / 100)
-        yield from (used, limit, compute)
+                # counters exist from the first scrape, at 0, so rate() and increase() see
+                # the first refusal or charge
+                device_time.add_metric(labels, reg.device_ns[k] / 1e9)
+                throttled.add_metric(labels, reg.throttled_ns[k] / 1e9)
+                refused.add_metric(labels, reg.refused[k])
+        yield from (used, limit, compute, device_time, throttled, refused)
 
     def _detection_metrics(self, f: Findings, topo: dict) -> Iterator[Metric]:
         un = GaugeMetricFamily(mn.DEVICE_UNACCOUNTED, "GPU memory of processes no region "

@@ -106,6 +106,11 @@ class RegionSnapshot:
     recoveries: int
     reaped: int
     slots: tuple[Slot, ...]
+    # monotonic per-device counters (layout v3): device time charged by the compute throttle,
+    # time launches waited for tokens (both ns), allocations refused at the memory cap
+    device_ns: tuple[int, ...] = ()
+    throttled_ns: tuple[int, ...] = ()
+    refused: tuple[int, ...] = ()
 
 
 def _get(buf: bytes, base: int, f: Field) -> tuple[int, ...]:
@@ -161,7 +166,8 @@ def read_region(path: str | Path) -> RegionSnapshot:
         if slot is not None:
             slots.append(slot)
     return RegionSnapshot(h["version"][0], h["mem_limit"], h["core_limit"], h["used"],
-                          h["recoveries"][0], h["reaped"][0], tuple(slots))
+                          h["recoveries"][0], h["reaped"][0], tuple(slots),
+                          h["device_ns"], h["throttled_ns"], h["refused"])
 
 
 def read_start_ticks(path: str | Path) -> dict[int, int]:
