@@ -183,7 +183,10 @@ class NodeCollector(Collector):
                                       labels=POD_LABELS)
         for ri, r in enumerate(regions):
             reg = r.region
-            for k in range(len(reg.mem_limit)):
+            # a `devices` file lists the container's GPUs: ordinals past it do not exist, even
+            # when a limit set for all devices fills them in
+            ordinals = len(r.device_uuids) if r.device_uuids else len(reg.mem_limit)
+            for k in range(min(ordinals, len(reg.mem_limit))):
                 counters = (reg.device_ns[k], reg.throttled_ns[k], reg.refused[k])
                 if not (reg.mem_limit[k] or reg.core_limit[k] or reg.used[k] or any(counters)):
                     continue
