@@ -1,7 +1,7 @@
 """Allocation at 100 % arrival on the memory-bound workload: gpugov vs FGD (milli only) vs
 BestFit, and the same three on the openb default trace when it is present.
 
-Usage: python bench/bench_memory_bound.py [--seeds 42-51] [--trace-dir DIR]
+Usage: python bench/bench_memory_bound.py [--seeds 42-51] [--trace-dir DIR] [--memory-weight N/D]
 Prints, per policy, means over seeds at the moment the arrived GPU compute reaches 100 % of
 capacity (the FGD study's procedure, tune 1.3): the share of GPU compute allocated, the
 share of GPU memory allocated (whole GPUs hold all of theirs), the pods placed by then, and
@@ -85,8 +85,16 @@ def main() -> None:
     ap.add_argument("--seeds", default="42-46")
     ap.add_argument("--trace-dir", type=Path, default=DEFAULT_TRACE)
     ap.add_argument("--no-trace", action="store_true", help="skip the openb default trace")
+    ap.add_argument("--memory-weight", default=None,
+                    help="gpugov's memory weight as N/D (default: the policy's own)")
     args = ap.parse_args()
     seeds = seeds_of(args.seeds)
+    if args.memory_weight:
+        from gpugov.placement import fragmentation
+
+        num, den = (int(x) for x in args.memory_weight.split("/"))
+        fragmentation.MEMORY_WEIGHT = (num, den)
+        print(f"gpugov memory weight {num}/{den}")
     table("memory-bound (5-40 GiB by 5, 10-50 % compute by 10, 5 % whole GPUs; 80 GiB cards)",
           memory_bound_nodes(), memory_bound_pods(), seeds)
     trace = args.trace_dir / "openb_pod_list_default.csv"

@@ -74,7 +74,8 @@ class FgdPolicy(Policy):
         return self._to_score(before - after), np.full(len(nodes), -1, dtype=np.int64)
 
     def _to_score(self, gain: np.ndarray) -> np.ndarray:
-        weight = self.ctx.fragmentation.total_weight or 1
+        model = self.ctx.fragmentation
+        weight = (model.memory_total_weight if self.memory_aware else model.total_weight) or 1
         x = gain / (weight * float(MILLI_PER_GPU))
         return truncate(100.0 / (1.0 + np.exp(-x)))
 

@@ -8,14 +8,20 @@ get milli-GPU.
 
 GPU memory: typical shapes also carry the GPU memory they ask per device (0 in the openb
 traces, whose shapes and numbers are therefore exactly the study's). The FGD measure itself
-ignores memory (`memory=False`, what FGD-on-milli sees); the memory-aware measure
-(`memory=True`, used by the `gpugov` policy) lets a shape use a device only if both its
-milli and its memory fit, and adds the memory no typical shape can use, in milli units of
-each device's capacity (free MiB x 1000 / capacity MiB).
+ignores memory (`memory=False`, what FGD-on-milli sees). The memory-aware measure
+(`memory=True`, used by the `gpugov` policy) is FGD's compute measure plus
+`MEMORY_WEIGHT` x the memory no typical shape can use (in milli units of each device's
+capacity: free MiB x 1000 / capacity MiB; a shape uses a device's memory only if both its
+milli and its memory fit there), both over the complete set of shapes
+(`TypicalPods.complete`): naming memory splits each compute shape into memory variants, and
+the 95 % cut then drops rarer shapes — on the memory-bound workload the whole-GPU ones —
+that the measure must see to keep whole GPUs free. docs/placement-study.md has the
+measurements that chose this.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -27,6 +33,10 @@ from gpugov.model.request import PodRequest
 
 #: share of pods the typical set must cover (the study's podPopularityThreshold).
 POPULARITY_THRESHOLD = 0.95
+#: weight of the memory fragment in the memory-aware measure, as (numerator, denominator)
+#: to stay in exact integers; chosen by bench/bench_memory_bound.py (docs/placement-study.md):
+#: 0 measured best — every weight tried above it allocated less compute and memory
+MEMORY_WEIGHT = (0, 1)
 
 
 def typical_key(req: PodRequest) -> tuple[int, int, int, str, int]:
@@ -48,6 +58,9 @@ class TypicalPods:
     models: tuple[tuple[str, ...], ...]  # allowed models per shape, () = any
     weight: np.ndarray  # int64[M], pod counts (the probabilities are weight / total)
     memory: np.ndarray  # int64[M], GPU memory MiB per device, 0 = not asked
+    #: every shape, uncut — set only when some shape names GPU memory (the memory-aware
+    #: measure's set); None otherwise
+    complete: TypicalPods | None = None
 
     @property
     def total(self) -> int:
@@ -66,6 +79,13 @@ class TypicalPods:
         the covered share reaches the threshold — as the study's GetTypicalPods does.
         """
         counts = Counter(typical_key(p) for p in pods)
+        typical = cls._from_counts(counts, threshold)
+        if threshold < 1.0 and any(k[4] for k in counts):
+            typical = dataclasses.replace(typical, complete=cls._from_counts(counts, 1.0))
+        return typical
+
+    @classmethod
+    def _from_counts(cls, counts: Counter, threshold: float) -> TypicalPods:
         n = sum(counts.values())
         ordered = sorted(counts.items(), key=lambda kv: (kv[1], kv[0]), reverse=True)
         chosen: list[tuple[tuple[int, int, int, str, int], int]] = []
@@ -107,6 +127,9 @@ class FragmentationModel:
         #: whether any typical shape names GPU memory; if none does, memory cannot be
         #: fragmented in a way the workload notices and the memory-aware measure is FGD's.
         self.names_memory = bool((typical.memory > 0).any())
+        #: the model the memory-aware measure uses: over every shape when the set was cut
+        self._memory_model = (FragmentationModel(typical.complete, state)
+                              if self.names_memory and typical.complete is not None else self)
         # fragmentation of each node's current state, valid while its version is unchanged
         # (one cache per measure: index 0 = FGD's, 1 = memory-aware)
         self._cached_version = np.full((2, len(state)), -1, dtype=np.int64)
@@ -135,31 +158,35 @@ class FragmentationModel:
     def node_frag_memory(self, gpu_free: np.ndarray, cpu_free: np.ndarray,
                          model_idx: np.ndarray, mem_free: np.ndarray, mem_cap: np.ndarray
                          ) -> np.ndarray:
-        """Memory-aware fragmentation (int64, milli x pod count) of each given node state.
-
-        As `node_frag`, but a device is big enough for a GPU shape only when both its free
-        milli and its free memory are; plus the same measure over memory in milli units
-        (free MiB x 1000 // capacity): free memory that no fitting GPU shape can use.
+        """Memory-aware fragmentation (int64, milli x pod count of the measure's set) of each
+        given node state: FGD's compute fragment plus `MEMORY_WEIGHT` x the memory fragment
+        (free memory, in milli of the device, that no typical shape fitting the device in
+        both milli and memory can use), both over `TypicalPods.complete`.
         Exactly `node_frag` when no typical shape names memory.
         """
         if not self.names_memory:
             return self.node_frag(gpu_free, cpu_free, model_idx)
-        if gpu_free.shape[0] == 0 or self.total_weight == 0:
-            return np.zeros(gpu_free.shape[0], dtype=np.int64)
+        m = self._memory_model
+        if m is not self:
+            return m.node_frag_memory(gpu_free, cpu_free, model_idx, mem_free, mem_cap)
+        num, den = MEMORY_WEIGHT
+        if gpu_free.shape[0] == 0 or self.total_weight == 0 or num == 0:
+            return self.node_frag(gpu_free, cpu_free, model_idx)
         big = (gpu_free[:, :, None] >= self._milli[None, None, :]) & (
             mem_free[:, :, None] >= self._memory[None, None, :])  # [C, G, M]
         fit_count = big.sum(axis=1)
-        big64 = big.astype(np.int64)
         mem_milli = np.where(mem_cap > 0, mem_free * 1000 // np.maximum(mem_cap, 1), 0)
-        big_sum = np.einsum("cg,cgm->cm", gpu_free, big64)
-        big_mem = np.einsum("cg,cgm->cm", mem_milli, big64)
+        big_mem = np.einsum("cg,cgm->cm", mem_milli, big.astype(np.int64))
         fits = (fit_count >= self._count[None, :]) & (cpu_free[:, None] >= self._cpu[None, :])
         fits &= self._access[model_idx]
-        w = self._weight[None, :]
-        usable = (np.where(fits, big_sum, 0) * w).sum(axis=1)
-        usable_mem = (np.where(fits, big_mem, 0) * w).sum(axis=1)
-        return (self.total_weight * gpu_free.sum(axis=1) - usable
-                + self.total_weight * mem_milli.sum(axis=1) - usable_mem)
+        usable_mem = (np.where(fits, big_mem, 0) * self._weight[None, :]).sum(axis=1)
+        memory = self.total_weight * mem_milli.sum(axis=1) - usable_mem
+        return self.node_frag(gpu_free, cpu_free, model_idx) + memory * num // den
+
+    @property
+    def memory_total_weight(self) -> int:
+        """Pod count of the set the memory-aware measure uses (its unit's divisor)."""
+        return self._memory_model.total_weight if self.names_memory else self.total_weight
 
     def of_nodes(self, state: ClusterState, nodes: np.ndarray, memory: bool = False
                  ) -> np.ndarray:

@@ -1,13 +1,13 @@
 """`gpugov`, the policy meant to become the production default: FGD's fragmentation gradient
-descent in both GPU dimensions, compute milli and GPU memory.
+descent with a memory-aware measure (`FragmentationModel.node_frag_memory`).
 
-A typical pod can use a device only if both its milli and its memory fit there, and free
-memory no typical pod can use counts as fragment too (in milli units of the card). On
-workloads whose typical pods name no GPU memory (the openb traces) the measure is FGD's and
-it decides exactly as FGD does. On the generated memory-bound workload it does NOT yet beat
-FGD-on-milli (bench/bench_memory_bound.py; docs/placement-study.md has the table), so it is
-nobody's default yet. Planned, not built: weights chosen by measurement, MIG slices in the
-measure, topology for multi-GPU pods and energy as a tie-breaker.
+Every device choice respects GPU memory (as every policy's does). The measure sees every
+typical shape, uncut, when shapes name memory (`TypicalPods.complete`), and adds the memory
+fragment weighted by `fragmentation.MEMORY_WEIGHT` — chosen by measurement as 0 on the
+memory-bound workload (docs/placement-study.md), where it allocates more GPU compute than
+FGD-on-milli and BestFit. On workloads whose typical pods name no GPU memory (the openb
+traces) the measure is FGD's and it decides exactly as FGD does. Planned, not built: MIG
+slices in the measure, topology for multi-GPU pods and energy as a tie-breaker.
 """
 
 from __future__ import annotations
