@@ -111,9 +111,11 @@ def test_real_exporter_feeds_the_used_view(real_node, tmp_path: Path) -> None:
             assert float(used[0]["value"][1]) == 6 * GIB  # what the region charges
             eff = prom.wait_for('gpugov_efficiency_ratio{pod="trainer-0",resource="memory"}')
             assert float(eff[0]["value"][1]) == pytest.approx(6 / 20)
-            # one governed pod owns GPU 0, so DCGM utilisation (40 %) is its compute
-            busy = prom.wait_for('gpugov_used_compute_ratio{pod="trainer-0"}')
-            assert float(busy[0]["value"][1]) == pytest.approx(0.40)
+            # the pod's region meters compute (a 30 % limit) and charged no device time: its
+            # used compute is the region's 0, not the 40 % DCGM sees on the shared GPU 0
+            # (where a process outside the library runs too)
+            # (until rate() has two scrapes of the counter, DCGM is the fallback)
+            prom.wait_for('gpugov_used_compute_ratio{pod="trainer-0"} == 0')
             assert float(prom.wait_for('gpugov_used_gpus{pod="idle-1"}')[0]["value"][1]) == 0
             prom.wait_for('rate(gpugov_idle_allocated_gpu_seconds_total{pod="idle-1"}[2s]) > 0.5')
             assert prom.query("gpugov_node_agent_missing") == []  # the exporter's Hostname

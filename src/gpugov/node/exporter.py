@@ -198,10 +198,14 @@ class NodeCollector(Collector):
                 if reg.core_limit[k]:
                     compute.add_metric(labels, reg.core_limit[k] / 100)
                 # counters exist from the first scrape, at 0, so rate() and increase() see
-                # the first refusal or charge
-                device_time.add_metric(labels, reg.device_ns[k] / 1e9)
-                throttled.add_metric(labels, reg.throttled_ns[k] / 1e9)
-                refused.add_metric(labels, reg.refused[k])
+                # the first charge or refusal. Device time is metered only under a compute
+                # limit: without one there is no series (unknown, so readers fall back to
+                # DCGM), never a false 0.
+                if reg.core_limit[k] or reg.device_ns[k] or reg.throttled_ns[k]:
+                    device_time.add_metric(labels, reg.device_ns[k] / 1e9)
+                    throttled.add_metric(labels, reg.throttled_ns[k] / 1e9)
+                if reg.mem_limit[k] or reg.refused[k]:
+                    refused.add_metric(labels, reg.refused[k])
         yield from (used, limit, compute, device_time, throttled, refused)
 
     def _detection_metrics(self, f: Findings, topo: dict) -> Iterator[Metric]:
