@@ -87,7 +87,7 @@ def test_memory_weight_adds_free_memory_no_fitting_shape_can_use(monkeypatch) ->
 
 
 def test_beats_fgd_on_milli_on_a_memory_bound_workload() -> None:
-    nodes, pods = memory_bound_nodes(count=16), memory_bound_pods(count=1000, seed=1)
+    nodes, pods = memory_bound_nodes(), memory_bound_pods()  # the bench's workload
     typical = TypicalPods.from_requests(pods)
     cap = ClusterState(nodes).total_gpu_milli
 
@@ -98,4 +98,4 @@ def test_beats_fgd_on_milli_on_a_memory_bound_workload() -> None:
 
     ours = sum(at_full("gpugov", s) for s in (42, 43, 44))
     fgd = sum(at_full("fgd", s) for s in (42, 43, 44))
-    assert ours > fgd
+    assert ours > fgd + cap * 3 // 100  # more than 1 pp of the cluster's compute per seed
