@@ -194,7 +194,8 @@ def test_rerun_into_an_existing_folder_replaces_files_and_removes_stale_plots(
                               str(q), "--out", str(out), "--no-plots"])
     assert res.exit_code == 0, res.output
     names = sorted(p.name for p in out.iterdir())
-    assert names == ["jobs.csv", "mine.txt", "queues.csv", "snapshot.json", "summary.json"]
+    assert names == ["allocations.csv", "jobs.csv", "mine.txt", "queues.csv", "snapshot.json",
+                     "summary.json"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["q.yaml", "run", "trace"]
 
 
