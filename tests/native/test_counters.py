@@ -3,13 +3,16 @@ makes launches wait for tokens and refuses allocations at the memory cap — and
 
 from __future__ import annotations
 
+import re
+import struct
 from pathlib import Path
 
 import pytest
 from native_build import drv
 from test_memory import PATHS
 
-from gpugov.node.region import read_region
+from gpugov.node.native import layout_header_path
+from gpugov.node.region import RegionError, layout, parse_layout, read_region
 
 KERNEL_US = 2000
 LAUNCHES = 100
@@ -69,3 +72,44 @@ def test_counters_add_up_across_processes(build, tmp_path):
 def test_unthrottled_launches_charge_nothing(build, tmp_path):
     _, reg = run(build, tmp_path, f"launch:{LAUNCHES}:{KERNEL_US}", env={})
     assert reg.device_ns[0] == 0 and reg.throttled_ns[0] == 0
+
+
+def v2_region(path: Path) -> Path:
+    """A region as layout v2 laid it out (the v3 header without its counters), initialised."""
+    text = layout_header_path().read_text(encoding="utf-8")
+    text = re.sub(r"^\s*uint64_t (device_ns|throttled_ns|refused)\[.*$", "", text, flags=re.M)
+    text = text.replace("#define GG_REGION_VERSION 3", "#define GG_REGION_VERSION 2")
+    old = parse_layout(text)
+    hdr = old.structs["gg_header"]
+    buf = bytearray(old.structs["gg_region"].size)
+    for name, value in (("magic", old.constants["GG_REGION_MAGIC"]), ("version", 2),
+                        ("initialized", 1)):
+        f = hdr.fields[name]
+        struct.pack_into("<Q" if f.size == 8 else "<I", buf, f.offset, value)
+    path.write_bytes(bytes(buf))
+    return path
+
+
+def test_a_v2_region_is_refused_by_library_and_reader(build, tmp_path):
+    region = v2_region(tmp_path / "region")
+    assert len(region.read_bytes()) != layout().structs["gg_region"].size
+    before = region.read_bytes()
+    r = drv(build, "direct", "ctx:0", "alloc:1Mi", env={"GPUGOV_SHARED_REGION": str(region)})
+    assert r.rcs("init") == [800]  # CUDA_ERROR_NOT_PERMITTED: fail closed
+    assert r.stderr.count("another gpugov version") == 1, r.stderr
+    assert region.read_bytes() == before  # left as it was
+    with pytest.raises(RegionError, match=r"bytes, layout v3 needs"):
+        read_region(region)
+
+
+def test_a_region_naming_another_version_is_refused(build, tmp_path):
+    region = tmp_path / "region"
+    drv(build, "direct", "ctx:0", env={"GPUGOV_SHARED_REGION": str(region)})
+    data = bytearray(region.read_bytes())
+    struct.pack_into("<I", data, layout().structs["gg_header"].fields["version"].offset, 2)
+    region.write_bytes(bytes(data))
+    r = drv(build, "direct", "ctx:0", "alloc:1Mi", env={"GPUGOV_SHARED_REGION": str(region)})
+    assert r.rcs("init") == [800]
+    assert "has layout v2, this library speaks v3" in r.stderr
+    with pytest.raises(RegionError, match="layout v2, this reader speaks v3"):
+        read_region(region)
