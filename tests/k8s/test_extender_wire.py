@@ -77,3 +77,32 @@ def test_filter_and_prioritize_speak_go_field_names() -> None:
             await runner.cleanup()
 
     asyncio.run(main())
+
+
+def test_extender_counts_recorded_gpu_memory_and_allocates_memory() -> None:
+    from gpugov.k8s.extender import ExtenderState
+
+    st = ExtenderState()
+    st.view.set_node(_ready(gpu_node("one", 1)))  # one 80 GiB card
+    slice_limits = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": str(60 * 1024),
+                    "nvidia.com/gpucores": "10"}
+    busy = gpu_pod("busy", "ns", "default-scheduler", limits=slice_limits)
+    busy["spec"]["nodeName"] = "one"
+    busy["metadata"]["annotations"][ALLOCATION] = json.dumps(
+        {"v": 1, "node": "one", "isolation": "soft", "devices": [
+            {"index": 0, "uuid": "", "mode": "soft", "milli": 100, "memoryMiB": 60 * 1024}]})
+    st.view.set_pod(busy)
+
+    def want(gib: int):
+        limits = dict(slice_limits, **{"nvidia.com/gpumem": str(gib * 1024)})
+        req, why = st.request_of(gpu_pod(f"w{gib}", "ns", "default-scheduler", limits=limits))
+        assert req is not None, why
+        return req
+
+    big = want(30)  # 10 % compute is free, but only 20 GiB of memory
+    keep, failed = st.filter(big, ["one"])
+    assert keep == [] and "one" in failed and st.choose(big, "one") is None
+    small = want(16)
+    assert st.filter(small, ["one"])[0] == ["one"]
+    alloc = st.choose(small, "one")
+    assert alloc is not None and (alloc.devices, alloc.memory_mib) == ((0,), 16 * 1024)
