@@ -197,6 +197,7 @@ def test_every_metric_family_reaches_prometheus(exporter_node, prometheus):
 
 PROBE_UID = "7a6b5c4d-3e2f-4a1b-9c8d-7e6f5a4b3c2d"
 PROBE_UUID = "GPU-0000000a-1111-2222-3333-00000000000a"
+MEMONLY_UUID = "GPU-0000000b-1111-2222-3333-00000000000b"
 
 
 def test_pod_counters_show_what_the_probe_did(node, fakes, tmp_path):
@@ -210,6 +211,10 @@ def test_pod_counters_show_what_the_probe_did(node, fakes, tmp_path):
     stale = tmp_path / "regions" / f"team-c_old-0_{PROBE_UID}"
     stale.mkdir()
     (stale / "region").write_bytes(b"\0" * 4096)
+    # a pod with a memory cap and no compute limit: the library meters no device time for it
+    memonly = tmp_path / "regions" / f"team-d_memonly-0_{PROBE_UID}"
+    write_region(memonly / "region", [8 * GiB], [0], [])
+    (memonly / "devices").write_text(MEMONLY_UUID + "\n")
     launches, kernel_us = 50, 2000
     r = drv(build, "direct", "ctx:0", f"launch:{launches}:{kernel_us}", "alloc:6Mi", "alloc:4Mi",
             "alloc:4Mi", "alloc:1Mi",
@@ -221,6 +226,7 @@ def test_pod_counters_show_what_the_probe_did(node, fakes, tmp_path):
     assert reg.device_ns[0] / 1e9 == pytest.approx(device_s, rel=0.1)
     assert reg.throttled_ns[0] / 1e9 > device_s  # at 30 % it waited longer than it ran
     node.gpu(A100_80, "util 30 5", uuid=PROBE_UUID)
+    node.gpu(A100_80, "util 70 5", uuid=MEMONLY_UUID)
     with serve_exporter(node, fakes, tmp_path) as port, serve_prometheus(port, tmp_path) as q:
         labels = ("namespace", "pod", "gpu", "UUID")
         want = ("team-b", "probe-0", "0", PROBE_UUID)
@@ -228,6 +234,10 @@ def test_pod_counters_show_what_the_probe_did(node, fakes, tmp_path):
             want: reg.device_ns[0] / 1e9}
         assert series(q("gpugov_pod_throttled_seconds_total"), *labels) == {
             want: reg.throttled_ns[0] / 1e9}
-        assert series(q("gpugov_pod_refused_allocations_total"), *labels) == {want: 2.0}
+        assert series(q("gpugov_pod_refused_allocations_total"), *labels) == {
+            want: 2.0, ("team-d", "memonly-0", "1", MEMONLY_UUID): 0.0}
+        # no compute limit, no device-time series (unknown, not 0: readers fall back to DCGM)
+        assert q('gpugov_pod_device_time_seconds_total{pod="memonly-0"}') == []
+        assert q('gpugov_pod_throttled_seconds_total{pod="memonly-0"}') == []
         errors = series(q("gpugov_exporter_errors_total"), "reason")
         assert errors.get(("region_corrupt",), 0) >= 1
