@@ -23,7 +23,9 @@ import threading
 from pathlib import Path
 from typing import Any
 
-K8S_VERSION = "1.34.2"
+from gpugov.k8s.devcluster.build import K8S_VERSION, go_binary
+from gpugov.k8s.devcluster.build import cache_root as cache_dir
+
 HERE = Path(__file__).resolve().parent
 SOURCES = ("main.go", "linkname.s")
 
@@ -32,25 +34,11 @@ class DriverUnavailable(RuntimeError):
     """Go is missing (tests skip) — any other build failure is an error."""
 
 
-def cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "gpugov" / f"k8s-v{K8S_VERSION}"
-
-
 def _digest() -> str:
     h = hashlib.sha256(K8S_VERSION.encode())
     for name in SOURCES:
         h.update((HERE / name).read_bytes())
     return h.hexdigest()
-
-
-def go_binary() -> str | None:
-    """`go` on PATH, else the standard install location; None when Go is absent."""
-    found = shutil.which("go")
-    if found:
-        return found
-    fallback = Path("/usr/local/go/bin/go")
-    return str(fallback) if fallback.exists() else None
 
 
 def _go(args: list[str], cwd: Path) -> str:
