@@ -181,10 +181,7 @@ class Extender:
         args = await self._args(request)
         if isinstance(args, web.Response):
             return args
-        nodes_list = args.get("Nodes")
-        items = (nodes_list or {}).get("items") or [] if isinstance(nodes_list, dict) else []
-        node_names = args.get("NodeNames") or [
-            (n.get("metadata") or {}).get("name", "") for n in items]
+        nodes_list, items, node_names = _nodes_of(args)
         req, why = self.st.request_of(args.get("Pod") or {})
         if req is None:
             failed = dict.fromkeys(node_names, f"gpugov: {why}")
@@ -197,10 +194,7 @@ class Extender:
         args = await self._args(request)
         if isinstance(args, web.Response):
             return args
-        nodes_list = args.get("Nodes")
-        items = (nodes_list or {}).get("items") or [] if isinstance(nodes_list, dict) else []
-        node_names = args.get("NodeNames") or [
-            (n.get("metadata") or {}).get("name", "") for n in items]
+        nodes_list, items, node_names = _nodes_of(args)
         req, _ = self.st.request_of(args.get("Pod") or {})
         if req is None:
             return web.json_response([{"Host": n, "Score": 0} for n in node_names])
@@ -275,3 +269,13 @@ async def serve(kubeconfig: Path | str, host: str, port: int, policy: str = "bes
             await runner.cleanup()
         await ext.stop()
         await kube.close()
+
+
+def _nodes_of(args: dict[str, Any]) -> tuple[Any, list[dict[str, Any]], list[str]]:
+    """The candidate nodes of a filter/prioritize call: `Nodes` (a NodeList, when the
+    extender is not node-cache capable) or `NodeNames` (when it is)."""
+    nodes_list = args.get("Nodes")
+    items = (nodes_list or {}).get("items") or [] if isinstance(nodes_list, dict) else []
+    node_names = args.get("NodeNames") or [
+        (n.get("metadata") or {}).get("name", "") for n in items]
+    return nodes_list, items, node_names
