@@ -78,8 +78,7 @@ def plots(res: ReplayResult) -> dict[str, bytes]:
 
 
 def figures(res: ReplayResult) -> dict:
-    """The report's figures (no pyplot: a bare Agg canvas keeps the import cheap and global
-    state out)."""
+    """The report's figures, on bare Agg canvases (no pyplot global state to leak)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
