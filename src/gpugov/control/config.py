@@ -20,6 +20,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from gpugov.model.isolation import TrustTier
+from gpugov.model.validation import pydantic_problems
 
 #: resource names accepted in YAML, in the order of internal vectors.
 RESOURCES: tuple[str, ...] = ("gpu", "cpu", "memory")
@@ -175,26 +176,6 @@ class ControlConfig(_Strict):
         raise KeyError(f"unknown priority class {name!r}; allowed: {allowed}")
 
 
-def _fmt_loc(loc: tuple[Any, ...]) -> str:
-    out = ""
-    for part in loc:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        else:
-            out += ("." if out else "") + str(part)
-    return out or "<root>"
-
-
-def _pydantic_problems(exc: ValidationError) -> list[str]:
-    problems = []
-    for err in exc.errors():
-        msg = err["msg"].removeprefix("Value error, ")
-        if err["type"] == "extra_forbidden":
-            msg = "unknown field"
-        value = err.get("input")
-        shown = "" if isinstance(value, dict | list) else f" (got {value!r})"
-        problems.append(f"{_fmt_loc(tuple(err['loc']))}: {msg}{shown}")
-    return problems
 
 
 def validate_config(cfg: ControlConfig, where: _Where | None = None) -> list[str]:
@@ -345,7 +326,7 @@ def parse_config(data: Any, source: str = "<config>") -> ControlConfig:
         cfg = ControlConfig.model_validate(data)
     except ValidationError as exc:
         # report the cross-field problems of the valid entries too: every problem at once
-        problems = _pydantic_problems(exc)
+        problems = pydantic_problems(exc)
         partial, where = _valid_parts(data)
         problems += [p for p in validate_config(partial, where) if p not in problems]
         raise ConfigError(source, problems) from None

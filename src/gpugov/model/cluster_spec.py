@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
 from gpugov.model.catalog import CATALOG
 from gpugov.model.devices import DeviceMode
 from gpugov.model.mig import MIG_GEOMETRIES, MigInstance, find_placement, get_geometry
+from gpugov.model.validation import pydantic_problems
 
 NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
 
@@ -88,13 +89,6 @@ class ClusterFile(_Strict):
         return [f"{pool.name}-{i}" for i in range(pool.count)]
 
 
-def _loc(loc: tuple[Any, ...]) -> str:
-    out = ""
-    for part in loc:
-        out += f"[{part}]" if isinstance(part, int) else ("." if out else "") + str(part)
-    return out
-
-
 def _pool_problems(i: int, pool: NodePool) -> list[str]:
     where = f"nodePools[{i}]"
     problems: list[str] = []
@@ -146,14 +140,7 @@ def parse_cluster_yaml(data: Any, source: str) -> ClusterFile:
     try:
         cluster = ClusterFile.model_validate(data)
     except ValidationError as exc:
-        problems = []
-        for err in exc.errors():
-            msg = err["msg"].removeprefix("Value error, ")
-            if err["type"] == "extra_forbidden":
-                msg = "unknown field"
-            value = err.get("input")
-            shown = "" if isinstance(value, dict | list) else f" (got {value!r})"
-            problems.append(f"{_loc(tuple(err['loc']))}: {msg}{shown}")
+        problems = pydantic_problems(exc)
         raise ClusterFileError(source, problems) from None
     problems = [p for i, pool in enumerate(cluster.node_pools) for p in _pool_problems(i, pool)]
     names = [pool.name for pool in cluster.node_pools]
