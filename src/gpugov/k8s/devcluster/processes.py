@@ -110,8 +110,10 @@ class ProcessSet:
     def start(self, name: str, argv: list[str], env: dict[str, str] | None = None,
               die_with_parent: bool = False) -> Managed:
         """Start `argv` in its own session, output to logs/NAME.log. `die_with_parent`: the
-        kernel sends SIGTERM when the starting process dies (even by SIGKILL), so a killed
-        test run leaves nothing behind; `gpugov dev up` leaves it off (its cluster outlives
+        kernel sends SIGKILL when the starting process dies (even by SIGKILL), so a killed
+        test run leaves nothing behind (SIGKILL, not SIGTERM: with its etcd gone, an
+        apiserver's graceful shutdown was seen to take over 30 s, and a throwaway test
+        cluster has nothing to save); `gpugov dev up` leaves it off (its cluster outlives
         the command)."""
         if name in self.procs and self.procs[name].running():
             raise RuntimeError(f"{name} is already running (pid {self.procs[name].pid})")
@@ -160,7 +162,7 @@ _PR_SET_PDEATHSIG = 1
 def _die_with_parent() -> None:  # runs in the child between fork and exec
     import ctypes
 
-    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def _signal_group(proc: Managed, sig: signal.Signals) -> None:
