@@ -20,7 +20,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from gpugov.model.isolation import TrustTier
-from gpugov.model.validation import pydantic_problems
+from gpugov.model.validation import pydantic_problems, yaml_loader
 
 #: resource names accepted in YAML, in the order of internal vectors.
 RESOURCES: tuple[str, ...] = ("gpu", "cpu", "memory")
@@ -338,20 +338,6 @@ def parse_config(data: Any, source: str = "<config>") -> ControlConfig:
     if problems:
         raise ConfigError(source, problems)
     return cfg
-
-
-def yaml_loader() -> type:
-    """PyYAML's safe loader plus YAML 1.2 floats: `1e18` is a number, not a string (PyYAML
-    follows YAML 1.1, which wants a dot: `1.0e18`). Every YAML gpugov reads goes through it."""
-
-    class Loader(yaml.SafeLoader):
-        pass
-
-    Loader.add_implicit_resolver(
-        "tag:yaml.org,2002:float",
-        re.compile(r"^[-+]?(?:\d[\d_]*)?(?:\.\d*)?[eE][-+]?\d+$"),
-        list("-+0123456789."))
-    return Loader
 
 
 def load_config(path: Path | str) -> ControlConfig:

@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
 from gpugov.model.catalog import CATALOG
 from gpugov.model.devices import DeviceMode
 from gpugov.model.mig import MIG_GEOMETRIES, MigInstance, find_placement, get_geometry
-from gpugov.model.validation import pydantic_problems
+from gpugov.model.validation import pydantic_problems, yaml_loader
 
 NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
 
@@ -196,13 +196,16 @@ def _csv_pools(path: Path) -> ClusterFile:
 def load_cluster_file(path: Path | str) -> ClusterFile:
     """Read `cluster.yaml` (nodePools) or an openb nodes CSV; ClusterFileError on bad input."""
     path = Path(path)
+    if path.is_dir():
+        raise ClusterFileError(str(path), ["is a folder; expected a cluster.yaml or nodes CSV"])
     if not path.is_file():
         raise ClusterFileError(str(path), ["no such file"])
     if path.suffix.lower() == ".csv":
         return _csv_pools(path)
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        data = yaml.load(path.read_text(encoding="utf-8-sig"),  # noqa: S506 - SafeLoader
+                         Loader=yaml_loader())
+    except (yaml.YAMLError, UnicodeDecodeError, ValueError) as exc:
         raise ClusterFileError(str(path), [f"not valid YAML: {exc}"]) from None
     return parse_cluster_yaml(data, str(path))
 

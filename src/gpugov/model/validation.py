@@ -3,8 +3,10 @@ cluster.yaml) names the bad field the same way: `nodePools[0].gpus: … (got -1)
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
+import yaml
 from pydantic import ValidationError
 
 
@@ -27,3 +29,17 @@ def pydantic_problems(exc: ValidationError) -> list[str]:
         shown = "" if isinstance(value, dict | list) else f" (got {value!r})"
         problems.append(f"{field_path(tuple(err['loc']))}: {msg}{shown}")
     return problems
+
+
+def yaml_loader() -> type:
+    """PyYAML's safe loader plus YAML 1.2 floats: `1e18` is a number, not a string (PyYAML
+    follows YAML 1.1, which wants a dot: `1.0e18`). Every YAML gpugov reads goes through it."""
+
+    class Loader(yaml.SafeLoader):
+        pass
+
+    Loader.add_implicit_resolver(
+        "tag:yaml.org,2002:float",
+        re.compile(r"^[-+]?(?:\d[\d_]*)?(?:\.\d*)?[eE][-+]?\d+$"),
+        list("-+0123456789."))
+    return Loader

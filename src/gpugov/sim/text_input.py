@@ -153,7 +153,7 @@ def _show(raw: str) -> str:
 
 def _yaml_loader() -> type:
     """PyYAML's safe loader, plus YAML 1.2 floats: `1e18` is a number, not a string."""
-    from gpugov.control.config import yaml_loader
+    from gpugov.model.validation import yaml_loader
 
     return yaml_loader()
 
