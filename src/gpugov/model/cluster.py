@@ -10,6 +10,31 @@ GPU memory is a real dimension: a device's capacity is its model's memory from t
 trace's undisclosed G2/G3) gets capacity 0: requests that name no memory (every openb pod)
 place exactly as before, and a request that does name memory never lands on a card whose
 memory nobody can vouch for.
+
+Every device has a mode (`DeviceMode`), held as small integer codes so a request is tested
+against all devices at once:
+- `soft` (the default, and what every trace node is): whole-GPU pods take a fully free
+  device, sharing pods a two-dimensional fit of compute milli and GPU memory;
+- `exclusive`: whole-GPU pods only;
+- `mig`: MIG instances at valid starts (a bitmask of occupied memory slices per device; a
+  fixed layout is a bitmask over the model's placements that are free);
+- `timeslice` / `mps`: replica counters; a time-slice pod is charged the memory it names (the
+  whole card if it names none) unless its tenant opted in to oversubscription, so time-slicing
+  never promises more memory than the card has; an MPS client is capped at memory/clients and
+  1000/clients milli, which is what it is charged.
+Each charge is also taken from the device's free milli and memory, so the FGD measures see
+a MIG instance or a replica as used capacity.
+
+A pod never lands below its isolation floor (`min_isolation`: soft devices deliver soft,
+time-slice and MPS none, whole devices and MIG hard), a sealed pod (an untrusted tenant's)
+never shares a device with another tenant, node selectors and NoSchedule/NoExecute taints
+hold as in Kubernetes, and a node's power budget is hard: every device hosting a pod counts
+at its model's TDP.
+
+Plain trace work (soft devices, no taints, budgets or seals; requests without modes or
+constraints) keeps the original fast path of per-node summaries; everything else goes
+through the per-device filter, whose node masks are cached per request shape and refreshed
+only for nodes whose `version` moved.
 """
 
 from __future__ import annotations
@@ -20,10 +45,25 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpugov.model.catalog import MILLI_PER_GPU, get_model
+from gpugov.model.constraints import Taint, selects, tolerates
+from gpugov.model.devices import DeviceConfig, DeviceMode, DeviceTopology
+from gpugov.model.mig import layout_errors
+from gpugov.model.mig_table import MAX_STARTS, NEVER, has_mig, mig_table
 from gpugov.model.request import Allocation, PodRequest
 
 #: column of `kind_count` for sharing pods; whole-GPU pods use column = their GPU count.
 SHARE_KIND = 0
+
+#: device mode codes held in `ClusterState.dev_mode`.
+MODE_CODE = {DeviceMode.EXCLUSIVE: 0, DeviceMode.MIG: 1, DeviceMode.SOFT: 2,
+             DeviceMode.TIMESLICE: 3, DeviceMode.MPS: 4}
+_EXCL, _MIG, _SOFT, _TS, _MPS = range(5)
+#: isolation each mode delivers to a pod that shares the device (a whole device is hard).
+_MODE_ISO = np.array([2, 2, 1, 0, 0], dtype=np.int8)
+
+#: failure reasons, in the order the filter applies them (docs/contracts.md).
+REASONS = ("gpu-model", "node-selector", "taint", "gpu-mode", "isolation", "tenant-isolation",
+           "mig-slice", "replicas", "gpu", "gpu-memory", "power", "cpu", "memory")
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +77,14 @@ class NodeSpec:
     model: str = ""
     #: memory of each device in MiB; None = the catalog's figure for `model` (0 if unknown).
     gpu_memory_mib: int | None = None
+    #: per-device modes, one per GPU; empty = every device `DeviceConfig()` (soft).
+    devices: tuple[DeviceConfig, ...] = ()
+    labels: tuple[tuple[str, str], ...] = ()
+    taints: tuple[Taint, ...] = ()
+    #: hard limit on the TDP of the devices hosting pods; None = no limit.
+    power_budget_w: float | None = None
+    #: per-device interconnect; empty = unknown.
+    topology: tuple[DeviceTopology, ...] = ()
 
     def __post_init__(self) -> None:
         for field in ("cpu_milli", "memory_mib", "gpu_count"):
@@ -46,6 +94,29 @@ class NodeSpec:
             raise ValueError(f"node {self.name}: gpu_memory_mib must be >= 0")
         if self.gpu_count > 0 and not self.model:
             raise ValueError(f"node {self.name}: a node with GPUs needs a GPU model")
+        if self.devices and len(self.devices) != self.gpu_count:
+            raise ValueError(f"node {self.name}: {len(self.devices)} device modes for "
+                             f"{self.gpu_count} GPUs")
+        if self.topology and len(self.topology) != self.gpu_count:
+            raise ValueError(f"node {self.name}: {len(self.topology)} device topologies for "
+                             f"{self.gpu_count} GPUs")
+        if self.power_budget_w is not None and not self.power_budget_w >= 0:
+            raise ValueError(f"node {self.name}: power_budget_w must be >= 0")
+        for k, d in enumerate(self.devices):
+            if d.mode is DeviceMode.MIG:
+                if not has_mig(self.model):
+                    raise ValueError(f"node {self.name}: device {k}: {self.model} has no MIG")
+                if d.mig_layout is not None:
+                    table = mig_table(self.model)
+                    errors = layout_errors(table.geometry, d.mig_layout)
+                    errors += [f"{i.profile} is a media-extension profile (not modelled)"
+                               for i in d.mig_layout if i.profile not in table.by_profile]
+                    if errors:
+                        raise ValueError(f"node {self.name}: device {k}: invalid MIG layout: "
+                                         + "; ".join(errors))
+
+    def device_config(self, k: int) -> DeviceConfig:
+        return self.devices[k] if self.devices else _DEFAULT_DEVICE
 
     @property
     def device_memory_mib(self) -> int:
@@ -53,6 +124,9 @@ class NodeSpec:
         if self.gpu_memory_mib is not None:
             return self.gpu_memory_mib
         return get_model(self.model).memory_mib or 0 if self.model else 0
+
+
+_DEFAULT_DEVICE = DeviceConfig()
 
 
 def pod_kind(req: PodRequest) -> int:
@@ -98,6 +172,52 @@ class ClusterState:
         self.full_gpus = (self.gpu_free == MILLI_PER_GPU).sum(axis=1)
         self.max_gpu_free = self.gpu_free.max(axis=1) if n else np.zeros(0, dtype=np.int64)
         self._model_masks: dict[tuple[str, ...], np.ndarray] = {}
+        self._init_devices(width)
+
+    def _init_devices(self, width: int) -> None:
+        """Per-device modes, replicas, MIG occupancy, tenants and power (see module doc)."""
+        n = len(self.nodes)
+        self.dev_mode = np.full((n, width), _SOFT, dtype=np.int8)
+        self.rep_cap = np.zeros((n, width), dtype=np.int64)
+        self.rep_free = np.zeros((n, width), dtype=np.int64)
+        self.mig_fixed = np.zeros((n, width), dtype=bool)
+        self.mig_occ = np.zeros((n, width), dtype=np.int64)  # occupied memory slices
+        self.mig_compute_free = np.zeros((n, width), dtype=np.int64)
+        self.mig_layout_free = np.zeros((n, width), dtype=np.int64)  # fixed: free placements
+        self.dev_pods = np.zeros((n, width), dtype=np.int64)
+        self.dev_sealed = np.zeros((n, width), dtype=np.int64)
+        self.dev_owner = np.full((n, width), -1, dtype=np.int64)
+        self.dev_nvlink = np.full((n, width), -1, dtype=np.int64)
+        self.power_budget = np.full(n, np.inf)
+        self.dev_tdp = np.zeros(n)
+        self.busy_gpus = np.zeros(n, dtype=np.int64)
+        self._tenant_ids: dict[str, int] = {}
+        self._constraint_masks: dict[tuple, np.ndarray] = {}
+        self._fit_cache: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
+        self.has_taints = any(s.taints for s in self.nodes)
+        self.has_power = any(s.power_budget_w is not None for s in self.nodes)
+        for i, spec in enumerate(self.nodes):
+            if spec.power_budget_w is not None:
+                self.power_budget[i] = spec.power_budget_w
+                self.dev_tdp[i] = (get_model(spec.model).tdp_w or 0) if spec.model else 0
+            for k, topo in enumerate(spec.topology):
+                if topo.nvlink_domain is not None:
+                    self.dev_nvlink[i, k] = topo.nvlink_domain
+            for k, cfg in enumerate(spec.devices):
+                self.dev_mode[i, k] = MODE_CODE[cfg.mode]
+                if cfg.mode in (DeviceMode.TIMESLICE, DeviceMode.MPS):
+                    self.rep_cap[i, k] = self.rep_free[i, k] = cfg.replicas
+                elif cfg.mode is DeviceMode.MIG:
+                    table = mig_table(spec.model)
+                    self.mig_compute_free[i, k] = table.geometry.compute_slices
+                    if cfg.mig_layout is not None:
+                        self.mig_fixed[i, k] = True
+                        self.mig_layout_free[i, k] = table.layout_mask(cfg.mig_layout)
+        #: True while every device is soft and no node has taints or a budget: plain
+        #: requests may then use the per-node summaries (the trace engine's fast path).
+        self.plain = bool((self.dev_mode == _SOFT).all()) and not self.has_taints \
+            and not self.has_power
+        self._sealed_pods = 0
 
     # -- queries ---------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -106,6 +226,12 @@ class ClusterState:
     @property
     def used_gpu_milli(self) -> int:
         return self.total_gpu_milli - int(self.gpu_free_total.sum())
+
+    def tenant_id(self, tenant: str) -> int:
+        """A small integer per tenant name ("" = -1, no tenant)."""
+        if not tenant:
+            return -1
+        return self._tenant_ids.setdefault(tenant, len(self._tenant_ids))
 
     def model_mask(self, models: tuple[str, ...]) -> np.ndarray:
         """Nodes whose GPU model is one of `models` (empty = every node with GPUs)."""
@@ -119,21 +245,159 @@ class ClusterState:
             self._model_masks[models] = mask
         return mask
 
+    def selector_mask(self, req: PodRequest) -> np.ndarray:
+        """Nodes whose labels carry the request's nodeSelector."""
+        key = ("sel", req.node_selector)
+        mask = self._constraint_masks.get(key)
+        if mask is None:
+            mask = np.array([selects(req.node_selector, dict(s.labels)) for s in self.nodes],
+                            dtype=bool)
+            self._constraint_masks[key] = mask
+        return mask
+
+    def taint_mask(self, req: PodRequest) -> np.ndarray:
+        """Nodes whose NoSchedule/NoExecute taints the request tolerates."""
+        key = ("tol", req.tolerations)
+        mask = self._constraint_masks.get(key)
+        if mask is None:
+            mask = np.array([tolerates(req.tolerations, s.taints) for s in self.nodes],
+                            dtype=bool)
+            self._constraint_masks[key] = mask
+        return mask
+
+    def _fast(self, req: PodRequest) -> bool:
+        """True when the per-node summaries answer for `req` (see module doc)."""
+        return self.plain and self._sealed_pods == 0 and req.is_plain
+
     def device_fits(self, req: PodRequest, nodes: np.ndarray | int | slice = slice(None)
                     ) -> np.ndarray:
-        """Which devices of `nodes` could take `req` on their own: free milli and, when the
-        request names GPU memory, free memory too (whole GPUs: fully free devices whose
-        memory is large enough)."""
-        free = self.gpu_free[nodes]
-        if req.gpu_milli >= MILLI_PER_GPU:
-            fits = free == MILLI_PER_GPU
+        """Which devices of `nodes` could take `req` on their own: its mode, isolation floor,
+        tenant seal, replicas or MIG slices, free milli and GPU memory, and power (whole
+        GPUs: fully free devices whose memory is large enough)."""
+        if self._fast(req):
+            free = self.gpu_free[nodes]
+            if req.gpu_milli >= MILLI_PER_GPU:
+                fits = free == MILLI_PER_GPU
+                if req.gpu_memory_mib:
+                    fits &= self.gpu_mem_cap[nodes] >= req.gpu_memory_mib
+                return fits
+            fits = free >= req.gpu_milli
             if req.gpu_memory_mib:
-                fits &= self.gpu_mem_cap[nodes] >= req.gpu_memory_mib
+                fits &= self.gpu_mem_free[nodes] >= req.gpu_memory_mib
             return fits
-        fits = free >= req.gpu_milli
-        if req.gpu_memory_mib:
-            fits &= self.gpu_mem_free[nodes] >= req.gpu_memory_mib
+        fits = None
+        for _, mask in self._device_steps(req, nodes):
+            fits = mask if fits is None else fits & mask
+        assert fits is not None
         return fits
+
+    def _device_steps(self, req: PodRequest, nodes):
+        """(reason, device mask) of each device-level test, in `REASONS` order."""
+        mode = req.slice_mode
+        dm = self.dev_mode[nodes]
+        free = self.gpu_free[nodes]
+        if mode is DeviceMode.EXCLUSIVE:
+            yield "gpu-mode", (dm == _EXCL) | (dm == _SOFT)
+        else:
+            yield "gpu-mode", dm == MODE_CODE[mode]
+        if mode is not DeviceMode.EXCLUSIVE:
+            yield "isolation", _MODE_ISO[dm] >= int(req.min_isolation)
+        tid = self.tenant_id(req.tenant)
+        pods = self.dev_pods[nodes]
+        own = (self.dev_owner[nodes] == tid) if tid >= 0 else np.zeros(pods.shape, bool)
+        if req.sealed:
+            yield "tenant-isolation", (pods == 0) | ((self.dev_sealed[nodes] > 0) & own)
+        elif self._sealed_pods:
+            yield "tenant-isolation", (self.dev_sealed[nodes] == 0) | own
+        mem_free = self.gpu_mem_free[nodes]
+        if mode is DeviceMode.MIG:
+            yield "mig-slice", self._mig_fits(req.mig_profile, nodes)
+        elif mode in (DeviceMode.TIMESLICE, DeviceMode.MPS):
+            rep_free = self.rep_free[nodes]
+            yield "replicas", rep_free > 0
+            cap = np.maximum(self.rep_cap[nodes], 1)
+            if mode is DeviceMode.MPS:
+                yield "gpu", req.gpu_milli <= self.gpu_cap[nodes] // cap
+                yield "gpu-memory", req.gpu_memory_mib <= self.gpu_mem_cap[nodes] // cap
+            elif not req.oversubscribe:
+                need = req.gpu_memory_mib if req.gpu_memory_mib else self.gpu_mem_cap[nodes]
+                yield "gpu-memory", mem_free >= need
+        elif mode is DeviceMode.EXCLUSIVE:
+            yield "gpu", free == MILLI_PER_GPU
+            if req.gpu_memory_mib:
+                yield "gpu-memory", self.gpu_mem_cap[nodes] >= req.gpu_memory_mib
+        else:
+            yield "gpu", free >= req.gpu_milli
+            if req.gpu_memory_mib:
+                yield "gpu-memory", mem_free >= req.gpu_memory_mib
+        if self.has_power:
+            slots = self._power_slots(nodes)
+            yield "power", (pods > 0) | (slots >= 1)
+
+    def _power_slots(self, nodes) -> np.ndarray:
+        """How many more devices each node may power up within its budget ([n, 1])."""
+        budget = self.power_budget[nodes]
+        tdp = self.dev_tdp[nodes]
+        head = budget - self.busy_gpus[nodes] * tdp
+        slots = np.where(tdp > 0, np.floor(head / np.maximum(tdp, 1e-9)), np.inf)
+        slots = np.where(np.isinf(budget), np.inf, slots)
+        return np.asarray(slots).reshape(-1, 1) if np.ndim(slots) else slots
+
+    def _mig_fits(self, profile: str, nodes) -> np.ndarray:
+        """MIG devices of `nodes` with room for an instance of `profile` at a valid start."""
+        starts, compute, known = self._mig_profile_arrays(profile)
+        idx = self.model_idx[nodes]
+        ok = known[idx]
+        bits = starts[idx]  # [nodes, MAX_STARTS]
+        occ = self.mig_occ[nodes]
+        if np.ndim(occ) == 1:  # one node: [width]
+            dyn = ((occ[:, None] & bits[None, :]) == 0).any(axis=1)
+            dyn &= self.mig_compute_free[nodes] >= compute[idx]
+            fixed = (self.mig_layout_free[nodes] & self._mig_layout_bits(profile)[idx]) != 0
+        else:
+            dyn = ((occ[:, :, None] & bits[:, None, :]) == 0).any(axis=2)
+            dyn &= self.mig_compute_free[nodes] >= compute[idx][:, None]
+            fixed = (self.mig_layout_free[nodes]
+                     & self._mig_layout_bits(profile)[idx][:, None]) != 0
+            ok = ok[:, None]
+        return ok & np.where(self.mig_fixed[nodes], fixed, dyn)
+
+    def _mig_profile_arrays(self, profile: str):
+        key = ("mig", profile)
+        got = self._constraint_masks.get(key)
+        if got is None:
+            m = len(self.model_names)
+            starts = np.full((m + 1, MAX_STARTS), NEVER, dtype=np.int64)  # row -1: no model
+            compute = np.zeros(m + 1, dtype=np.int64)
+            known = np.zeros(m + 1, dtype=bool)
+            layout_bits = np.zeros(m + 1, dtype=np.int64)
+            for i, model in enumerate(self.model_names):
+                if not has_mig(model):
+                    continue
+                table = mig_table(model)
+                ks = table.by_profile.get(profile, ())
+                for j, k in enumerate(ks):
+                    starts[i, j] = table.placements[k].bits
+                    layout_bits[i] |= 1 << k
+                if ks:
+                    known[i] = True
+                    compute[i] = table.placements[ks[0]].compute_slices
+            got = (starts, compute, known, layout_bits)
+            self._constraint_masks[key] = got
+        return got[:3]
+
+    def _mig_layout_bits(self, profile: str) -> np.ndarray:
+        self._mig_profile_arrays(profile)
+        return self._constraint_masks[("mig", profile)][3]
+
+    def _node_mask(self, req: PodRequest) -> np.ndarray:
+        """Node-level tests that never change: GPU model, nodeSelector, taints."""
+        ok = self.model_mask(req.models) if req.gpu_milli > 0 else np.ones(len(self), bool)
+        if req.node_selector:
+            ok = ok & self.selector_mask(req)
+        if self.has_taints:
+            ok = ok & self.taint_mask(req)
+        return ok
 
     def _gpu_fit(self, req: PodRequest) -> np.ndarray:
         """Nodes with enough GPU room for `req` (milli, and memory when asked)."""
@@ -144,17 +408,77 @@ class ClusterState:
         return self.device_fits(req).sum(axis=1) >= req.gpu_count
 
     def feasible(self, req: PodRequest) -> np.ndarray:
-        """Boolean mask of nodes where `req` fits: CPU, memory, GPU model and GPU capacity
-        (compute milli and, when the request names it, GPU memory)."""
-        ok = (self.cpu_free >= req.cpu_milli) & (self.mem_free >= req.memory_mib)
-        if req.gpu_milli > 0:
-            ok &= self.model_mask(req.models)
-            ok &= self._gpu_fit(req)
+        """Boolean mask of nodes where `req` fits: CPU, memory, GPU model, node constraints
+        and, per device, mode, isolation, tenant, MIG slices or replicas, compute, GPU memory
+        and power."""
+        if self._fast(req):
+            ok = (self.cpu_free >= req.cpu_milli) & (self.mem_free >= req.memory_mib)
+            if req.gpu_milli > 0:
+                ok &= self.model_mask(req.models)
+                ok &= self._gpu_fit(req)
+            return ok
+        key = _shape_key(req)
+        cached = self._fit_cache.get(key)
+        if cached is None:
+            mask = self._general_fit(req, np.arange(len(self)))
+            self._fit_cache[key] = (self.version.copy(), mask)
+            if len(self._fit_cache) > 512:
+                self._fit_cache.pop(next(iter(self._fit_cache)))
+            return mask.copy()
+        versions, mask = cached
+        stale = np.flatnonzero(versions != self.version)
+        if len(stale):
+            mask[stale] = self._general_fit(req, stale)
+            versions[stale] = self.version[stale]
+        return mask.copy()
+
+    def _general_fit(self, req: PodRequest, nodes: np.ndarray) -> np.ndarray:
+        ok = self._node_mask(req)[nodes]
+        ok &= (self.cpu_free[nodes] >= req.cpu_milli) & (self.mem_free[nodes] >= req.memory_mib)
+        if req.gpu_count:
+            fits = self.device_fits(req, nodes)
+            ok &= fits.sum(axis=1) >= req.gpu_count
+            if self.has_power and req.gpu_count > 1:
+                ok &= self._power_slots(nodes)[:, 0] >= req.gpu_count
         return ok
 
     def failure_reason(self, req: PodRequest) -> str:
-        """Why `req` fits nowhere, naming the first constraint no node can satisfy:
-        `gpu-model`, `gpu` (compute), `gpu-memory`, `cpu` or `memory` (host memory)."""
+        """Why `req` fits nowhere, naming the first constraint no node can satisfy, one of
+        `REASONS`: e.g. `gpu-model`, `taint`, `isolation`, `mig-slice`, `gpu` (compute),
+        `gpu-memory`, `power`, `cpu` or `memory` (host memory)."""
+        if self._fast(req):
+            return self._fast_failure_reason(req)
+        ok = np.ones(len(self), dtype=bool)
+        if req.gpu_milli > 0:
+            ok &= self.model_mask(req.models)
+            if not ok.any():
+                return "gpu-model"
+        if req.node_selector:
+            ok &= self.selector_mask(req)
+            if not ok.any():
+                return "node-selector"
+        if self.has_taints:
+            ok &= self.taint_mask(req)
+            if not ok.any():
+                return "taint"
+        if req.gpu_count:
+            fits = None
+            for reason, mask in self._device_steps(req, slice(None)):
+                fits = mask if fits is None else fits & mask
+                if not (ok & (fits.sum(axis=1) >= req.gpu_count)).any():
+                    return reason
+            assert fits is not None
+            ok &= fits.sum(axis=1) >= req.gpu_count
+            if self.has_power and req.gpu_count > 1:
+                ok &= self._power_slots(slice(None))[:, 0] >= req.gpu_count
+                if not ok.any():
+                    return "power"
+        ok &= self.cpu_free >= req.cpu_milli
+        if not ok.any():
+            return "cpu"
+        return "memory"
+
+    def _fast_failure_reason(self, req: PodRequest) -> str:
         if req.gpu_milli > 0:
             model_ok = self.model_mask(req.models)
             if not model_ok.any():
@@ -175,9 +499,63 @@ class ClusterState:
             return "cpu"
         return "memory"
 
+    # -- what a placement charges -------------------------------------------------------------
+    def charge(self, req: PodRequest, node: int, device: int) -> tuple[int, int]:
+        """(milli, GPU memory MiB) a pod of `req` takes from `device` of `node`: a whole GPU
+        its device; a MIG instance its profile's share and memory; a time-slice replica
+        1/replicas of compute and the memory it names (the card's if none, nothing if its
+        tenant accepts oversubscription); an MPS client the per-client caps; a soft slice
+        what it asks."""
+        mode = req.slice_mode
+        if mode is DeviceMode.EXCLUSIVE:
+            return MILLI_PER_GPU, int(self.gpu_mem_cap[node, device])
+        if mode is DeviceMode.MIG:
+            table = mig_table(self.nodes[node].model)
+            p = table.geometry.profile(req.mig_profile)
+            return table.milli(req.mig_profile), p.memory_mib
+        if mode in (DeviceMode.TIMESLICE, DeviceMode.MPS):
+            reps = max(int(self.rep_cap[node, device]), 1)
+            milli = MILLI_PER_GPU // reps
+            if mode is DeviceMode.MPS:
+                return milli, int(self.gpu_mem_cap[node, device]) // reps
+            if req.oversubscribe:
+                return milli, 0
+            return milli, req.gpu_memory_mib or int(self.gpu_mem_cap[node, device])
+        return req.gpu_milli, req.gpu_memory_mib
+
+    def mig_start(self, req: PodRequest, node: int, device: int) -> int:
+        """The start for a new `req.mig_profile` instance on `device`: on a fixed layout the
+        lowest free instance of that profile; on a dynamic device the valid free start that
+        leaves the most placements of every profile open (fragmentation-aware, as
+        `placement.mig` does: larger profiles weigh more)."""
+        table = mig_table(self.nodes[node].model)
+        ks = table.by_profile[req.mig_profile]
+        if self.mig_fixed[node, device]:
+            free = int(self.mig_layout_free[node, device])
+            for k in ks:
+                if free >> k & 1:
+                    return table.placements[k].start
+            raise ValueError(f"{req.name}: no free {req.mig_profile} instance on device "
+                             f"{device} of {self.names[node]}")
+        occ = int(self.mig_occ[node, device])
+        compute = int(self.mig_compute_free[node, device])
+        best: tuple[float, int] | None = None
+        for k in ks:
+            pl = table.placements[k]
+            if occ & pl.bits or pl.compute_slices > compute:
+                continue
+            after = _placeability(table, occ | pl.bits, compute - pl.compute_slices)
+            if best is None or after > best[0]:
+                best = (after, pl.start)
+        if best is None:
+            raise ValueError(f"{req.name}: no free {req.mig_profile} start on device {device} "
+                             f"of {self.names[node]}")
+        return best[1]
+
     # -- updates ---------------------------------------------------------------------------
     def allocate(self, req: PodRequest, alloc: Allocation) -> None:
-        """Commit `alloc` for `req`; raises if it would overcommit anything."""
+        """Commit `alloc` for `req`; raises if it would overcommit anything or break a
+        constraint (mode, isolation, seal, MIG slice, replica, power, node constraint)."""
         n = alloc.node
         if self.cpu_free[n] < req.cpu_milli or self.mem_free[n] < req.memory_mib:
             raise ValueError(f"{req.name}: node {self.names[n]} lacks CPU or memory")
@@ -185,39 +563,130 @@ class ClusterState:
         if len(set(devs)) != len(devs) or len(devs) != req.gpu_count:
             raise ValueError(f"{req.name}: needs {req.gpu_count} distinct devices, got {devs}")
         if devs:
-            if max(devs) >= self.gpu_count[n] or (self.gpu_free[n, devs] < alloc.milli).any():
-                raise ValueError(f"{req.name}: devices {devs} on {self.names[n]} lack capacity")
-            if alloc.milli >= MILLI_PER_GPU:
-                # a fully free device has all its memory free: only milli > 0 holds memory
-                self.gpu_mem_free[n, devs] = 0
-            elif alloc.memory_mib:
-                if (self.gpu_mem_free[n, devs] < alloc.memory_mib).any():
-                    raise ValueError(
-                        f"{req.name}: devices {devs} on {self.names[n]} lack GPU memory")
-                self.gpu_mem_free[n, devs] -= alloc.memory_mib
-            self.gpu_free[n, devs] -= alloc.milli
+            if max(devs) >= self.gpu_count[n] or min(devs) < 0:
+                raise ValueError(f"{req.name}: devices {devs} are not on {self.names[n]}")
+            if self._fast(req):
+                self._allocate_plain(req, alloc, n, devs)
+            else:
+                self._allocate_general(req, alloc, n, devs)
             self.kind_count[n, pod_kind(req)] += 1
+            self.dev_pods[n, devs] += 1
+            if self.has_power:
+                self.busy_gpus[n] = int((self.dev_pods[n] > 0).sum())
         self.cpu_free[n] -= req.cpu_milli
         self.mem_free[n] -= req.memory_mib
         self.pod_count[n] += 1
         self._refresh(n)
+
+    def _allocate_plain(self, req: PodRequest, alloc: Allocation, n: int,
+                        devs: list[int]) -> None:
+        if (self.gpu_free[n, devs] < alloc.milli).any():
+            raise ValueError(f"{req.name}: devices {devs} on {self.names[n]} lack capacity")
+        if alloc.milli >= MILLI_PER_GPU:
+            # a fully free device has all its memory free: only milli > 0 holds memory
+            self.gpu_mem_free[n, devs] = 0
+        elif alloc.memory_mib:
+            if (self.gpu_mem_free[n, devs] < alloc.memory_mib).any():
+                raise ValueError(
+                    f"{req.name}: devices {devs} on {self.names[n]} lack GPU memory")
+            self.gpu_mem_free[n, devs] -= alloc.memory_mib
+        self.gpu_free[n, devs] -= alloc.milli
+
+    def _allocate_general(self, req: PodRequest, alloc: Allocation, n: int,
+                          devs: list[int]) -> None:
+        if not self._node_mask(req)[n]:
+            raise ValueError(f"{req.name}: node {self.names[n]} breaks the pod's GPU model, "
+                             "nodeSelector or taints")
+        fits = self.device_fits(req, np.array([n]))[0]
+        if not fits[devs].all():
+            raise ValueError(f"{req.name}: devices {devs} on {self.names[n]} cannot take it "
+                             f"({self.why_not_device(req, n, devs)})")
+        if self.has_power and req.gpu_count > 1 and \
+                self._power_slots(np.array([n]))[0, 0] < req.gpu_count:
+            raise ValueError(f"{req.name}: node {self.names[n]} has no power budget left")
+        for d in devs:
+            milli, mem = self.charge(req, n, d)
+            if (milli, mem) != (alloc.milli, alloc.memory_mib):
+                raise ValueError(f"{req.name}: allocation charges {alloc.milli} milli and "
+                                 f"{alloc.memory_mib} MiB, the device takes {milli} and {mem}")
+        mode = req.slice_mode
+        if mode is DeviceMode.MIG:
+            d = devs[0]
+            table = mig_table(self.nodes[n].model)
+            k = table.number(req.mig_profile, alloc.mig_start)
+            pl = table.placements[k]
+            if self.mig_fixed[n, d]:
+                if not int(self.mig_layout_free[n, d]) >> k & 1:
+                    raise ValueError(f"{req.name}: {req.mig_profile}@{alloc.mig_start} is not "
+                                     f"a free instance of device {d} on {self.names[n]}")
+                self.mig_layout_free[n, d] &= ~(1 << k)
+            elif int(self.mig_occ[n, d]) & pl.bits or \
+                    self.mig_compute_free[n, d] < pl.compute_slices:
+                raise ValueError(f"{req.name}: {req.mig_profile}@{alloc.mig_start} overlaps "
+                                 f"an instance on device {d} of {self.names[n]}")
+            self.mig_occ[n, d] |= pl.bits
+            self.mig_compute_free[n, d] -= pl.compute_slices
+        elif mode in (DeviceMode.TIMESLICE, DeviceMode.MPS):
+            self.rep_free[n, devs] -= 1
+        if mode is DeviceMode.EXCLUSIVE:
+            self.gpu_mem_free[n, devs] = 0
+        else:
+            self.gpu_mem_free[n, devs] -= alloc.memory_mib
+        self.gpu_free[n, devs] -= alloc.milli
+        if req.sealed:
+            self.dev_sealed[n, devs] += 1
+            self._sealed_pods += 1
+        tid = self.tenant_id(req.tenant)
+        if req.sealed or tid >= 0:
+            empty = self.dev_pods[n, devs] == 0
+            self.dev_owner[n, np.array(devs)[empty]] = tid
+
+    def why_not_device(self, req: PodRequest, n: int, devs: list[int]) -> str:
+        """The first device-level test `devs` of node `n` fail for `req`."""
+        for reason, mask in self._device_steps(req, np.array([n])):
+            if not mask[0][devs].all():
+                return reason
+        return "fits"
 
     def release(self, req: PodRequest, alloc: Allocation) -> None:
         """Undo `allocate` (a pod left or was evicted)."""
         n = alloc.node
         devs = list(alloc.devices)
         if devs:
+            if (self.dev_pods[n, devs] <= 0).any():
+                raise ValueError(f"{req.name}: release of an allocation that was never made")
+            mode = req.slice_mode
             self.gpu_free[n, devs] += alloc.milli
-            if alloc.milli >= MILLI_PER_GPU:
+            if alloc.milli >= MILLI_PER_GPU and mode in (DeviceMode.EXCLUSIVE, DeviceMode.SOFT):
                 self.gpu_mem_free[n, devs] = self.gpu_mem_cap[n, devs]
-            elif alloc.memory_mib:
+            else:
                 self.gpu_mem_free[n, devs] += alloc.memory_mib
+            if mode is DeviceMode.MIG and alloc.mig_start >= 0:
+                d = devs[0]
+                table = mig_table(self.nodes[n].model)
+                k = table.number(req.mig_profile, alloc.mig_start)
+                pl = table.placements[k]
+                self.mig_occ[n, d] &= ~pl.bits
+                self.mig_compute_free[n, d] += pl.compute_slices
+                if self.mig_fixed[n, d]:
+                    self.mig_layout_free[n, d] |= 1 << k
+            elif mode in (DeviceMode.TIMESLICE, DeviceMode.MPS):
+                self.rep_free[n, devs] += 1
+            if req.sealed:
+                self.dev_sealed[n, devs] -= 1
+                self._sealed_pods -= 1
+            self.dev_pods[n, devs] -= 1
+            gone = np.array(devs)[self.dev_pods[n, devs] == 0]
+            self.dev_owner[n, gone] = -1
             self.kind_count[n, pod_kind(req)] -= 1
+            if self.has_power:
+                self.busy_gpus[n] = int((self.dev_pods[n] > 0).sum())
         self.cpu_free[n] += req.cpu_milli
         self.mem_free[n] += req.memory_mib
         self.pod_count[n] -= 1
         if ((self.gpu_free[n] > self.gpu_cap[n]).any() or self.cpu_free[n] > self.cpu_cap[n]
-                or (self.gpu_mem_free[n] > self.gpu_mem_cap[n]).any()):
+                or (self.gpu_mem_free[n] > self.gpu_mem_cap[n]).any()
+                or (self.rep_free[n] > self.rep_cap[n]).any()):
             raise ValueError(f"{req.name}: release of an allocation that was never made")
         self._refresh(n)
 
@@ -230,11 +699,15 @@ class ClusterState:
 
     # -- snapshots -------------------------------------------------------------------------
     _MUTABLE = ("cpu_free", "mem_free", "gpu_free", "gpu_mem_free", "kind_count", "pod_count",
-                "version", "gpu_free_total", "full_gpus", "max_gpu_free")
+                "version", "gpu_free_total", "full_gpus", "max_gpu_free", "rep_free",
+                "mig_occ", "mig_compute_free", "mig_layout_free", "dev_pods", "dev_sealed",
+                "dev_owner", "busy_gpus")
 
     def snapshot(self) -> dict[str, np.ndarray]:
         """A copy of everything allocation changes; `restore` puts it back."""
-        return {k: getattr(self, k).copy() for k in self._MUTABLE}
+        snap = {k: getattr(self, k).copy() for k in self._MUTABLE}
+        snap["_sealed_pods"] = np.array(self._sealed_pods)
+        return snap
 
     def restore(self, snap: dict[str, np.ndarray]) -> None:
         # Versions must move forward so score caches never mistake restored rows for fresh.
@@ -244,4 +717,22 @@ class ClusterState:
         bump = self.version.max() + 1 if len(self) else 0
         for k in self._MUTABLE:
             getattr(self, k)[...] = snap[k]
+        self._sealed_pods = int(snap["_sealed_pods"])
         self.version[changed] = bump
+
+
+def _shape_key(req: PodRequest) -> tuple:
+    """Everything of a request the filter reads (not its name)."""
+    return (req.cpu_milli, req.memory_mib, req.gpu_count, req.gpu_milli, req.models,
+            req.gpu_memory_mib, req.mode, req.mig_profile, int(req.min_isolation), req.tenant,
+            req.sealed, req.node_selector, req.tolerations, req.oversubscribe)
+
+
+def _placeability(table, occ: int, compute_free: int) -> float:
+    """Weighted count of free valid starts over all profiles after a change (higher = less
+    fragmented; a profile weighs its compute slices, as `placement.mig.default_weights`)."""
+    total = 0.0
+    for pl in table.placements:
+        if not occ & pl.bits and pl.compute_slices <= compute_free:
+            total += pl.compute_slices
+    return total

@@ -186,3 +186,27 @@ def hgx_topology(gpus: int = 8, domains: int = 1, numa_nodes: int = 2,
                        pcie_switch=group(i, pcie_switches), numa_node=group(i, numa_nodes))
         for i in range(gpus)
     )
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceConfig:
+    """How one device of a node is cut, as the cluster state holds it.
+
+    `replicas`: time-slice replicas or MPS clients (1 for other modes). `mig_layout`: the
+    instances of a MIG device with a fixed layout (what mig-parted applied); None = dynamic,
+    instances are created where a pod needs them, at valid starts.
+    """
+
+    mode: DeviceMode = DeviceMode.SOFT
+    replicas: int = 1
+    mig_layout: tuple[MigInstance, ...] | None = None
+
+    def __post_init__(self) -> None:
+        if self.replicas < 1:
+            raise ValueError(f"replicas must be >= 1, got {self.replicas}")
+        if self.mode in (DeviceMode.TIMESLICE, DeviceMode.MPS) and self.replicas < 2:
+            raise ValueError(f"a {self.mode.value} device needs replicas >= 2")
+        if self.mode not in (DeviceMode.TIMESLICE, DeviceMode.MPS) and self.replicas != 1:
+            raise ValueError(f"only timeslice and mps devices have replicas ({self.mode.value})")
+        if self.mig_layout is not None and self.mode is not DeviceMode.MIG:
+            raise ValueError(f"only MIG devices have a layout ({self.mode.value})")

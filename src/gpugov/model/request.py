@@ -5,6 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpugov.model.catalog import MILLI_PER_GPU
+from gpugov.model.constraints import Toleration
+from gpugov.model.devices import DeviceMode
+from gpugov.model.isolation import IsolationLevel
 
 
 @dataclass(frozen=True, slots=True)
@@ -15,6 +18,19 @@ class PodRequest:
     and `0 < gpu_milli < 1000`. `models` empty means any GPU model is acceptable.
     `gpu_memory_mib` is the GPU memory needed on each device (0 = not asked, as in the
     openb traces); a whole-GPU pod holds all of its devices' memory whatever it asks.
+
+    The remaining fields are the compiled form of a `GpuRequest` plus what the control plane
+    knows of the pod's tenant; their defaults are what a trace pod means:
+    - `mode`: the kind of slice asked for. None = a whole GPU when `gpu_milli` is 1000, else a
+      soft slice (compute milli and GPU memory); `MIG` needs `mig_profile`; `TIMESLICE` and
+      `MPS` take one replica of a device in that mode.
+    - `min_isolation`: the weakest isolation the pod may be given (its request and its
+      tenant's trust tier, `model.isolation.required_isolation`).
+    - `tenant` and `sealed`: a sealed pod (an untrusted tenant's) never shares a device with
+      another tenant's pod, and no other tenant's pod joins a device it holds.
+    - `node_selector` / `tolerations`: Kubernetes semantics (`model.constraints`).
+    - `oversubscribe`: the tenant accepts time-slice replicas whose memory together exceeds
+      the card (without it, time-slicing never promises more memory than the card has).
     """
 
     name: str
@@ -24,6 +40,14 @@ class PodRequest:
     gpu_milli: int = 0
     models: tuple[str, ...] = ()
     gpu_memory_mib: int = 0
+    mode: DeviceMode | None = None
+    mig_profile: str = ""
+    min_isolation: IsolationLevel = IsolationLevel.NONE
+    tenant: str = ""
+    sealed: bool = False
+    node_selector: tuple[tuple[str, str], ...] = ()
+    tolerations: tuple[Toleration, ...] = ()
+    oversubscribe: bool = False
 
     def __post_init__(self) -> None:
         for field in ("cpu_milli", "memory_mib", "gpu_count", "gpu_milli", "gpu_memory_mib"):
@@ -46,6 +70,32 @@ class PodRequest:
                 f"gpu_memory_mib={self.gpu_memory_mib} needs a GPU: a CPU-only pod asks for "
                 "no GPU memory"
             )
+        if (self.mode is DeviceMode.MIG) != bool(self.mig_profile):
+            raise ValueError(f"mig_profile={self.mig_profile!r} and mode={self.mode} disagree: a "
+                             "MIG request names its profile, no other request does")
+        if self.mode is not None and not self.gpu_count:
+            raise ValueError(f"mode={self.mode} needs a GPU")
+        if self.mode in (DeviceMode.MIG, DeviceMode.TIMESLICE, DeviceMode.MPS, DeviceMode.SOFT
+                         ) and self.gpu_count != 1:
+            raise ValueError(f"a {self.mode} request takes one device per pod, got "
+                             f"gpu_count={self.gpu_count}")
+        if self.mode is DeviceMode.EXCLUSIVE and self.gpu_milli != MILLI_PER_GPU:
+            raise ValueError("an exclusive request takes whole GPUs (gpu_milli=1000)")
+
+    @property
+    def slice_mode(self) -> DeviceMode:
+        """The kind of slice this request takes (`mode`, or whole/soft by its milli)."""
+        if self.mode is not None:
+            return self.mode
+        return DeviceMode.EXCLUSIVE if self.gpu_milli >= MILLI_PER_GPU else DeviceMode.SOFT
+
+    @property
+    def is_plain(self) -> bool:
+        """True for a request the trace engine's fast path serves: whole or soft slices,
+        no isolation floor above soft, no tenant seal, no node constraints."""
+        return (self.mode in (None, DeviceMode.EXCLUSIVE, DeviceMode.SOFT)
+                and self.min_isolation <= IsolationLevel.SOFT and not self.sealed
+                and not self.node_selector and not self.tolerations)
 
     @property
     def total_gpu_milli(self) -> int:
@@ -67,12 +117,14 @@ class Allocation:
 
     `memory_mib` is what a sharing pod holds on its device; a whole-GPU pod holds all of its
     devices' memory, whatever this field says (the state charges the device's capacity).
+    `mig_start` is the memory-slice start of the MIG instance a MIG pod holds (-1 otherwise).
     """
 
     node: int
     devices: tuple[int, ...]
     milli: int
     memory_mib: int = 0
+    mig_start: int = -1
 
     @property
     def total_gpu_milli(self) -> int:

@@ -15,6 +15,7 @@ import numpy as np
 
 from gpugov.model.catalog import MILLI_PER_GPU
 from gpugov.model.cluster import ClusterState
+from gpugov.model.devices import DeviceMode
 from gpugov.model.request import PodRequest
 from gpugov.placement.fragmentation import FragmentationModel
 
@@ -57,10 +58,37 @@ class Policy(ABC):
         """Devices for `req` on `node`: lowest-index free GPUs, best fit for sharing pods."""
         if not req.is_gpu:
             return ()
+        if not state._fast(req):
+            return general_devices(state, req, node)
         if req.is_sharing:
             fits = state.device_fits(req, node) if req.gpu_memory_mib else None
             return (best_fit_device(state.gpu_free[node], req.gpu_milli, fits),)
         return lowest_fitting_devices(state, req, node)
+
+
+def general_devices(state: ClusterState, req: PodRequest, node: int) -> tuple[int, ...]:
+    """Devices for any request mode (the per-device filter decides what fits):
+    whole GPUs the lowest-index fitting ones; a soft slice the best fit in compute; a MIG
+    instance the device already most cut up (least free compute slices: whole devices stay
+    whole), a time-slice replica the device with the most memory unpromised (least risk), an
+    MPS client the most used device (whole devices stay free). Ties: lowest index."""
+    fits = state.device_fits(req, node)
+    idx = np.flatnonzero(fits)
+    if len(idx) < req.gpu_count:
+        raise ValueError(f"{req.name}: needs {req.gpu_count} fitting devices on "
+                         f"{state.names[node]}, found {len(idx)}")
+    mode = req.slice_mode
+    if mode is DeviceMode.EXCLUSIVE:
+        return tuple(int(i) for i in idx[:req.gpu_count])
+    if mode is DeviceMode.SOFT:
+        return (best_fit_device(state.gpu_free[node], req.gpu_milli, fits),)
+    if mode is DeviceMode.MIG:
+        key = state.mig_compute_free[node, idx]
+    elif mode is DeviceMode.TIMESLICE:
+        key = -state.gpu_mem_free[node, idx]
+    else:
+        key = state.rep_free[node, idx]
+    return (int(idx[int(np.argmin(key))]),)
 
 
 def lowest_fitting_devices(state: ClusterState, req: PodRequest, node: int) -> tuple[int, ...]:

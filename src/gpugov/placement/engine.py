@@ -60,7 +60,7 @@ class Placer:
         """Policy scores of `nodes` (all feasible for `req`), served from cache when fresh."""
         if not self.policy.cacheable:
             return self.policy.score(self.state, req, nodes)
-        key = (typical_key(req), req.gpu_memory_mib)
+        key = (typical_key(req), req.gpu_memory_mib, req.mode, req.mig_profile)
         cache = self._caches.get(key)
         if cache is None:
             cache = _ScoreCache(len(self.state))
@@ -111,6 +111,10 @@ def allocation_for(state: ClusterState, req: PodRequest, node: int,
     whole GPU holds its device's memory)."""
     if not devices:
         return Allocation(node, (), 0)
+    if not state._fast(req):
+        milli, memory = state.charge(req, node, devices[0])
+        start = state.mig_start(req, node, devices[0]) if req.mig_profile else -1
+        return Allocation(node, devices, milli, memory, start)
     memory = req.gpu_memory_mib
     if req.gpu_milli >= MILLI_PER_GPU:
         memory = int(state.gpu_mem_cap[node, devices[0]])

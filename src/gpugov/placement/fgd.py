@@ -12,7 +12,7 @@ import numpy as np
 from gpugov.model.catalog import MILLI_PER_GPU
 from gpugov.model.cluster import ClusterState
 from gpugov.model.request import PodRequest
-from gpugov.placement.base import Policy, lowest_fitting_devices, truncate
+from gpugov.placement.base import Policy, general_devices, lowest_fitting_devices, truncate
 
 
 class FgdPolicy(Policy):
@@ -83,6 +83,8 @@ class FgdPolicy(Policy):
         return self._scores(state, req, nodes)[0]
 
     def choose_devices(self, state: ClusterState, req: PodRequest, node: int) -> tuple[int, ...]:
+        if req.is_gpu and not state._fast(req):  # device modes, seals, constraints
+            return general_devices(state, req, node)
         if req.is_sharing:
             return (int(self._scores(state, req, np.array([node]))[1][0]),)
         if not req.is_gpu:

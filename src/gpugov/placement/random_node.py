@@ -6,7 +6,7 @@ import numpy as np
 
 from gpugov.model.cluster import ClusterState
 from gpugov.model.request import PodRequest
-from gpugov.placement.base import Policy, lowest_fitting_devices
+from gpugov.placement.base import Policy, general_devices, lowest_fitting_devices
 
 
 class RandomPolicy(Policy):
@@ -21,6 +21,8 @@ class RandomPolicy(Policy):
         return scores
 
     def choose_devices(self, state: ClusterState, req: PodRequest, node: int) -> tuple[int, ...]:
+        if req.is_gpu and not state._fast(req):  # device modes, seals, constraints
+            return general_devices(state, req, node)
         if req.is_sharing:
             fitting = np.flatnonzero(state.device_fits(req, node))
             return (int(fitting[int(self.ctx.rng.integers(len(fitting)))]),)
