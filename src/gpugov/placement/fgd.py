@@ -3,16 +3,37 @@
 Score = int(100 * sigmoid(-delta / 1000)) where delta is the node's fragmentation increase in
 milli-GPU; 50 means "no change". Sharing pods try every device that fits and keep the best
 (lowest index on integer ties); that device is also the in-node choice.
+
+Speed without changing a decision: devices of a node with the same free capacity give the
+same state after placement, so only the first of them is tried; FGD's measure is computed
+from cached per-node parts (`FragmentationModel.frag_after`), exact integers as before; and
+the device found while scoring is kept per request shape and node version, so choosing it
+does not score the node again.
 """
 
 from __future__ import annotations
+
+from collections import OrderedDict
 
 import numpy as np
 
 from gpugov.model.catalog import MILLI_PER_GPU
 from gpugov.model.cluster import ClusterState
 from gpugov.model.request import PodRequest
-from gpugov.placement.base import Policy, general_devices, lowest_fitting_devices, truncate
+from gpugov.placement.base import (
+    Policy,
+    PolicyContext,
+    general_devices,
+    lowest_fitting_devices,
+    truncate,
+)
+
+#: _EARLIER[j, i]: device i comes before device j (enough columns for any node)
+_EARLIER = np.tri(256, k=-1, dtype=bool)
+
+
+#: device choices kept per request shape (least recently used shapes are dropped)
+MAX_CACHED_SHAPES = 256
 
 
 class FgdPolicy(Policy):
@@ -20,6 +41,30 @@ class FgdPolicy(Policy):
     label = "06-FGD"
     #: True = the memory-aware measure (the `gpugov` policy); FGD itself sees milli only.
     memory_aware = False
+
+    def __init__(self, ctx: PolicyContext) -> None:
+        super().__init__(ctx)
+        self._devices_of: ClusterState | None = None
+        #: per shape: (node version, best device) for sharing pods, as last scored
+        self._devices: OrderedDict[tuple[int, int, int], tuple[np.ndarray, np.ndarray]] = \
+            OrderedDict()
+
+    def _device_cache(self, state: ClusterState, req: PodRequest
+                      ) -> tuple[np.ndarray, np.ndarray]:
+        if self._devices_of is not state:
+            self._devices_of = state
+            self._devices.clear()
+        key = (req.cpu_milli, req.gpu_milli, req.gpu_memory_mib)
+        entry = self._devices.get(key)
+        if entry is None:
+            entry = (np.full(len(state), -1, dtype=np.int64),
+                     np.full(len(state), -1, dtype=np.int64))
+            self._devices[key] = entry
+            if len(self._devices) > MAX_CACHED_SHAPES:
+                self._devices.popitem(last=False)
+        else:
+            self._devices.move_to_end(key)
+        return entry
 
     def _frag(self, free: np.ndarray, cpu: np.ndarray, models: np.ndarray,
               mem_free: np.ndarray, mem_cap: np.ndarray) -> np.ndarray:
@@ -31,6 +76,60 @@ class FgdPolicy(Policy):
     def _scores(self, state: ClusterState, req: PodRequest, nodes: np.ndarray
                 ) -> tuple[np.ndarray, np.ndarray]:
         """Per node: best integer score and the device achieving it (-1 if not sharing)."""
+        if self.memory_aware or req.gpu_memory_mib:
+            best, dev = self._scores_by_state(state, req, nodes)
+        else:
+            best, dev = self._scores_by_parts(state, req, nodes)
+        if req.is_sharing:
+            version, device = self._device_cache(state, req)
+            version[nodes] = state.version[nodes]
+            device[nodes] = dev
+        return best, dev
+
+    def _scores_by_parts(self, state: ClusterState, req: PodRequest, nodes: np.ndarray
+                         ) -> tuple[np.ndarray, np.ndarray]:
+        """FGD's measure (milli only) from cached per-node parts; the same integers as
+        `_scores_by_state`."""
+        model = self.ctx.fragmentation
+        before = model.of_nodes(state, nodes)
+        free_total, fit_count, big_sum = model.parts_of_nodes(state, nodes)
+        cpu_after = state.cpu_free[nodes] - req.cpu_milli
+        models = state.model_idx[nodes]
+        if not req.is_sharing:
+            taken = 0
+            if req.is_gpu:  # whole GPUs: the k lowest-index fully free devices become empty
+                taken = np.minimum(state.full_gpus[nodes], req.gpu_count)
+            after = model.frag_after(free_total, fit_count, big_sum, taken, MILLI_PER_GPU,
+                                     req.gpu_milli, cpu_after, models)
+            return self._to_score(before - after), np.full(len(nodes), -1, dtype=np.int64)
+        free = state.gpu_free[nodes]
+        fits = free >= req.gpu_milli
+        # a device with the same free milli as a lower-index one gives the same state
+        same = (free[:, :, None] == free[:, None, :]) & _EARLIER[:free.shape[1], :free.shape[1]]
+        rows, cols = np.nonzero(fits & ~same.any(axis=2))
+        after = model.frag_after(free_total[rows], fit_count[rows], big_sum[rows], 1,
+                                 free[rows, cols], req.gpu_milli, cpu_after[rows], models[rows])
+        return self._best_per_node(len(nodes), rows, cols, self._to_score(before[rows] - after))
+
+    @staticmethod
+    def _best_per_node(n: int, rows: np.ndarray, cols: np.ndarray, scores: np.ndarray
+                       ) -> tuple[np.ndarray, np.ndarray]:
+        """Best score per node and its device; lowest device index wins ties (rows/cols come
+        from np.nonzero, in C order)."""
+        order = np.lexsort((cols, -scores, rows))
+        rows_s, scores_s, cols_s = rows[order], scores[order], cols[order]
+        first = np.ones(len(rows_s), dtype=bool)
+        first[1:] = rows_s[1:] != rows_s[:-1]
+        best = np.zeros(n, dtype=np.int64)
+        dev = np.full(n, -1, dtype=np.int64)
+        best[rows_s[first]] = scores_s[first]
+        dev[rows_s[first]] = cols_s[first]
+        return best, dev
+
+    def _scores_by_state(self, state: ClusterState, req: PodRequest, nodes: np.ndarray
+                         ) -> tuple[np.ndarray, np.ndarray]:
+        """The measure of every candidate state built in full (the memory-aware measure,
+        and requests that name GPU memory)."""
         model = self.ctx.fragmentation
         before = model.of_nodes(state, nodes, self.memory_aware)
         free = state.gpu_free[nodes]
@@ -49,17 +148,8 @@ class FgdPolicy(Policy):
                 cand_mem, cand_cap = mem_free[rows], mem_cap[rows]
                 cand_mem[np.arange(len(rows)), cols] -= req.gpu_memory_mib
             after = self._frag(cand, cpu_after[rows], models[rows], cand_mem, cand_cap)
-            scores = self._to_score(before[rows] - after)
-            # best per node; lowest device index wins ties (rows/cols are in C order)
-            order = np.lexsort((cols, -scores, rows))
-            rows_s, scores_s, cols_s = rows[order], scores[order], cols[order]
-            first = np.ones(len(rows_s), dtype=bool)
-            first[1:] = rows_s[1:] != rows_s[:-1]
-            best = np.zeros(len(nodes), dtype=np.int64)
-            dev = np.full(len(nodes), -1, dtype=np.int64)
-            best[rows_s[first]] = scores_s[first]
-            dev[rows_s[first]] = cols_s[first]
-            return best, dev
+            return self._best_per_node(len(nodes), rows, cols,
+                                       self._to_score(before[rows] - after))
         after_free = free.copy()
         after_mem = mem_free.copy() if self.memory_aware else mem_free
         if req.is_gpu:
@@ -86,7 +176,10 @@ class FgdPolicy(Policy):
         if req.is_gpu and not state._fast(req):  # device modes, seals, constraints
             return general_devices(state, req, node)
         if req.is_sharing:
-            return (int(self._scores(state, req, np.array([node]))[1][0]),)
+            version, device = self._device_cache(state, req)
+            if version[node] != state.version[node]:
+                self._scores(state, req, np.array([node]))
+            return (int(device[node]),)
         if not req.is_gpu:
             return ()
         return lowest_fitting_devices(state, req, node)

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from gpugov.model.catalog import MILLI_PER_GPU
 from gpugov.model.cluster import ClusterState
 from gpugov.model.request import PodRequest
 
@@ -134,6 +135,13 @@ class FragmentationModel:
         # (one cache per measure: index 0 = FGD's, 1 = memory-aware)
         self._cached_version = np.full((2, len(state)), -1, dtype=np.int64)
         self._cached = np.zeros((2, len(state)), dtype=np.int64)
+        # per node, the parts of FGD's measure that depend on its GPUs alone (`node_parts`),
+        # valid while its version is unchanged: what `frag_after` starts from
+        self._parts_version = np.full(len(state), -1, dtype=np.int64)
+        self._free_total = np.zeros(len(state), dtype=np.int64)
+        self._fit_count = np.zeros((len(state), len(typical)), dtype=np.int64)
+        self._big_sum = np.zeros((len(state), len(typical)), dtype=np.int64)
+        self._table: np.ndarray | None = None  # built on first use (`_parts_by_table`)
 
     def node_frag(self, gpu_free: np.ndarray, cpu_free: np.ndarray, model_idx: np.ndarray
                   ) -> np.ndarray:
@@ -154,6 +162,69 @@ class FragmentationModel:
         free_total = gpu_free.sum(axis=1)
         usable = (np.where(fits, big_sum, 0) * self._weight[None, :]).sum(axis=1)
         return self.total_weight * free_total - usable
+
+    # -- the same measure in parts, for many hypothetical states of one node at once ---------
+    # `node_frag` above is the definition; the functions below compute exactly the same
+    # integers from per-node parts that depend on the GPUs alone (cached per node version),
+    # so a candidate state costs [shapes] operations instead of [GPUs x shapes]
+    # (tests/placement/test_fragmentation_fast.py checks them against `node_frag`).
+
+    def node_parts(self, gpu_free: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(free total [C], per shape: GPUs with free >= its milli [C, M], their free milli
+        summed [C, M]) of each given node's GPUs."""
+        big = gpu_free[:, :, None] >= self._milli[None, None, :]  # [C, G, M]
+        big_sum = np.einsum("cg,cgm->cm", gpu_free, big.astype(np.int64))
+        return gpu_free.sum(axis=1), big.sum(axis=1), big_sum
+
+    def frag_from_parts(self, free_total: np.ndarray, fit_count: np.ndarray,
+                        big_sum: np.ndarray, cpu_free: np.ndarray, model_idx: np.ndarray
+                        ) -> np.ndarray:
+        """`node_frag` of node states given by their parts (see `node_parts`)."""
+        if self.total_weight == 0:
+            return np.zeros(len(free_total), dtype=np.int64)
+        fits = (fit_count >= self._count) & (cpu_free[:, None] >= self._cpu)
+        fits &= self._access[model_idx]
+        return self.total_weight * free_total - (fits * big_sum) @ self._weight
+
+    def _parts_by_table(self, gpu_free: np.ndarray
+                        ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """`node_parts` by looking each GPU's free milli up in a table (row f: per shape,
+        f >= its milli, then f or 0), for free milli within 0..MILLI_PER_GPU."""
+        if self._table is None:
+            f = np.arange(MILLI_PER_GPU + 1, dtype=np.int64)[:, None]
+            big = f >= self._milli[None, :]
+            self._table = np.concatenate([big, np.where(big, f, 0)], axis=1)
+        both = self._table[gpu_free].sum(axis=1)  # [C, 2M]
+        m = len(self._milli)
+        return gpu_free.sum(axis=1), both[:, :m], both[:, m:]
+
+    def parts_of_nodes(self, state: ClusterState, nodes: np.ndarray
+                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """`node_parts` of the nodes' current GPUs (cached per node version)."""
+        stale = nodes[self._parts_version[nodes] != state.version[nodes]]
+        if len(stale):
+            free = state.gpu_free[stale]
+            in_table = free.min() >= 0 and free.max() <= MILLI_PER_GPU
+            parts = self._parts_by_table(free) if in_table else self.node_parts(free)
+            self._free_total[stale], self._fit_count[stale], self._big_sum[stale] = parts
+            self._parts_version[stale] = state.version[stale]
+        return self._free_total[nodes], self._fit_count[nodes], self._big_sum[nodes]
+
+    def frag_after(self, free_total: np.ndarray, fit_count: np.ndarray, big_sum: np.ndarray,
+                   taken: np.ndarray | int, free: np.ndarray | int, milli: int,
+                   cpu_after: np.ndarray, model_idx: np.ndarray) -> np.ndarray:
+        """`node_frag` of node states after `taken` of their GPUs, each with `free` milli
+        free, lose `milli` each (per row; `taken` 0 = a CPU-only pod), from the parts of the
+        states before. A GPU stays big enough for the shapes with milli <= free - milli and
+        stops being big enough for those with free - milli < milli_m <= free."""
+        free = np.asarray(free).reshape(-1, 1)
+        taken = np.asarray(taken).reshape(-1, 1)
+        still = self._milli <= free - milli  # [C, M]
+        lost = (self._milli <= free) & ~still
+        fit_count = fit_count - taken * lost
+        big_sum = big_sum - taken * (still * milli + lost * free)
+        return self.frag_from_parts(free_total - taken[:, 0] * milli, fit_count, big_sum,
+                                    cpu_after, model_idx)
 
     def node_frag_memory(self, gpu_free: np.ndarray, cpu_free: np.ndarray,
                          model_idx: np.ndarray, mem_free: np.ndarray, mem_cap: np.ndarray
@@ -200,8 +271,9 @@ class FragmentationModel:
                     state.gpu_free[stale], state.cpu_free[stale], state.model_idx[stale],
                     state.gpu_mem_free[stale], state.gpu_mem_cap[stale])
             else:
-                cached[stale] = self.node_frag(
-                    state.gpu_free[stale], state.cpu_free[stale], state.model_idx[stale])
+                cached[stale] = self.frag_from_parts(*self.parts_of_nodes(state, stale),
+                                                     state.cpu_free[stale],
+                                                     state.model_idx[stale])
             cached_version[stale] = state.version[stale]
         return cached[nodes]
 

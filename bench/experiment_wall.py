@@ -1,0 +1,120 @@
+"""Wall time of the whole `gpugov experiment fgd` command as a user sees it, and where it goes.
+
+Usage: python bench/experiment_wall.py [--trace-dir DIR] [--workload NAME] [--policy fgd]
+                                       [--seeds 42] [--repeat 5] [--no-pin]
+
+Runs the whole command (process start-up, imports, trace loading, the experiment, the CSVs,
+PNG and summary.json, the printed table) `--repeat` times, each in a fresh process pinned to
+one core with `taskset -c 0` when taskset exists, and prints the median wall time. Then it
+runs the same phases `--repeat` times in fresh processes that time each one (the functions
+the command calls, in its order) and prints their medians. Numbers only: nothing is asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+DEFAULT_TRACE = Path(__file__).resolve().parents[1] / ".." / "shared" / "traces" / \
+    "alibaba-gpu-v2023"
+
+#: what the `gpugov` console script does (independent of which `gpugov` is on PATH)
+CLI = "import sys; from gpugov.cli import app; sys.argv[0] = 'gpugov'; app()"
+
+#: one fresh process timing the command's phases; prints one JSON line (seconds per phase)
+PHASES = r"""
+import json, sys, time
+from pathlib import Path
+t = {}
+c = time.perf_counter()
+import gpugov.cli as cli
+t["cli import"] = time.perf_counter() - c
+trace, workload, policy, seeds, out = sys.argv[1:6]
+c = time.perf_counter()
+pod_file, workload = cli._workload_file(Path(trace), workload)
+nodes, pods = cli._load_study_inputs(Path(trace) / cli.DEFAULT_NODE_LIST, pod_file)
+t["trace load (with imports)"] = time.perf_counter() - c
+c = time.perf_counter()
+from gpugov.sim.study import parse_seeds, resolve_policies, run_study
+result = run_study(nodes, pods, workload, resolve_policies([policy]), parse_seeds(seeds))
+t["experiment (with imports)"] = time.perf_counter() - c
+c = time.perf_counter()
+from gpugov.sim import report
+files = {name: report._curves_csv(result, kind) for kind, name in report.CURVE_FILES.items()}
+files[report.SUMMARY_FILE] = report._summary_json(result)
+t["CSV + summary.json"] = time.perf_counter() - c
+c = time.perf_counter()
+from matplotlib.figure import Figure  # noqa: F401
+t["PNG: matplotlib import"] = time.perf_counter() - c
+c = time.perf_counter()
+files[report.PLOT_FILE] = report._plot_png(result, {})
+t["PNG: draw + encode"] = time.perf_counter() - c
+c = time.perf_counter()
+report.write_folder(Path(out), files)
+t["write files"] = time.perf_counter() - c
+print(json.dumps(t))
+"""
+
+
+def _pin(cmd: list[str], pin: bool) -> list[str]:
+    taskset = shutil.which("taskset") if pin else None
+    return [taskset, "-c", "0", *cmd] if taskset else cmd
+
+
+def _wall(cmd: list[str]) -> float:
+    t0 = time.perf_counter()
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return time.perf_counter() - t0
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--trace-dir", type=Path, default=DEFAULT_TRACE)
+    ap.add_argument("--workload", default="openb_pod_list_default")
+    ap.add_argument("--policy", default="fgd")
+    ap.add_argument("--seeds", default="42")
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--no-pin", action="store_true", help="do not pin to one core")
+    args = ap.parse_args()
+    if not (args.trace_dir / "openb_node_list_gpu_node.csv").exists():
+        sys.exit(f"no trace at {args.trace_dir} (give --trace-dir)")
+    pin = not args.no_pin
+    pinned = pin and shutil.which("taskset") is not None
+    with tempfile.TemporaryDirectory() as tmp:
+        command = ["experiment", "fgd", "--trace-dir", str(args.trace_dir), "--workload",
+                   args.workload, "--policy", args.policy, "--seeds", args.seeds]
+        walls, bare, phases = [], [], []
+        for i in range(args.repeat):
+            out = Path(tmp) / f"run{i}"
+            walls.append(_wall(_pin([sys.executable, "-c", CLI, *command, "--out", str(out)],
+                                    pin)))
+            bare.append(_wall(_pin([sys.executable, "-c", "pass"], pin)))
+            proc = subprocess.run(
+                _pin([sys.executable, "-c", PHASES, str(args.trace_dir), args.workload,
+                      args.policy, args.seeds, str(Path(tmp) / f"phases{i}")], pin),
+                check=True, capture_output=True, text=True)
+            phases.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+    print(f"gpugov {' '.join(command)} --out DIR")
+    print(f"{args.repeat} fresh processes, {'pinned to core 0' if pinned else 'not pinned'}")
+    print(f"{'whole command (median wall)':<34}{statistics.median(walls):>8.3f} s   "
+          f"(min {min(walls):.3f}, max {max(walls):.3f})")
+    print("breakdown (medians, separate fresh processes):")
+    print(f"  {'interpreter start-up':<32}{statistics.median(bare):>8.3f} s")
+    total = statistics.median(bare)
+    for name in phases[0]:
+        value = statistics.median(p[name] for p in phases)
+        total += value
+        print(f"  {name:<32}{value:>8.3f} s")
+    print(f"  {'sum of the phases':<32}{total:>8.3f} s   (the rest of the whole command: "
+          "argument parsing, progress bar, table)")
+
+
+if __name__ == "__main__":
+    main()
