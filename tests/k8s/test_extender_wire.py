@@ -52,7 +52,7 @@ def test_filter_and_prioritize_speak_go_field_names() -> None:
                     res = await r.json()
                 assert res["NodeNames"] == ["big"]
                 assert set(res["FailedNodes"]) == {"small", "ghost"}
-                assert "not enough free GPU" in res["FailedNodes"]["small"]
+                assert "gpu: no device of the node can take it" in res["FailedNodes"]["small"]
                 assert res["Error"] == ""
                 # nodeCacheCapable: false sends whole Node objects and wants them back
                 nodes = {"items": [gpu_node("small", 1), gpu_node("big", 4)]}

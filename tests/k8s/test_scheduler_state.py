@@ -200,7 +200,7 @@ def test_gang_binds_all_or_nothing_and_waits_for_min_member() -> None:
     plan = st.cycle(T0 + 1)
     assert not plan.binds  # 3 x 4 GPUs never fit on 2 x 4 at once: nothing is bound
     assert {c.code for c in plan.conditions} == {"rejected"}
-    assert "could hold its 3 pod(s)" in plan.conditions[0].message
+    assert "its 3 pod" in plan.conditions[0].message  # the rejection names the gang size
     st.set_node(node("n2", 4))
     plan = st.cycle(T0 + 2)
     assert sorted(b.name for b in plan.binds) == ["g0", "g1", "g2"]
@@ -391,34 +391,40 @@ def test_an_unreadable_health_annotation_blocks_the_node_and_says_why() -> None:
     assert not st.cycle(T0).binds  # fail safe: no GPU of that node is used
 
 
-def test_node_selectors_are_honoured_or_refused_never_ignored() -> None:
+def test_node_selectors_and_simple_affinity_are_honoured_the_rest_refused() -> None:
     st = SchedulerState()
-    st.set_node(node("a100", gpus=1))
-    st.set_node(node("h100", gpus=1, product="NVIDIA-H100-80GB-HBM3"))
     st.set_object("queue", queue("qa"))
-    on_h100 = pod("on-h100")
-    on_h100["spec"]["nodeSelector"] = {names.PRODUCT_LABEL: "NVIDIA-H100-80GB-HBM3"}
-    everywhere = pod("linux")
-    everywhere["spec"]["nodeSelector"] = {"kubernetes.io/os": "linux"}
     for n in ("a100", "h100"):
         obj = node(n, gpus=1, product="NVIDIA-H100-80GB-HBM3" if n == "h100"
                    else "NVIDIA-A100-SXM4-80GB")
-        obj["metadata"]["labels"]["kubernetes.io/os"] = "linux"
+        obj["metadata"]["labels"].update({"kubernetes.io/os": "linux",
+                                          "kubernetes.io/hostname": n})
         st.set_node(obj)
+    on_h100 = pod("on-h100")
+    on_h100["spec"]["nodeSelector"] = {names.PRODUCT_LABEL: "NVIDIA-H100-80GB-HBM3"}
     pinned = pod("pinned")
     pinned["spec"]["nodeSelector"] = {"kubernetes.io/hostname": "a100"}
-    affine = pod("affine")
-    affine["spec"]["affinity"] = {"nodeAffinity": {
-        "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": []}}}
-    for p in (on_h100, everywhere, pinned, affine):
+    nowhere = pod("nowhere")
+    nowhere["spec"]["nodeSelector"] = {"zone": "x"}
+
+    def affinity(op: str, values: list[str]) -> dict:
+        return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [{"matchExpressions": [
+                {"key": "kubernetes.io/hostname", "operator": op, "values": values}]}]}}}
+
+    affine = pod("affine")  # one `In` value is a nodeSelector: evaluated (h100 is taken)
+    affine["spec"]["affinity"] = affinity("In", ["h100"])
+    not_in = pod("not-in")
+    not_in["spec"]["affinity"] = affinity("NotIn", ["h100"])
+    for p in (on_h100, pinned, nowhere, affine, not_in):
         st.set_pod(p)
     plan = st.cycle(T0)
-    assert {b.name: b.node for b in plan.binds} == {"on-h100": "h100", "linux": "a100"}
+    assert {b.name: b.node for b in plan.binds} == {"on-h100": "h100", "pinned": "a100"}
     msgs = {c.name: c.message for c in plan.conditions}
-    assert "nodeSelector {'kubernetes.io/hostname': 'a100'} excludes 2 of the 2 nodes" \
-        in msgs["pinned"]
-    assert "nodeAffinity (required) is not evaluated" in msgs["affine"]
-    assert "--node-selector" in msgs["pinned"]
+    assert "node-selector" in msgs["nowhere"]
+    assert "affine" in msgs and "invalid-request" not in msgs["affine"]
+    assert "invalid-request" in msgs["not-in"] and "one nodeSelectorTerm of `In`" in \
+        msgs["not-in"] and "--node-selector" in msgs["not-in"]
 
 
 def test_priority_class_extensions_and_preemption_within_a_queue() -> None:

@@ -270,6 +270,7 @@ class AllocatedDevice:
     uuid: str = ""
     mig_profile: str | None = None
     mig_start: int | None = None
+    mig_uuid: str = ""  # the MIG instance's UUID from the node's inventory ("" = not known)
 
 
 @dataclass(frozen=True, slots=True)
@@ -286,6 +287,8 @@ def encode_allocation(alloc: Allocation) -> str:
                                 "milli": d.milli, "memoryMiB": d.memory_mib}
         if d.mig_profile is not None:
             item["mig"] = {"profile": d.mig_profile, "start": d.mig_start}
+            if d.mig_uuid:
+                item["mig"]["uuid"] = d.mig_uuid
         devs.append(item)
     return json.dumps({"v": VERSION, "node": alloc.node, "isolation": str(alloc.isolation),
                        "devices": devs}, separators=(",", ":"))
@@ -319,7 +322,8 @@ def decode_allocation(text: str | bytes | None) -> Allocation:
             memory_mib=_nonneg(a, _get(a, item, "memoryMiB", int, where=w), w + "memoryMiB"),
             uuid=_get(a, item, "uuid", str, "", where=w),
             mig_profile=None if mig is None else _get(a, mig, "profile", str, where=w + "mig."),
-            mig_start=None if mig is None else _get(a, mig, "start", int, where=w + "mig.")))
+            mig_start=None if mig is None else _get(a, mig, "start", int, where=w + "mig."),
+            mig_uuid="" if mig is None else _get(a, mig, "uuid", str, "", where=w + "mig.")))
     return Allocation(node, isolation, tuple(devices))
 
 

@@ -30,9 +30,10 @@ from aiohttp import web
 from gpugov.control.workload import placement_request
 from gpugov.k8s.annotations import encode_allocation
 from gpugov.k8s.scheduler.apply import binding_body
+from gpugov.k8s.scheduler.held import close_nodes, recorded_allocation
 from gpugov.k8s.scheduler.kube import Kube, message
 from gpugov.k8s.scheduler.runner import Runner
-from gpugov.k8s.scheduler.state import Bind, SchedulerState, recorded_allocation
+from gpugov.k8s.scheduler.state import Bind, SchedulerState
 from gpugov.k8s.scheduler.translate import pod_info
 from gpugov.model.cluster import ClusterState
 from gpugov.model.request import Allocation, PodRequest
@@ -68,21 +69,22 @@ class ExtenderState:
         self.index = {n.name: i for i, n in enumerate(infos)}
         v.node_index = self.index
         v.card_mib = max((n.card_memory_mib for n in infos), default=0)
+        v.taints = any(n.spec.taints for n in infos)
         state = ClusterState([n.spec for n in infos])
         for key, info in sorted(v.pods.items()):
             record = info.allocation or v.inflight.get(key)
             if info.done or record is None or record.node not in self.index:
                 continue
-            req = placement_request(v.pod_request(info), info.trust)
-            alloc = recorded_allocation(state, req, self.index[record.node], record)
             try:
+                req = placement_request(v.pod_request(info), info.trust)
+                alloc = recorded_allocation(state, req, self.index[record.node], record)
                 state.allocate(req, alloc)
             except ValueError:
                 self.errors += 1
                 log.warning("pod %s: recorded allocation conflicts; not counted", key)
-        for i, n in enumerate(infos):
-            if not n.schedulable:
-                state.cpu_free[i] = -1
+        for problem in close_nodes(state, infos):
+            self.errors += 1
+            log.warning("%s", problem)
         ctx = PolicyContext(FragmentationModel(TypicalPods.from_requests([]), state),
                             np.random.default_rng(0))
         self.state, self.placer = state, Placer(state, self.policy_cls(ctx))
@@ -93,7 +95,12 @@ class ExtenderState:
         info = pod_info(pod, self.view.tenants)
         if info.error:
             return None, info.error
-        return placement_request(self.view.pod_request(info), info.trust), ""
+        if info.node_affinity:
+            return None, info.node_affinity
+        try:
+            return placement_request(self.view.pod_request(info), info.trust), ""
+        except ValueError as e:
+            return None, str(e)
 
     def filter(self, req: PodRequest, node_names: list[str]) -> tuple[list[str], dict[str, str]]:
         self.refresh()
@@ -105,10 +112,27 @@ class ExtenderState:
             if i is None:
                 failed[name] = "gpugov: node unknown to gpugov"
             elif not ok[i]:
-                failed[name] = "gpugov: not enough free GPU, CPU or memory for the request"
+                failed[name] = f"gpugov: {self.why_not(req, i)}"
             else:
                 keep.append(name)
         return keep, failed
+
+    def why_not(self, req: PodRequest, i: int) -> str:
+        """Why `req` does not fit node `i`, naming the first constraint that fails there."""
+        st = self.state
+        assert st is not None
+        if st.cpu_free[i] < 0:
+            return "node takes no new pods (not Ready, cordoned, or an unreadable taint)"
+        if req.gpu_milli > 0 and not st.model_mask(req.models)[i]:
+            return f"gpu-model: the node's GPU is not one of {', '.join(req.models)}"
+        if req.node_selector and not st.selector_mask(req)[i]:
+            return f"node-selector: the node's labels miss {dict(req.node_selector)}"
+        if st.has_taints and not st.taint_mask(req)[i]:
+            return "taint: the pod does not tolerate the node's taints"
+        if req.gpu_count and st.device_fits(req, np.array([i]))[0].sum() < req.gpu_count:
+            return ("gpu: no device of the node can take it (mode, isolation, tenant, MIG "
+                    "slice, replicas, compute, GPU memory or power)")
+        return "cpu or memory: not enough free on the node"
 
     def prioritize(self, req: PodRequest, node_names: list[str]) -> list[dict[str, Any]]:
         self.refresh()
@@ -220,7 +244,7 @@ class Extender:
             if alloc is None:
                 return web.json_response({"Error": f"gpugov: pod {ns}/{name} no longer fits "
                                                    f"on node {node}"})
-            record = self.st.view.allocation_record_on(info, alloc, node)
+            record = self.st.view.allocation_record_on(info, alloc, node, self.st.state)
             b = Bind(info.key, ns, name, uid or info.uid, node, record)
             status, doc = await self.kube.request(
                 "POST", f"/api/v1/namespaces/{ns}/pods/{name}/binding", binding_body(b))

@@ -16,6 +16,7 @@ seconds, so the next cycle tries another victim or waits.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections import Counter
 from dataclasses import dataclass, field
@@ -27,30 +28,26 @@ from gpugov.control import reasons
 from gpugov.control.config import RESOURCES, SCALE, ControlConfig
 from gpugov.control.cycle import ControlPlane, new_control_plane
 from gpugov.control.workload import PENDING, REJECTED, RUNNING, Job, placement_request
-from gpugov.k8s.annotations import AllocatedDevice
 from gpugov.k8s.annotations import Allocation as AllocationRecord
 from gpugov.k8s.scheduler import names
+from gpugov.k8s.scheduler.held import allocation_record, close_nodes, recorded_allocation
 from gpugov.k8s.scheduler.translate import (
     DEFAULT_CLASS,
     ConfigBuild,
     NodeInfo,
     PodInfo,
     build_config,
+    engine_request,
     node_info,
     pod_info,
     tenant_map,
 )
-from gpugov.model.catalog import MILLI_PER_GPU
 from gpugov.model.cluster import ClusterState
-from gpugov.model.devices import DeviceMode
 from gpugov.model.isolation import IsolationLevel
 from gpugov.model.request import Allocation, PodRequest
-from gpugov.placement.engine import allocation_for
 
 log = logging.getLogger("gpugov.scheduler")
 
-#: name of the placeholder that holds a blocked device's free capacity in the state
-BLOCKED_DEVICE = "(blocked device)"
 
 #: reason codes of pods the engine never sees (beyond control/reasons.py's)
 INVALID = "invalid-request"
@@ -153,13 +150,12 @@ class SchedulerState:
         self.rebuilds = 0
         self._job_seq = 0
         self.version = 0  # bumped by every node or pod event (readers cache on it)
-        self._preq: dict[str, tuple[PodInfo, int, PodRequest]] = {}
-        self._selectors: dict[tuple, str] = {}  # nodeSelector -> problem ("" = none)
+        self._preq: dict[str, tuple[PodInfo, tuple[int, bool], PodRequest]] = {}
+        self.taints = False  # some node has a taint (then tolerations are evaluated)
 
     # -- watch events ------------------------------------------------------------------------
     def set_node(self, obj: dict[str, Any]) -> None:
         self.version += 1
-        self._selectors.clear()
         labels = (obj.get("metadata") or {}).get("labels") or {}
         if any(labels.get(k) != v for k, v in self.node_selector.items()):
             self.delete_node((obj.get("metadata") or {}).get("name", ""))
@@ -174,7 +170,6 @@ class SchedulerState:
 
     def delete_node(self, name: str) -> None:
         self.version += 1
-        self._selectors.clear()
         if self.nodes.pop(name, None) is not None:
             self.dirty = True
 
@@ -345,6 +340,7 @@ class SchedulerState:
         infos = [self.nodes[n] for n in sorted(self.nodes)]
         self.node_index = {n.name: i for i, n in enumerate(infos)}
         self.card_mib = max((n.card_memory_mib for n in infos), default=0)
+        self.taints = any(n.spec.taints for n in infos)
         cfg: ControlConfig | None = self.build.config
         if cfg is None or not infos:
             self.cp = None
@@ -359,18 +355,8 @@ class SchedulerState:
             if not self._adopt(info, start, record):
                 self._bad("allocation", f"pod {key}: its recorded allocation conflicts with "
                           "another pod's or with the node; not counted")
-        state = self.cp.state
-        for i, n in enumerate(infos):
-            if not n.schedulable:
-                state.cpu_free[i] = -1  # no new pod fits; pods already there keep their place
-                state.version[i] += 1
-            for d in n.blocked:  # hold what is left of a blocked device; its pods stay
-                left = int(state.gpu_free[i, d])
-                left_mem = int(state.gpu_mem_free[i, d]) if left < MILLI_PER_GPU else 0
-                if left > 0:
-                    state.allocate(PodRequest(BLOCKED_DEVICE, 0, 0, 1, left,
-                                              gpu_memory_mib=left_mem),
-                                   Allocation(i, (d,), left, left_mem))
+        for problem in close_nodes(self.cp.state, infos):
+            self._bad("node", problem)
 
     def _pclass(self, cfg: ControlConfig, info: PodInfo):
         try:
@@ -397,20 +383,30 @@ class SchedulerState:
         return q, "", ""
 
     def pod_request(self, info: PodInfo) -> PodRequest:
-        """The engine's request (`GpuRequest.to_pod_request`): GPU memory per device, and a
-        compute share; a memory-only slice's share, and a `memoryPercent`'s MiB, are taken of
-        the largest card in the cluster."""
+        """The engine's request (`translate.engine_request`): GPU memory per device, a
+        compute share, the slice mode, isolation floor, tenant seal and node constraints; a
+        memory-only slice's share, and a `memoryPercent`'s MiB, are taken of the largest card
+        in the cluster. Tolerations count only while some node has a taint. ValueError: the
+        pod asks for something gpugov's scheduler does not place."""
         cached = self._preq.get(info.key)
-        if cached is not None and cached[0] is info and cached[1] == self.card_mib:
+        if cached is not None and cached[0] is info and cached[1] == (self.card_mib,
+                                                                     self.taints):
             return cached[2]
-        req = info.request
-        if req is None:
-            preq = PodRequest(info.key, info.cpu_milli, info.memory_mib)
-        else:
-            preq = req.to_pod_request(info.key, info.cpu_milli, info.memory_mib,
-                                      self.card_mib or None)
-        self._preq[info.key] = (info, self.card_mib, preq)
+        preq = engine_request(info, self.card_mib, self.taints)
+        self._preq[info.key] = (info, (self.card_mib, self.taints), preq)
         return preq
+
+    def _unplaceable(self, info: PodInfo) -> str:
+        """Why a pending pod cannot be given to the engine ("" = it can)."""
+        try:
+            preq = self.pod_request(info)
+        except ValueError as e:
+            return str(e)
+        if placement_request(preq, info.trust) is not preq:
+            return (f"an untrusted tenant's {preq.slice_mode.value} pod is rounded up to a "
+                    "whole device by the control plane, which has no MIG or replica modes: "
+                    "not placed by gpugov's scheduler yet (planned); ask for nvidia.com/gpu: 1")
+        return ""
 
     def _new_job(self, name: str, info: PodInfo, pods: int) -> Job | None:
         assert self.cp is not None
@@ -443,10 +439,10 @@ class SchedulerState:
             if job.status == REJECTED:
                 cp.jobs.pop(name, None)
                 job = None
-        req = job.request if job is not None else placement_request(self.pod_request(info),
-                                                                    info.trust)
-        alloc = recorded_allocation(cp.state, req, node, record)
         try:
+            req = job.request if job is not None else placement_request(
+                self.pod_request(info), info.trust)
+            alloc = recorded_allocation(cp.state, req, node, record)
             cp.state.allocate(req, alloc)
         except ValueError:
             if job is not None:
@@ -526,7 +522,8 @@ class SchedulerState:
             if info.error:
                 self._condition(plan, info, INVALID, info.error)
                 continue
-            why = self._selector_problem(info)
+            why = info.node_affinity and f"{info.node_affinity}; {_INSTEAD}" \
+                or self._unplaceable(info)
             if why:
                 self._condition(plan, info, INVALID, why)
                 continue
@@ -544,27 +541,6 @@ class SchedulerState:
                 self.job_of[key] = key
         for gkey, members in sorted(groups.items()):
             self._submit_group(plan, gkey, sorted(members, key=lambda p: (p.created, p.key)))
-
-    def _selector_problem(self, info: PodInfo) -> str:
-        """Node constraints the engine cannot evaluate per pod yet: a nodeSelector is
-        accepted when every node gpugov uses satisfies it (it changes nothing), refused
-        otherwise — a pod is never placed against its constraints."""
-        if info.node_affinity:
-            return ("spec.affinity.nodeAffinity (required) is not evaluated by gpugov's "
-                    "scheduler yet (planned); " + _INSTEAD)
-        if not info.node_selector:
-            return ""
-        why = self._selectors.get(info.node_selector)
-        if why is None:
-            sel = dict(info.node_selector)
-            bad = [n.name for n in self.nodes.values()
-                   if any(dict(n.labels).get(k) != v for k, v in sel.items())]
-            why = "" if not bad else (
-                f"nodeSelector {sel} excludes {len(bad)} of the {len(self.nodes)} nodes "
-                f"(e.g. {bad[0]}); gpugov's scheduler does not filter nodes by label per pod "
-                f"yet (planned); " + _INSTEAD)
-            self._selectors[info.node_selector] = why
-        return why
 
     def _submit_group(self, plan: Plan, gkey: str, members: list[PodInfo]) -> None:
         cp = self.cp
@@ -594,9 +570,7 @@ class SchedulerState:
                                 f"{bound + len(members)} of PodGroup {gkey}'s minMember "
                                 f"{need} pods exist")
             return
-        shapes = {self.pod_request(m) for m in members}
-        shapes = {(r.cpu_milli, r.memory_mib, r.gpu_count, r.gpu_milli, r.models)
-                  for r in shapes}
+        shapes = {dataclasses.replace(self.pod_request(m), name="") for m in members}
         if len(shapes) > 1 or len({m.queue for m in members}) > 1:
             for m in members:
                 self._condition(plan, m, INVALID, f"the pods of PodGroup {gkey} differ in "
@@ -624,41 +598,22 @@ class SchedulerState:
 
     # -- what is written back -------------------------------------------------------------------
     def allocation_record(self, info: PodInfo, alloc: Allocation) -> AllocationRecord:
-        """The durable record for a placement (docs/contracts.md, `gpugov.io/allocation`).
-
-        `milli` is the pod's own compute share (an untrusted tenant's slice is placed on a
-        device of its own, but limited to what it asked for); `memoryMiB` is what the
-        enforcement library applies: the card's memory for a whole device, else the memory
-        the engine charged on the device (`alloc.memory_mib`), else the request's memory on
-        this node's card, else the compute share's part of the card.
-        """
+        """The durable record for a placement (docs/contracts.md, `gpugov.io/allocation`):
+        what the state charged (`held.allocation_record`)."""
         assert self.cp is not None
-        return self.allocation_record_on(info, alloc, self.cp.state.names[alloc.node])
+        return self.allocation_record_on(info, alloc, self.cp.state.names[alloc.node],
+                                         self.cp.state)
 
-    def allocation_record_on(self, info: PodInfo, alloc: Allocation,
-                             node_name: str) -> AllocationRecord:
-        """`allocation_record` given the node by name (the extender has no control plane)."""
+    def allocation_record_on(self, info: PodInfo, alloc: Allocation, node_name: str,
+                             state: ClusterState | None = None) -> AllocationRecord:
+        """`allocation_record` given the node by name and the state it was placed in (the
+        extender has no control plane)."""
         node = self.nodes[node_name]
-        req = info.request
-        if req is None or not alloc.devices:
+        if info.request is None or not alloc.devices:
             return AllocationRecord(node.name, IsolationLevel.NONE, ())
-        own = self.pod_request(info).gpu_milli
-        card = node.card_memory_mib
-        devices = []
-        for d in alloc.devices:
-            if req.mode is DeviceMode.EXCLUSIVE:
-                share, mem = MILLI_PER_GPU, card
-            else:
-                share = own
-                mem = (alloc.memory_mib if alloc.memory_mib and alloc.milli < MILLI_PER_GPU
-                       else req.memory_on(card) if card else req.memory_mib)
-                if mem is None:
-                    mem = card * share // MILLI_PER_GPU
-            devices.append(AllocatedDevice(d, req.mode, share, int(mem or 0),
-                                           node.uuids[d] if d < len(node.uuids) else ""))
-        hard = alloc.milli == MILLI_PER_GPU or req.mode in (DeviceMode.EXCLUSIVE, DeviceMode.MIG)
-        isolation = IsolationLevel.HARD if hard else req.mode.isolation
-        return AllocationRecord(node.name, isolation, tuple(devices))
+        req = self.pod_request(info)
+        return allocation_record(node, state, alloc.node, req, req.gpu_milli, alloc,
+                                 info.request.mode)
 
     def _queue_status(self) -> dict[str, dict[str, Any]]:
         """Per Queue: usage, fair share (config units), pending and admitted pods — only the
@@ -704,13 +659,6 @@ class SchedulerState:
     def job_for(self, key: str) -> Job | None:
         jname = self.job_of.get(key)
         return self.jobs[jname].job if jname else None
-
-
-def recorded_allocation(state: ClusterState, req: PodRequest, node: int,
-                        record: AllocationRecord) -> Allocation:
-    """The engine's allocation for a recorded one: the record's devices, the request's
-    milli and GPU memory (`placement.engine.allocation_for`)."""
-    return allocation_for(state, req, node, tuple(d.index for d in record.devices))
 
 
 def _amounts(vec: np.ndarray) -> dict[str, float]:

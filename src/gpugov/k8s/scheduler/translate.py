@@ -1,8 +1,11 @@
 """API objects (plain JSON dicts) -> the engine's inputs. Pure: no I/O.
 
-Nodes become `NodeSpec`s (GPU count from `nvidia.com/gpu` allocatable, model from the GFD
-product label or the node agent's inventory); pods become `PodInfo` (one `GpuRequest`, its
-queue, trust tier, priority class, PodGroup and any recorded allocation); Queues, Tenants and
+Nodes become `NodeSpec`s: from the node agent's `gpugov.io/inventory` when it has one (every
+device with its mode, MIG instances, replicas and topology; the power budget), else every
+device soft, counted from `nvidia.com/gpu` allocatable, model from the GFD product label;
+labels and taints always. Pods become `PodInfo` (one `GpuRequest`, its queue, trust tier,
+priority class, PodGroup, nodeSelector, tolerations and any recorded allocation); Queues,
+Tenants and
 PriorityClasses become one validated `ControlConfig`. Bad objects never raise out of here:
 they come back with an `error` that names the object, the field and the value.
 """
@@ -27,13 +30,23 @@ from gpugov.control.config import (
     parse_duration,
 )
 from gpugov.k8s.annotations import Allocation as AllocationRecord
-from gpugov.k8s.annotations import AnnotationError, decode_allocation, decode_request
+from gpugov.k8s.annotations import (
+    AnnotationError,
+    Inventory,
+    decode_allocation,
+    decode_inventory,
+    decode_request,
+)
 from gpugov.k8s.resources import RequestError, model_from_product_label, translate
 from gpugov.k8s.scheduler import names
 from gpugov.model.catalog import CATALOG
 from gpugov.model.cluster import NodeSpec
+from gpugov.model.constraints import Taint, Toleration
+from gpugov.model.devices import DeviceConfig, DeviceMode, DeviceTopology
 from gpugov.model.gpu_request import GpuRequest
-from gpugov.model.isolation import TrustTier
+from gpugov.model.isolation import TrustTier, required_isolation
+from gpugov.model.mig import MigInstance
+from gpugov.model.request import PodRequest
 
 _SUFFIX = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
            "n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"), "": 1,
@@ -96,6 +109,8 @@ class NodeInfo:
     #: device indexes no new pod may get: unhealthy in the agent's inventory, or listed in
     #: its `gpugov.io/unschedulable-gpus` while it re-partitions MIG (docs/contracts.md)
     blocked: tuple[int, ...] = ()
+    #: (device index, MIG profile, start) -> the instance's UUID (the agent's inventory)
+    mig_uuids: dict[tuple[int, str, int], str] = field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -111,34 +126,128 @@ def node_info(obj: dict[str, Any]) -> NodeInfo:
     name = meta.get("name", "")
     labels = meta.get("labels") or {}
     alloc = status.get("allocatable") or status.get("capacity") or {}
-    error = ""
+    problems: list[str] = []
     try:
         cpu = _milli(alloc.get("cpu", 0))
         mem = _mib(alloc.get("memory", 0))
         gpus = int(parse_quantity(alloc.get(names.GPU_RESOURCE, 0)))
     except ValueError as e:
         cpu = mem = gpus = 0
-        error = f"node {name}: status.allocatable: {e}"
-    model, card, uuids = _node_model(meta, labels, gpus)
+        problems.append(f"node {name}: status.allocatable: {e}")
+    inv, inv_problem = _inventory(meta)
+    if inv_problem:
+        problems.append(inv_problem)
+    if inv is not None and inv.devices:
+        gpus = max(d.index for d in inv.devices) + 1  # the agent's devices, in every mode
+    model, card, uuids = _node_model(labels, gpus, inv)
     ready = any(c.get("type") == "Ready" and c.get("status") == "True"
                 for c in status.get("conditions") or [])
     schedulable = ready and not (obj.get("spec") or {}).get("unschedulable", False)
-    spec = NodeSpec(name, max(cpu, 0), max(mem, 0), max(gpus, 0), model if gpus > 0 else "",
-                    gpu_memory_mib=card if gpus > 0 else None)
-    blocked, problem = _blocked_devices(meta, max(gpus, 0))
+    taints, taint_problem = _taints(name, obj.get("spec") or {})
+    if taint_problem:
+        problems.append(taint_problem)
+        schedulable = False  # fail safe: a taint gpugov cannot read keeps new pods off
+    gpus = max(gpus, 0)
+    blocked, problem = _blocked_devices(meta, gpus, inv, inv_problem)
     if problem:
-        error = f"{error}; {problem}" if error else problem
-    return NodeInfo(spec, card, uuids, schedulable, error, tuple(sorted(labels.items())),
-                    blocked)
+        problems.append(problem)
+    spec_kw: dict[str, Any] = {
+        "labels": tuple(sorted((str(k), str(v)) for k, v in labels.items())),
+        "taints": taints}
+    if inv is not None and gpus > 0:
+        devices, topology, bad = _device_configs(name, model, gpus, inv)
+        if bad:
+            problems += [why for _, why in bad]
+            blocked = tuple(sorted(set(blocked) | {k for k, _ in bad}))
+        spec_kw.update(devices=devices, topology=topology, power_budget_w=inv.power_budget_w)
+    base = (name, max(cpu, 0), max(mem, 0), gpus, model if gpus > 0 else "")
+    try:
+        spec = NodeSpec(*base, gpu_memory_mib=card if gpus > 0 else None, **spec_kw)
+    except ValueError as e:  # e.g. a negative power budget: no GPU of the node is used
+        problems.append(f"node {name}: {e}; no GPU of the node is used")
+        spec = NodeSpec(*base, gpu_memory_mib=card if gpus > 0 else None,
+                        labels=spec_kw["labels"], taints=taints)
+        blocked = tuple(range(gpus))
+    return NodeInfo(spec, card, uuids, schedulable, "; ".join(problems),
+                    spec_kw["labels"], blocked, _mig_uuids(inv))
 
 
-def _blocked_devices(meta: dict[str, Any], gpus: int) -> tuple[tuple[int, ...], str]:
+def _inventory(meta: dict[str, Any]) -> tuple[Inventory | None, str]:
+    """The node agent's inventory, or (None, problem) when it is unreadable."""
+    text = (meta.get("annotations") or {}).get(names.ANN_INVENTORY)
+    if not text:
+        return None, ""
+    try:
+        return decode_inventory(text), ""
+    except AnnotationError as e:
+        return None, (f"node {meta.get('name', '')}: {e}; no GPU of the node is used")
+
+
+def _taints(name: str, spec: dict[str, Any]) -> tuple[tuple[Taint, ...], str]:
+    """spec.taints as the engine's `Taint`s (all effects; the state evaluates the hard ones)."""
+    out = []
+    for i, t in enumerate(spec.get("taints") or []):
+        try:
+            out.append(Taint(str(t.get("key") or ""), str(t.get("value") or ""),
+                             str(t.get("effect") or "")))
+        except (ValueError, AttributeError) as e:
+            return (), f"node {name}: spec.taints[{i}]: {e}; the node takes no new pod"
+    return tuple(out), ""
+
+
+def _device_configs(name: str, model: str, gpus: int, inv: Inventory
+                    ) -> tuple[tuple[DeviceConfig, ...], tuple[DeviceTopology, ...],
+                               list[tuple[int, str]]]:
+    """Per device: its mode as the agent set it up, and where it sits.
+
+    Time-slice and MPS devices have the agent's replicas; a MIG device has exactly the
+    instances the agent reports (a fixed layout: gpugov places pods on them, it does not
+    create instances). A device the inventory does not list, or whose model, layout or
+    replicas are impossible, comes back in the problems `(index, why)` and is kept soft (the
+    caller blocks it)."""
+    by_index = {d.index: d for d in inv.devices}
+    configs: list[DeviceConfig] = []
+    topology: list[DeviceTopology] = []
+    bad: list[tuple[int, str]] = []
+    for k in range(gpus):
+        d = by_index.get(k)
+        if d is None:
+            bad.append((k, f"node {name}: device {k}: not in the inventory; not used"))
+            configs.append(DeviceConfig())
+            topology.append(DeviceTopology())
+            continue
+        topology.append(DeviceTopology(d.nvlink_domain, d.pcie_switch, d.numa))
+        try:
+            if d.model != model:
+                raise ValueError(f"model {d.model!r} differs from device 0's {model!r}")
+            if d.mode in (DeviceMode.TIMESLICE, DeviceMode.MPS):
+                cfg = DeviceConfig(d.mode, replicas=d.replicas)
+            elif d.mode is DeviceMode.MIG:
+                cfg = DeviceConfig(d.mode, mig_layout=tuple(
+                    MigInstance(m.start, m.profile) for m in d.mig))
+                NodeSpec(name, 0, 0, 1, model, devices=(cfg,))  # the layout is valid here
+            else:
+                cfg = DeviceConfig(d.mode)
+        except (ValueError, KeyError) as e:
+            bad.append((k, f"node {name}: device {k}: {e}; not used"))
+            cfg = DeviceConfig()
+        configs.append(cfg)
+    return tuple(configs), tuple(topology), bad
+
+
+def _mig_uuids(inv: Inventory | None) -> dict[tuple[int, str, int], str]:
+    """(device index, profile, start) -> the MIG instance's UUID, from the inventory."""
+    if inv is None:
+        return {}
+    return {(d.index, m.profile, m.start): m.uuid for d in inv.devices for m in d.mig}
+
+
+def _blocked_devices(meta: dict[str, Any], gpus: int, inv: Inventory | None,
+                     inv_problem: str) -> tuple[tuple[int, ...], str]:
     """Devices gpugov must not place on, and a problem text when an annotation is unreadable.
 
     Unreadable = fail safe: every device of the node is blocked (placing on a GPU the agent
     is re-partitioning, or that raised an XID, costs a pod; waiting costs nothing)."""
-    import json
-
     ann = meta.get("annotations") or {}
     name = meta.get("name", "")
     blocked: set[int] = set()
@@ -150,40 +259,27 @@ def _blocked_devices(meta: dict[str, Any], gpus: int) -> tuple[tuple[int, ...], 
             return tuple(range(gpus)), (
                 f"node {name}: annotation {names.ANN_UNSCHEDULABLE_GPUS}={text!r} is not a "
                 "comma-separated list of GPU indexes; no GPU of the node is used")
-    inv_text = ann.get(names.ANN_INVENTORY)
-    if inv_text:
-        try:
-            for d in json.loads(inv_text).get("devices") or []:
-                if d.get("healthy", True) is False:
-                    blocked.add(int(d["index"]))
-        except (ValueError, AttributeError, TypeError, KeyError):
-            return tuple(range(gpus)), (
-                f"node {name}: annotation {names.ANN_INVENTORY} is unreadable; no GPU of the "
-                "node is used")
+    if inv_problem:
+        return tuple(range(gpus)), ""
+    if inv is not None:
+        blocked |= {d.index for d in inv.devices if not d.healthy}
     return tuple(sorted(i for i in blocked if 0 <= i < gpus)), ""
 
 
-def _node_model(meta: dict[str, Any], labels: dict[str, str],
-                gpus: int) -> tuple[str, int, tuple[str, ...]]:
+def _node_model(labels: dict[str, str], gpus: int,
+                inv: Inventory | None) -> tuple[str, int, tuple[str, ...]]:
     """GPU model, card memory (MiB) and device UUIDs from the inventory or the GFD labels.
 
     The card memory is the node's own figure when it publishes one (the inventory's
     `memoryMiB`, what NVML reported; else GFD's `nvidia.com/gpu.memory`), else the catalog's
     for the model, else 0 (no memory slice is placed on a card nobody vouches for)."""
-    import json
-
     model, uuids, inv_card = "", (), 0
-    inv_text = (meta.get("annotations") or {}).get(names.ANN_INVENTORY)
-    if inv_text:
-        try:
-            inv = json.loads(inv_text)
-            devs = sorted(inv.get("devices") or [], key=lambda d: d.get("index", 0))
-            if devs:
-                model = str(devs[0].get("model") or "")
-                uuids = tuple(str(d.get("uuid", "")) for d in devs)
-                inv_card = int(devs[0].get("memoryMiB") or 0)
-        except (ValueError, AttributeError, TypeError):
-            pass
+    if inv is not None and inv.devices:
+        devs = sorted(inv.devices, key=lambda d: d.index)
+        model = devs[0].model
+        by_index = {d.index: d.uuid for d in devs}
+        uuids = tuple(by_index.get(k, "") for k in range(max(gpus, 0)))
+        inv_card = devs[0].memory_mib
     product = labels.get(names.PRODUCT_LABEL, "")
     if not model and product:
         model = model_from_product_label(product)[0] or product
@@ -226,8 +322,10 @@ class PodInfo:
     trust_annotated: bool = False
     source: tuple = ()  # (annotations, containers, group) it was translated from
     node_selector: tuple[tuple[str, str], ...] = ()  # beyond the GPU product (-> models)
-    node_affinity: bool = False  # a required node affinity (not evaluated yet)
+    #: a required node affinity gpugov cannot express as a nodeSelector ("" = none)
+    node_affinity: str = ""
     allocation_text: str | None = None
+    tolerations: tuple[Toleration, ...] = ()
 
     def resolve(self, tenants: dict[str, tuple[str, TrustTier]]) -> None:
         """Queue and trust from the Tenants, where the webhook did not write them."""
@@ -341,8 +439,17 @@ def pod_info(obj: dict[str, Any], tenants: dict[str, tuple[str, TrustTier]],
             request = dataclasses.replace(request, models=(model,))  # placed by GPU model
         else:
             selector[names.PRODUCT_LABEL] = product  # checked like any other label
-    affinity = bool(((spec.get("affinity") or {}).get("nodeAffinity") or {})
-                    .get("requiredDuringSchedulingIgnoredDuringExecution"))
+    affinity, terms = _required_affinity(spec)
+    for k, v in terms:
+        if selector.get(k, v) != v:
+            affinity = (f"spec.affinity.nodeAffinity asks for {k}={v}, the nodeSelector for "
+                        f"{k}={selector[k]}: no node can have both")
+        selector[k] = v
+    tolerations: tuple[Toleration, ...] = ()
+    try:
+        tolerations = _tolerations(spec)
+    except ValueError as e:
+        errors.append(str(e))
     return PodInfo(
         key=f"{ns}/{name}", namespace=ns, name=name, uid=meta.get("uid", ""),
         created=parse_time(meta.get("creationTimestamp")), node=spec.get("nodeName") or "",
@@ -355,7 +462,90 @@ def pod_info(obj: dict[str, Any], tenants: dict[str, tuple[str, TrustTier]],
         queue_annotated=names.ANN_QUEUE in ann, trust_annotated=bool(trust_text),
         source=(_stable(ann), spec.get("containers"), labels.get(names.PODGROUP_LABEL)),
         allocation_text=ann.get(names.ANN_ALLOCATION),
-        node_selector=tuple(sorted(selector.items())), node_affinity=affinity)
+        node_selector=tuple(sorted(selector.items())), node_affinity=affinity,
+        tolerations=tolerations)
+
+
+def _tolerations(spec: dict[str, Any]) -> tuple[Toleration, ...]:
+    """spec.tolerations with Kubernetes semantics (`tolerationSeconds` only delays a
+    NoExecute eviction: it does not change where a pod may land)."""
+    out = []
+    for i, t in enumerate(spec.get("tolerations") or []):
+        if not isinstance(t, dict):
+            raise ValueError(f"spec.tolerations[{i}]: expected an object")
+        try:
+            out.append(Toleration(str(t.get("key") or ""), str(t.get("operator") or "Equal"),
+                                  str(t.get("value") or ""), str(t.get("effect") or "")))
+        except ValueError as e:
+            raise ValueError(f"spec.tolerations[{i}]: {e}") from None
+    return tuple(sorted(set(out), key=lambda t: (t.key, t.operator, t.value, t.effect)))
+
+
+def _required_affinity(spec: dict[str, Any]) -> tuple[str, tuple[tuple[str, str], ...]]:
+    """A required node affinity as nodeSelector terms, or why it cannot be one.
+
+    gpugov evaluates exactly what a nodeSelector can say: one `nodeSelectorTerms` entry whose
+    `matchExpressions` are all `In` with a single value. Anything else (several terms, other
+    operators, several values, `matchFields`) is refused by the caller, never ignored."""
+    req = (((spec.get("affinity") or {}).get("nodeAffinity") or {})
+           .get("requiredDuringSchedulingIgnoredDuringExecution"))
+    if not req:
+        return "", ()
+    terms = req.get("nodeSelectorTerms") if isinstance(req, dict) else None
+    why = ("spec.affinity.nodeAffinity (required) is evaluated by gpugov's scheduler only as "
+           "one nodeSelectorTerm of `In` expressions with one value each (the rest: planned)")
+    if not isinstance(terms, list) or len(terms) != 1 or not isinstance(terms[0], dict) \
+            or terms[0].get("matchFields"):
+        return why, ()
+    out = []
+    for e in terms[0].get("matchExpressions") or []:
+        values = e.get("values") if isinstance(e, dict) else None
+        if e.get("operator") != "In" or not isinstance(values, list) or len(values) != 1:
+            return why, ()
+        out.append((str(e.get("key") or ""), str(values[0])))
+    return ("", tuple(out)) if out else (why, ())
+
+
+def engine_request(info: PodInfo, card_mib: int, tolerations: bool = True) -> PodRequest:
+    """The engine's request for a pod: `GpuRequest.to_pod_request`, then what the pod and its
+    tenant add that it does not set: the slice mode (MIG with its profile, time-slice, MPS),
+    the isolation floor of the request and the trust tier, the tenant (its namespace), the
+    seal of an untrusted tenant, the nodeSelector and the tolerations.
+
+    The mode is kept even where it delivers less than the floor (an untrusted tenant's soft
+    slice): placement refuses it with reason `isolation`, as the webhook does, rather than
+    widening it. `card_mib` is the card
+    a memory-only share is taken of (the largest in the cluster). `tolerations=False` leaves
+    them out (right when no node has a taint; it keeps plain pods on the engine's fast path).
+    ValueError names what gpugov's scheduler cannot place."""
+    req = info.request
+    if req is None:
+        base = PodRequest(info.key, info.cpu_milli, info.memory_mib)
+    else:
+        base = req.to_pod_request(info.key, info.cpu_milli, info.memory_mib, card_mib or None)
+    fill: dict[str, Any] = {}
+    if req is not None and base.mode is None:
+        if req.mode is DeviceMode.MIG:
+            if req.count != 1:
+                raise ValueError(f"{req.count} MIG instances in one pod: gpugov's scheduler "
+                                 "places one instance per pod (several: planned); ask for 1")
+            fill.update(mode=DeviceMode.MIG, mig_profile=req.mig_profile or "")
+        elif req.mode in (DeviceMode.TIMESLICE, DeviceMode.MPS):
+            if req.mig_profile:
+                raise ValueError(f"time-slice replicas of MIG instances ({req.mig_profile}) "
+                                 "are not placed by gpugov's scheduler yet (planned); ask for "
+                                 f"nvidia.com/mig-{req.mig_profile} or nvidia.com/gpu.shared")
+            fill["mode"] = req.mode
+    if base.gpu_count:
+        floor = required_isolation(req.isolation if req is not None else None, info.trust)
+        fill["min_isolation"] = max(floor, base.min_isolation)
+        fill["tenant"] = base.tenant or info.namespace
+        fill["sealed"] = base.sealed or info.trust is TrustTier.UNTRUSTED
+    if info.node_selector and not base.node_selector:
+        fill["node_selector"] = info.node_selector
+    if tolerations and info.tolerations and not base.tolerations:
+        fill["tolerations"] = info.tolerations
+    return dataclasses.replace(base, **fill) if fill else base
 
 
 _RECORDS = (names.ANN_ALLOCATION, "gpugov.io/allocated")
