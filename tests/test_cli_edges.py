@@ -234,7 +234,7 @@ def test_non_utf8_input_is_refused_with_its_line(trace: Path, tmp_path: Path) ->
     (["--pod-count", "-5"], "--pod-count must be within 1..1,000,000, got -5"),
     (["--seed", "-1"], "--seed must be within 0..4,294,967,295, got -1"),
     (["--model", "T4"], "--model: no MIG geometry for GPU model 'T4'"),
-    (["--replicas", "0"], "--replicas must be within 1..64, got 0"),
+    (["--replicas", "1"], "--replicas must be within 2..64, got 1"),
     (["--pods", "0"], "--pod-count must be within"),  # the old spelling, same rule
     (["--nodes", "1000000"], "--node-count must be within"),
 ])

@@ -514,7 +514,7 @@ def modes(
                               help="MIG-capable GPU model; " + MODEL_HELP),
     replicas: int = typer.Option(4, "--replicas", metavar="N",
                                  help="time-slice replicas / MPS clients "
-                                 "per GPU, 1..64"),
+                                 "per GPU, 2..64"),
     mixed: bool = typer.Option(False, "--mixed", metavar=" ",
                                help="mixed-mode nodes, tenants of 3 trust "
                                "tiers (--pod-count per tier; --node-count unused): isolation "
@@ -553,9 +553,12 @@ def modes(
                   box=box.SIMPLE_HEAD, pad_edge=False,
                   caption="compute placed: share of the cluster's GPU compute; stranded: "
                   "memory of occupied GPUs no pod claims; TS risk: memory time-sliced pods "
-                  "may touch / card memory, worst GPU / share of GPUs above 1")
+                  "may touch / card memory, worst GPU / share of GPUs above 1 (timeslice: "
+                  "memory oversubscribed, as the NVIDIA plugin; timeslice-capped: gpugov's "
+                  "memory cap); refused: pods by the engine's reason (gpu-mode: multi-GPU "
+                  "pods, which only whole devices serve)")
     for col in ("mode", "isolation", "pods placed", "compute placed", "stranded",
-                "MIG idle slices", "TS risk"):
+                "MIG idle slices", "TS risk", "refused"):
         table.add_column(col, justify="left" if col in ("mode", "isolation") else "right",
                          no_wrap=col in ("mode", "isolation", "pods placed"),
                          min_width=max(map(len, col.split())))
@@ -564,7 +567,8 @@ def modes(
                 else f"{r.ts_max_risk:.2f} / {100 * (r.ts_overcommitted or 0):.0f}%")
         table.add_row(r.mode, str(r.isolation), f"{r.pods_placed}/{r.pods_total}",
                       f"{100 * r.compute_placed:.1f}%", f"{100 * r.stranded_memory:.1f}%",
-                      "-" if r.mig_idle_slices is None else str(r.mig_idle_slices), risk)
+                      "-" if r.mig_idle_slices is None else str(r.mig_idle_slices), risk,
+                      ", ".join(f"{k} {v}" for k, v in r.refused.items()) or "-")
     _console().print(table)
 
 

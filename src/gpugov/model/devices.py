@@ -1,24 +1,23 @@
-"""Devices of a node: how each GPU is cut (its mode), what is used on it, and where it sits.
+"""Devices of a node: how each GPU is cut (its mode and configuration) and where it sits.
 
-A node can mix modes across its GPUs. States are frozen values; placement functions return new
-states, so a decision can be tried and thrown away without copies or undo logic.
+A node can mix modes across its GPUs. What is used on each device lives in the one
+`model.cluster.ClusterState`, which holds these configurations per device.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import StrEnum
 
-from gpugov.model.catalog import MILLI_PER_GPU, get_model
 from gpugov.model.isolation import IsolationLevel
-from gpugov.model.mig import MigInstance, get_geometry, layout_errors
+from gpugov.model.mig import MigInstance
 
 
 class DeviceMode(StrEnum):
     EXCLUSIVE = "exclusive"  # one pod owns the whole device
     MIG = "mig"  # a concrete layout of GPU instances at positions
     SOFT = "soft"  # memory MiB + compute milli, enforced in software
-    TIMESLICE = "timeslice"  # N replicas; memory NOT isolated (tracked as risk)
+    TIMESLICE = "timeslice"  # N replicas; memory NOT isolated (charged, never enforced)
     MPS = "mps"  # N clients with per-client memory and SM caps
 
     @property
@@ -39,109 +38,6 @@ _MODE_ISOLATION = {
 
 
 @dataclass(frozen=True, slots=True)
-class ExclusiveState:
-    owner: str | None = None  # pod name, None = free
-
-
-@dataclass(frozen=True, slots=True)
-class MigState:
-    """A MIG layout: instances at positions; `owners[i]` is the pod on `instances[i]` or None."""
-
-    model: str
-    instances: tuple[MigInstance, ...] = ()
-    owners: tuple[str | None, ...] = ()
-
-    def __post_init__(self) -> None:
-        if len(self.owners) != len(self.instances):
-            object.__setattr__(self, "owners", (None,) * len(self.instances))
-        errors = layout_errors(get_geometry(self.model), self.instances)
-        if errors:
-            raise ValueError(f"invalid MIG layout on {self.model}: {'; '.join(errors)}")
-
-    @property
-    def idle(self) -> bool:
-        """No instance in use: only then may the GPU be re-laid out."""
-        return all(o is None for o in self.owners)
-
-    def idle_compute_slices(self) -> int:
-        """Compute slices not serving a pod: unused instances plus slices in no instance."""
-        g = get_geometry(self.model)
-        used = sum(g.profile(i.profile).compute_slices
-                   for i, o in zip(self.instances, self.owners, strict=True) if o is not None)
-        return g.compute_slices - used
-
-
-@dataclass(frozen=True, slots=True)
-class SoftState:
-    """Soft slices: capacity is card memory × oversubscription and 1000 compute milli."""
-
-    memory_mib: int
-    oversubscription: float = 1.0  # >1 means memory is promised beyond the card (risky)
-    used_memory_mib: int = 0
-    used_milli: int = 0
-    pods: tuple[str, ...] = ()
-
-    @property
-    def memory_capacity_mib(self) -> int:
-        return int(self.memory_mib * self.oversubscription)
-
-    @property
-    def free_memory_mib(self) -> int:
-        return self.memory_capacity_mib - self.used_memory_mib
-
-    @property
-    def free_milli(self) -> int:
-        return MILLI_PER_GPU - self.used_milli
-
-
-@dataclass(frozen=True, slots=True)
-class TimesliceState:
-    """Time-slice replicas are a counter; the memory pods may touch is tracked, not enforced."""
-
-    memory_mib: int
-    replicas: int
-    used: int = 0
-    touched_memory_mib: int = 0  # sum of the memory co-located pods may touch
-    pods: tuple[str, ...] = ()
-
-    @property
-    def memory_risk(self) -> float:
-        """Overcommit ratio: > 1.0 means the pods together may touch more than the card has."""
-        return self.touched_memory_mib / self.memory_mib if self.memory_mib else 0.0
-
-
-@dataclass(frozen=True, slots=True)
-class MpsState:
-    """MPS clients: the NVIDIA plugin caps each at memory/clients and 100/clients % of SMs
-    (`set_default_device_pinned_mem_limit`, `set_default_active_thread_percentage`)."""
-
-    memory_mib: int
-    clients: int
-    used: int = 0
-    pods: tuple[str, ...] = ()
-
-    @property
-    def client_memory_mib(self) -> int:
-        return self.memory_mib // self.clients
-
-    @property
-    def client_milli(self) -> int:
-        return MILLI_PER_GPU // self.clients
-
-
-DeviceState = ExclusiveState | MigState | SoftState | TimesliceState | MpsState
-
-_STATE_MODE = {
-    ExclusiveState: DeviceMode.EXCLUSIVE, MigState: DeviceMode.MIG, SoftState: DeviceMode.SOFT,
-    TimesliceState: DeviceMode.TIMESLICE, MpsState: DeviceMode.MPS,
-}
-
-
-def mode_of(state: DeviceState) -> DeviceMode:
-    return _STATE_MODE[type(state)]
-
-
-@dataclass(frozen=True, slots=True)
 class DeviceTopology:
     """Where one GPU sits: its NVLink/NVSwitch domain, PCIe switch and CPU NUMA node.
 
@@ -152,26 +48,6 @@ class DeviceTopology:
     nvlink_domain: int | None = None
     pcie_switch: int | None = None
     numa_node: int | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Device:
-    """One physical GPU on a node."""
-
-    index: int
-    model: str
-    state: DeviceState = field(default_factory=ExclusiveState)
-    topology: DeviceTopology = field(default_factory=DeviceTopology)
-    uuid: str = ""
-    healthy: bool = True
-
-    @property
-    def mode(self) -> DeviceMode:
-        return mode_of(self.state)
-
-    @property
-    def memory_mib(self) -> int:
-        return get_model(self.model).memory_mib or 0
 
 
 def hgx_topology(gpus: int = 8, domains: int = 1, numa_nodes: int = 2,

@@ -10,10 +10,8 @@ demand, by default larger profiles first (they are the first to become unplaceab
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
 
-from gpugov.model.devices import MigState
-from gpugov.model.mig import MigGeometry, MigInstance, free_starts, get_geometry, occupancy
+from gpugov.model.mig import MigGeometry, MigInstance, free_starts, occupancy
 
 
 def default_weights(geometry: MigGeometry) -> dict[str, float]:
@@ -51,43 +49,3 @@ def best_start(geometry: MigGeometry, instances: Sequence[MigInstance], profile:
         if best is None or score > best[1]:  # ties: the lower start wins (scan order)
             best = (s, score)
     return best
-
-
-def place_on_gpus(states: Sequence[MigState], profile: str, owner: str,
-                  weights: Mapping[str, float] | None = None) -> tuple[int, MigState] | None:
-    """Give `owner` a `profile` instance on one of `states` (GPUs of one model family).
-
-    First reuse a free existing instance of that profile (no re-layout needed); otherwise create
-    one at the start that loses the least placeability (FGD-style: minimise the drop, so a
-    GPU that is already cut up is preferred over breaking an empty one). Returns the GPU index
-    and its new state, or None when no GPU can host the profile.
-    """
-    for i, st in enumerate(states):
-        for k, (inst, own) in enumerate(zip(st.instances, st.owners, strict=True)):
-            if inst.profile == profile and own is None:
-                owners = st.owners[:k] + (owner,) + st.owners[k + 1:]
-                return i, replace(st, owners=owners)
-    best: tuple[float, int, int] | None = None  # (loss, gpu, start)
-    for i, st in enumerate(states):
-        g = get_geometry(st.model)
-        if profile not in g.profile_names():
-            continue
-        found = best_start(g, st.instances, profile, weights)
-        if found is None:
-            continue
-        loss = placeability(g, st.instances, weights) - found[1]
-        if best is None or loss < best[0]:
-            best = (loss, i, found[0])
-    if best is None:
-        return None
-    _, i, start = best
-    st = states[i]
-    inst = MigInstance(start, profile)
-    pairs = sorted([*zip(st.instances, st.owners, strict=True), (inst, owner)],
-                   key=lambda x: x[0])
-    return i, MigState(st.model, tuple(p[0] for p in pairs), tuple(p[1] for p in pairs))
-
-
-def release(state: MigState, owner: str) -> MigState:
-    """Free the instances `owner` holds; the instances stay (re-layout is the planner's job)."""
-    return replace(state, owners=tuple(None if o == owner else o for o in state.owners))

@@ -1,48 +1,57 @@
-"""The same workload on the same cluster, cut four (five) ways: whole GPUs, MIG, soft slices,
+"""The same workload on the same cluster, cut five ways: whole GPUs, MIG, soft slices,
 time-slices, MPS. What each mode allocates, what isolation it delivers, and what it wastes.
 
 Workload: a seeded mix of notebook, inference, fine-tune and multi-GPU training pods, each with a
 compute share (milli) *and* the GPU memory it will touch (the openb trace has no GPU memory, so
-the mix is generated; see docs/gpus-and-modes.md). Pods arrive in a seeded random order and
-are placed first-fit over nodes; inside a node each mode uses its own placement rule from
-`placement/`. Multi-GPU pods always take whole, empty devices in the best-connected set.
+the mix is generated; see docs/gpus-and-modes.md). Every cluster is one `ClusterState` whose
+devices are all in one mode (`NodeSpec.devices`); each pod is compiled to the `PodRequest` that
+mode serves (`compile_for`) and placed by the engine (`Placer`, BestFit by default) in a seeded
+order. Multi-GPU pods ask for whole GPUs, which only soft and exclusive devices give: MIG
+instances have no P2P/NVLink between them, and time-slicing and MPS hand out one replica per
+device (the NVIDIA plugin's `failRequestsGreaterThanOne`), so on those clusters they are
+refused and counted under the engine's reason (`gpu-mode`).
 
 Metrics, per mode:
-- pods placed and requested compute placed (share of the cluster's GPUs);
+- pods placed and requested compute placed (share of the cluster's GPUs); refusals by reason;
 - isolation delivered (`hard`, `soft`, `none`);
 - stranded memory: memory of GPUs that host at least one pod, claimed by no pod (a whole GPU
   given to a 6 GiB notebook strands the rest);
-- MIG idle compute slices on GPUs in MIG mode;
+- MIG idle compute slices on GPUs in MIG mode that host an instance;
 - time-slice memory risk: per GPU, memory the co-located pods may touch / card memory; the
   worst GPU and the share of GPUs above 1.0 (they can OOM each other: nothing enforces it).
+  `timeslice` is what the NVIDIA plugin does (replicas counted, memory not: the tenant has
+  opted in to oversubscription); `timeslice-capped` is gpugov's default, where a replica is
+  charged the memory it names, so the risk never exceeds 1.
+
+`gpugov modes --mixed`: a pool whose GPUs mix the modes and tenants of the three trust tiers;
+each pod is served through `placement.rounding.place_rounded` (weakest sufficient isolation
+first, least rounded-up form), never below its tier's floor.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from gpugov.model.catalog import MILLI_PER_GPU, get_model
-from gpugov.model.devices import (
-    Device,
-    DeviceMode,
-    ExclusiveState,
-    MigState,
-    MpsState,
-    SoftState,
-    TimesliceState,
-    hgx_topology,
-)
+from gpugov.model.cluster import ClusterState, NodeSpec
+from gpugov.model.devices import DeviceConfig, DeviceMode, hgx_topology
 from gpugov.model.gpu_request import GpuRequest
 from gpugov.model.isolation import MIN_ISOLATION, IsolationLevel, TrustTier
 from gpugov.model.mig import get_geometry
-from gpugov.placement.mig import place_on_gpus
-from gpugov.placement.mixed import Refused, choose_node
-from gpugov.placement.soft import PodType, place_mps, place_soft, place_timeslice
-from gpugov.placement.topology import best_device_set
+from gpugov.model.request import PodRequest
+from gpugov.placement.base import PolicyContext
+from gpugov.placement.engine import Placer
+from gpugov.placement.fragmentation import FragmentationModel, TypicalPods
+from gpugov.placement.registry import get_policy
+from gpugov.placement.rounding import covering_profiles, place_rounded
 
 GIB = 1024
+#: host CPU and memory of every generated node: enough that only GPUs decide.
+NODE_CPU_MILLI = 256_000
+NODE_MEMORY_MIB = 2 * 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,7 +74,7 @@ WORKLOAD_MIX = (
 
 
 def generate_workload(n_pods: int, seed: int = 0) -> list[Pod]:
-    """Seeded pods from WORKLOAD_MIX; memory jittered ±25 %, capped at the kind's card share."""
+    """Seeded pods from WORKLOAD_MIX; memory jittered ±25 %."""
     rng = np.random.default_rng(seed)
     shares = np.array([m[4] for m in WORKLOAD_MIX])
     kinds = rng.choice(len(WORKLOAD_MIX), size=n_pods, p=shares / shares.sum())
@@ -88,170 +97,115 @@ class ModeResult:
     mig_idle_slices: int | None
     ts_max_risk: float | None
     ts_overcommitted: float | None  # share of time-sliced GPUs with risk > 1
-
-
-def _whole_take(node_free: list[int], topo, pod: Pod) -> tuple[int, ...] | None:
-    return best_device_set(topo, node_free, pod.count)
+    #: refused pods by the engine's reason (`model.cluster.REASONS`)
+    refused: dict[str, int] = field(default_factory=dict)
 
 
 #: accepted ranges of `gpugov modes` options (inclusive)
 LIMITS = {"pod-count": (1, 1_000_000), "node-count": (1, 100_000), "seed": (0, 2**32 - 1),
-          "replicas": (1, 64)}
+          "replicas": (2, 64)}
+
+
+def mode_nodes(mode: DeviceMode, nodes: int, gpus_per_node: int, model: str,
+               replicas: int) -> list[NodeSpec]:
+    """`nodes` nodes of `gpus_per_node` `model` GPUs, every device in `mode` (dynamic MIG)."""
+    cfg = DeviceConfig(mode, replicas if mode in (DeviceMode.TIMESLICE, DeviceMode.MPS) else 1)
+    topo = hgx_topology(gpus_per_node)
+    return [NodeSpec(f"{mode.value}-{i}", NODE_CPU_MILLI, NODE_MEMORY_MIB, gpus_per_node, model,
+                     devices=(cfg,) * gpus_per_node, topology=topo) for i in range(nodes)]
+
+
+def compile_for(mode: DeviceMode, pod: Pod, model: str, oversubscribe: bool = True
+                ) -> PodRequest:
+    """The request `pod` becomes on a cluster whose devices are all in `mode`: whole GPUs
+    for multi-GPU pods (and for every pod on exclusive devices); on MIG the smallest profile
+    with enough compute and memory (the whole-GPU profile if none); a soft slice; one
+    time-slice replica (charged the memory it names unless `oversubscribe`); an MPS client."""
+    whole = PodRequest(pod.name, 0, 0, pod.count, MILLI_PER_GPU, mode=DeviceMode.EXCLUSIVE)
+    if pod.count > 1 or mode is DeviceMode.EXCLUSIVE:
+        return whole
+    milli = min(pod.milli, MILLI_PER_GPU)
+    if mode is DeviceMode.MIG:
+        g = get_geometry(model)
+        fitting = covering_profiles(g, milli, pod.memory_mib)
+        p = fitting[0] if fitting else g.whole
+        return PodRequest(pod.name, 0, 0, 1, MILLI_PER_GPU * p.compute_slices
+                          // g.compute_slices, mode=DeviceMode.MIG, mig_profile=p.name)
+    if mode is DeviceMode.SOFT:
+        if milli >= MILLI_PER_GPU:
+            return replace(whole, mode=None)
+        return PodRequest(pod.name, 0, 0, 1, milli, gpu_memory_mib=pod.memory_mib)
+    return PodRequest(pod.name, 0, 0, 1, milli, gpu_memory_mib=pod.memory_mib, mode=mode,
+                      oversubscribe=oversubscribe and mode is DeviceMode.TIMESLICE)
+
+
+def _placer(state: ClusterState, policy: str, seed: int = 0) -> Placer:
+    ctx = PolicyContext(FragmentationModel(TypicalPods.from_requests([]), state),
+                        np.random.default_rng(seed))
+    return Placer(state, get_policy(policy)(ctx))
 
 
 def simulate(mode: DeviceMode, pods: list[Pod], nodes: int = 16, gpus_per_node: int = 8,
-             model: str = "H100-SXM5-80GB", replicas: int = 4, prune: bool = True
-             ) -> ModeResult:
-    """Place `pods` in order on a fresh cluster where every GPU is in `mode`.
-
-    First fit over nodes. With `prune` (the default) nodes that provably cannot take the pod
-    are skipped with numpy instead of being tried one by one: the cluster only fills up, so a
-    node that refused a pod refuses every pod at least as large (same MIG profile; compute
-    and memory both >= for soft slices and MPS; any pod for time-slices), and whole-GPU pods
-    need as many untouched devices. Decisions are identical to `prune=False`.
-    """
+             model: str = "H100-SXM5-80GB", replicas: int = 4, oversubscribe: bool = True,
+             policy: str = "bestfit") -> ModeResult:
+    """Place `pods` in order on a fresh cluster where every GPU is in `mode` (see the module
+    docstring); `oversubscribe` applies to time-slice replicas only."""
     card = get_model(model).memory_mib or 0
-    topo = hgx_topology(gpus_per_node)
-    states: list[list] = []
-    for _ in range(nodes):
-        if mode is DeviceMode.MIG:
-            states.append([MigState(model) for _ in range(gpus_per_node)])
-        elif mode is DeviceMode.SOFT:
-            states.append([SoftState(card) for _ in range(gpus_per_node)])
-        elif mode is DeviceMode.TIMESLICE:
-            states.append([TimesliceState(card, replicas) for _ in range(gpus_per_node)])
-        elif mode is DeviceMode.MPS:
-            states.append([MpsState(card, replicas) for _ in range(gpus_per_node)])
-        else:
-            states.append([None] * gpus_per_node)
-    whole_owner: list[list[bool]] = [[False] * gpus_per_node for _ in range(nodes)]
-    claimed = np.zeros((nodes, gpus_per_node))  # memory claimed by pods per GPU
-    touched = np.zeros((nodes, gpus_per_node))  # for timeslice risk
-    occupied = np.zeros((nodes, gpus_per_node), dtype=bool)
-    untouched = np.full(nodes, gpus_per_node)  # devices neither occupied nor whole-owned
-    # refused[key][n]: smallest memory a pod of class `key` was refused with on node n
-    refused: dict[object, np.ndarray] = {}
-    workload = [PodType(m, int(gib * GIB), w) for _, m, gib, c, w in WORKLOAD_MIX if c == 1]
-    g = get_geometry(model) if mode is DeviceMode.MIG else None
-
-    def whole(pod: Pod) -> bool:
-        return pod.count > 1 or mode is DeviceMode.EXCLUSIVE
-
-    def shape(pod: Pod) -> tuple[object, int]:
-        """(refusal class, memory that counts) of a sharing pod."""
-        if mode is DeviceMode.MIG:
-            return _mig_profile(g, pod), 0
-        if mode is DeviceMode.TIMESLICE:
-            return 0, 0
-        return pod.milli, pod.memory_mib
-
-    def candidates(pod: Pod) -> np.ndarray:
-        if whole(pod):
-            return np.flatnonzero(untouched >= pod.count)
-        key, mem = shape(pod)
-        ok = np.ones(nodes, dtype=bool)
-        for k, smallest in refused.items():
-            if k == key or (mode is not DeviceMode.MIG and k <= key):  # type: ignore[operator]
-                ok &= smallest > mem
-        return np.flatnonzero(ok)
-
-    def try_node(n: int, pod: Pod) -> bool:
-        st = states[n]
-        if whole(pod):
-            free = [i for i in range(gpus_per_node)
-                    if not occupied[n, i] and not whole_owner[n][i]]
-            chosen = _whole_take(free, topo, pod)
-            if chosen is None:
-                return False
-            for i in chosen:
-                whole_owner[n][i] = True
-                occupied[n, i] = True
-                claimed[n, i] += pod.memory_mib
-                touched[n, i] += pod.memory_mib
-                if mode is DeviceMode.MIG:
-                    st[i] = place_on_gpus([st[i]], g.whole.name, pod.name)[1]  # type: ignore
-            untouched[n] -= len(chosen)
-            return True
-        free_idx = [i for i in range(gpus_per_node) if not whole_owner[n][i]]
-        sub = [st[i] for i in free_idx]
-        got = None
-        if mode is DeviceMode.MIG:
-            profile = _mig_profile(g, pod)  # type: ignore[arg-type]
-            got = place_on_gpus(sub, profile, pod.name)
-        elif mode is DeviceMode.SOFT:
-            got = place_soft(sub, pod.name, pod.milli, pod.memory_mib, workload)
-        elif mode is DeviceMode.TIMESLICE:
-            got = place_timeslice(sub, pod.name, pod.memory_mib)
-        elif mode is DeviceMode.MPS:
-            got = place_mps(sub, pod.name, pod.milli, pod.memory_mib)
-        if got is None:
-            if prune:
-                key, mem = shape(pod)
-                row = refused.setdefault(key, np.full(nodes, np.inf))
-                row[n] = min(row[n], mem)
-            return False
-        k, new = got
-        i = free_idx[k]
-        st[i] = new
-        if not occupied[n, i]:
-            untouched[n] -= 1
-        occupied[n, i] = True
-        claimed[n, i] += pod.memory_mib
-        touched[n, i] += pod.memory_mib
-        return True
-
-    placed = 0
-    compute = 0
+    state = ClusterState(mode_nodes(mode, nodes, gpus_per_node, model, replicas))
+    placer = _placer(state, policy)
+    claimed = np.zeros((nodes, gpus_per_node))  # memory pods touch, per GPU
+    refused: Counter[str] = Counter()
+    placed = compute = 0
     for pod in pods:
-        order = candidates(pod) if prune else range(nodes)
-        if any(try_node(int(n), pod) for n in order):
-            placed += 1
-            compute += pod.count * pod.milli
+        d = placer.place(compile_for(mode, pod, model, oversubscribe))
+        if d.allocation is None:
+            refused[d.reason] += 1
+            continue
+        placed += 1
+        compute += pod.count * pod.milli
+        claimed[d.allocation.node, list(d.allocation.devices)] += pod.memory_mib
     total_gpus = nodes * gpus_per_node
+    occupied = state.dev_pods[:, :gpus_per_node] > 0
     occ_mem = occupied.sum() * card
     stranded = float(np.clip(card - claimed, 0, None)[occupied].sum() / occ_mem) if occ_mem else 0
     mig_idle = None
     if mode is DeviceMode.MIG:
-        mig_idle = sum(s.idle_compute_slices() for row in states for s in row
-                       if s.instances)
+        mig_idle = int(state.mig_compute_free[:, :gpus_per_node][occupied].sum())
     ts_max = ts_over = None
     if mode is DeviceMode.TIMESLICE:
-        risk = touched / card
+        risk = claimed / card
         ts_max = float(risk.max())
         ts_over = float((risk > 1.0).sum() / total_gpus)
-    return ModeResult(mode.value, mode.isolation, placed, len(pods),
+    name = mode.value if oversubscribe or mode is not DeviceMode.TIMESLICE \
+        else "timeslice-capped"
+    return ModeResult(name, mode.isolation, placed, len(pods),
                       compute / (total_gpus * MILLI_PER_GPU), stranded, mig_idle, ts_max,
-                      ts_over)
-
-
-def _mig_profile(geometry, pod: Pod) -> str:
-    """Smallest base profile with enough compute share and memory for the pod."""
-    fitting = [p for p in geometry.base_profiles()
-               if p.compute_slices * MILLI_PER_GPU >= pod.milli * geometry.compute_slices
-               and p.memory_mib >= pod.memory_mib]
-    if not fitting:
-        return geometry.whole.name
-    return min(fitting, key=lambda p: (p.compute_slices, p.memory_slices)).name
+                      ts_over, dict(sorted(refused.items())))
 
 
 def compare(n_pods: int = 100, seed: int = 0, nodes: int = 16, gpus_per_node: int = 8,
-            model: str = "H100-SXM5-80GB", replicas: int = 4, prune: bool = True
+            model: str = "H100-SXM5-80GB", replicas: int = 4, policy: str = "bestfit"
             ) -> list[ModeResult]:
-    """Run every mode on the same seeded workload (same order)."""
+    """Run every mode on the same seeded workload (same order); time-slicing twice: as the
+    NVIDIA plugin does it (memory oversubscribed) and with gpugov's memory cap."""
     pods = generate_workload(n_pods, seed)
-    return [simulate(m, pods, nodes, gpus_per_node, model, replicas, prune)
+    rows = [simulate(m, pods, nodes, gpus_per_node, model, replicas, policy=policy)
             for m in (DeviceMode.EXCLUSIVE, DeviceMode.MIG, DeviceMode.SOFT,
-                      DeviceMode.TIMESLICE, DeviceMode.MPS)]
-
-
+                      DeviceMode.TIMESLICE)]
+    rows.append(simulate(DeviceMode.TIMESLICE, pods, nodes, gpus_per_node, model, replicas,
+                         oversubscribe=False, policy=policy))
+    rows.append(simulate(DeviceMode.MPS, pods, nodes, gpus_per_node, model, replicas,
+                         policy=policy))
+    return rows
 
 
 # --- isolation on mixed nodes: `gpugov modes --mixed` -------------------------------------
 #
 # A node pool whose GPUs are in different modes, and tenants of the three trust tiers sending
-# the same pod mix. Each pod goes through `placement.mixed.choose_node`; per tier we count what
-# was placed, the isolation delivered, and the pods refused because only devices with weaker
-# isolation than the tier requires had room (the policy at work) vs. because nothing had room.
+# the same pod mix. Each pod goes through `placement.rounding.place_rounded`; per tier we count
+# what was placed, the isolation delivered, and the pods refused because only devices with
+# weaker isolation than the tier requires had room (the policy at work) vs. because nothing
+# had room.
 
 # node name -> modes of its 8 GPUs (H100-SXM5-80GB, two 4-GPU NVLink domains)
 MIXED_POOL: tuple[tuple[str, tuple[str, ...]], ...] = (
@@ -294,19 +248,14 @@ class TierResult:
 
 def mixed_pool(model: str = "H100-SXM5-80GB",
                pool: tuple[tuple[str, tuple[str, ...]], ...] = MIXED_POOL,
-               replicas: int = 4) -> list[tuple[str, list[Device]]]:
-    """Fresh devices for each node of the pool (empty MIG layouts: created on demand)."""
-    card = get_model(model).memory_mib or 0
-    make = {
-        "mig": lambda: MigState(model), "soft": lambda: SoftState(card),
-        "timeslice": lambda: TimesliceState(card, replicas),
-        "mps": lambda: MpsState(card, replicas), "exclusive": ExclusiveState,
-    }
+               replicas: int = 4) -> list[NodeSpec]:
+    """The pool's nodes (MIG devices dynamic: instances are created on demand)."""
     out = []
     for name, modes in pool:
-        topo = hgx_topology(len(modes), domains=2)
-        out.append((name, [Device(i, model, make[m](), topo[i])  # type: ignore[operator]
-                           for i, m in enumerate(modes)]))
+        cfgs = tuple(DeviceConfig(DeviceMode(m), replicas if m in ("timeslice", "mps") else 1)
+                     for m in modes)
+        out.append(NodeSpec(name, NODE_CPU_MILLI, NODE_MEMORY_MIB, len(modes), model,
+                            devices=cfgs, topology=hgx_topology(len(modes), domains=2)))
     return out
 
 
@@ -330,23 +279,25 @@ def mixed_workload(pods_per_tier: int, seed: int = 0) -> list[MixedPod]:
 
 
 def mixed_scenario(pods_per_tier: int = 40, seed: int = 0, model: str = "H100-SXM5-80GB",
-                   replicas: int = 4) -> list[TierResult]:
-    """Place the interleaved tiers' pods on the mixed pool, in order; results per tier."""
-    nodes = mixed_pool(model, replicas=replicas)
+                   replicas: int = 4, policy: str = "bestfit") -> list[TierResult]:
+    """Place the interleaved tiers' pods on the mixed pool, in order; results per tier. Each
+    tier is one tenant (named after the tier)."""
+    state = ClusterState(mixed_pool(model, replicas=replicas))
+    placer = _placer(state, policy, seed)
     pods = mixed_workload(pods_per_tier, seed)
     stats = {t: {"pods": 0, "placed": 0, "iso": 0, "full": 0,
                  "delivered": dict.fromkeys(IsolationLevel, 0)} for t in TrustTier}
-    at = {name: k for k, (name, _) in enumerate(nodes)}
     for pod in pods:
         s = stats[pod.tier]
         s["pods"] += 1  # type: ignore[operator]
-        got = choose_node(nodes, pod.request, pod.tier, pod.name)
-        if isinstance(got, Refused):
+        got = place_rounded(placer, pod.request, pod.name, pod.tier, tenant=str(pod.tier))
+        if not got.placed:
             s["iso" if got.weaker_had_room else "full"] += 1  # type: ignore[operator]
             continue
-        nodes[at[got.node]] = (got.node, list(got.placed.devices))
+        assert got.request is not None and got.allocation is not None
+        state.allocate(got.request, got.allocation)
         s["placed"] += 1  # type: ignore[operator]
-        s["delivered"][got.placed.isolation] += 1  # type: ignore[index]
+        s["delivered"][got.isolation] += 1  # type: ignore[index]
     return [TierResult(t, MIN_ISOLATION[t], s["pods"], s["placed"],  # type: ignore[arg-type]
                        s["delivered"], s["iso"], s["full"])  # type: ignore[arg-type]
             for t, s in stats.items()]
