@@ -9,7 +9,6 @@ import csv
 import io
 import json
 import math
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,6 +16,16 @@ import numpy as np
 
 from gpugov.sim.curves import columns
 from gpugov.sim.output_files import write_folder
+from gpugov.sim.png_chart import (
+    MARGIN_BOTTOM,
+    MARGIN_LEFT,
+    MARGIN_RIGHT,
+    MARGIN_TOP,
+    SIZE,
+    Chart,
+    Panel,
+    min_mean_max,
+)
 from gpugov.sim.study import StudyResult
 from gpugov.sim.text_input import InputFileError, number, read_table
 
@@ -51,60 +60,54 @@ def policy_color(label: str, i: int) -> str:
     return POLICY_COLORS.get(label, _SPARE_COLORS[i % len(_SPARE_COLORS)])
 
 
-def plot_figure(result: StudyResult, published: dict[str, tuple[float, float]] | None = None):
-    """The curves figure: allocation, a zoom, fragmentation; published @100/@130 as markers.
-
-    Drawn on a bare Agg canvas, not pyplot: no global figure state to leak or close (pyplot
-    itself adds only ~15 ms of import on top of matplotlib's Figure, measured)."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
+def plot_figure(result: StudyResult, published: dict[str, tuple[float, float]] | None = None
+                ) -> Chart:
+    """The curves figure: allocation, a zoom, fragmentation; bands = min–max over seeds;
+    published @100/@130 as hollow diamonds. Drawn with Pillow (`sim.png_chart` says why)."""
     published = published or {}
-    cols = np.array(columns(result.tune))
-    fig = Figure(figsize=(17, 4.8))
-    FigureCanvasAgg(fig)
-    axes = fig.subplots(1, 3)
-    for i, (label, runs) in enumerate(result.by_policy().items()):
-        color = policy_color(label, i)
-        for ax, kind in ((axes[0], "alloc"), (axes[1], "alloc"), (axes[2], "frag")):
-            curves = np.array([r.curves[kind] for r in runs], dtype=float)
-            with warnings.catch_warnings():  # columns no run reached are NaN: leave gaps
-                warnings.simplefilter("ignore", RuntimeWarning)
-                mean = np.nanmean(curves, axis=0)
-                lo, hi = np.nanmin(curves, axis=0), np.nanmax(curves, axis=0)
-            ax.plot(cols, mean, color=color, label=label if ax is axes[0] else None)
-            ax.fill_between(cols, lo, hi, color=color, alpha=0.2, lw=0)
+    cols = np.array(columns(result.tune), dtype=float)
+    last = float(cols[-1])
+    runs_by = result.by_policy()
+    stats = {label: {kind: min_mean_max(np.array([r.curves[kind] for r in runs], dtype=float))
+                     for kind in ("alloc", "frag")}
+             for label, runs in runs_by.items()}
+    frag_top = max([float(np.nanmax(s["frag"][2])) for s in stats.values()
+                    if np.isfinite(s["frag"][2]).any()] or [1.0])
+    right = max(last, 130 if published else 0) + (2 if published else 0)  # whole markers
+    x_label = "arrived GPU request (% of capacity)"
+    alloc_label = "allocated GPU (% of capacity)"
+    width = (SIZE[0] - 3 * (MARGIN_LEFT + MARGIN_RIGHT)) // 3
+    boxes = [(MARGIN_LEFT + k * (width + MARGIN_LEFT + MARGIN_RIGHT), MARGIN_TOP,
+              MARGIN_LEFT + k * (width + MARGIN_LEFT + MARGIN_RIGHT) + width,
+              SIZE[1] - MARGIN_BOTTOM) for k in range(3)]
+    panels = [
+        Panel(boxes[0], (0, right), (0, 102), f"GPU allocation — {result.workload}", x_label,
+              alloc_label),
+        Panel(boxes[1], (min(80, last), right), (80, 100),
+              "zoom (bands: min–max over seeds" + ("; ◇ published)" if published else ")"),
+              x_label, alloc_label),
+        Panel(boxes[2], (0, right), (0, frag_top * 1.05), "fragmented GPU (FGD measure)",
+              x_label, "fragmented GPU (% of capacity)"),
+    ]
+    chart = Chart(panels)
+    for i, label in enumerate(runs_by):
+        colour = policy_color(label, i)
+        for panel, kind in ((0, "alloc"), (1, "alloc"), (2, "frag")):
+            mean, lo, hi = stats[label][kind]
+            chart.band(panel, cols, lo, hi, colour)
+            chart.line(panel, cols, mean, colour)
+        panels[0].legend.append((label, colour, "line"))
         if label in published:
-            at100, at130 = published[label]
-            for ax in axes[:2]:
-                ax.plot([100, 130], [at100, at130], linestyle="none", marker="D", ms=6,
-                        mfc="none", color=color,
-                        label=f"{label} published" if ax is axes[0] else None)
-    axes[0].plot(cols, np.minimum(cols, 100), "k:", lw=0.8, label="ideal")
-    axes[0].set_title(f"GPU allocation — {result.workload}")
-    right = max(cols[-1], 130 if published else 0) + (2 if published else 0)  # whole markers
-    axes[1].set_xlim(min(80, cols[-1]), right)
-    axes[1].set_ylim(80, 100)
-    axes[1].set_title("zoom (bands: min–max over seeds"
-                      + ("; ◇ published)" if published else ")"))
-    axes[2].set_title("fragmented GPU (FGD measure)")
-    for ax in axes:
-        ax.set_xlabel("arrived GPU request (% of capacity)")
-        ax.set_ylabel("% of GPU capacity")
-        ax.grid(alpha=0.3)
-    axes[0].set_ylabel("allocated GPU (% of capacity)")
-    axes[1].set_ylabel("allocated GPU (% of capacity)")
-    axes[2].set_ylabel("fragmented GPU (% of capacity)")
-    axes[0].legend(fontsize=8)
-    fig.tight_layout()
-    return fig
+            for panel in (0, 1):
+                chart.markers(panel, [100, 130], published[label], colour)
+            panels[0].legend.append((f"{label} published", colour, "marker"))
+    chart.line(0, cols, np.minimum(cols, 100), "black", dotted=True)
+    panels[0].legend.append(("ideal", "black", "dotted"))
+    return chart
 
 
 def _plot_png(result: StudyResult, published: dict[str, tuple[float, float]] | None) -> bytes:
-    fig = plot_figure(result, published)
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110)
-    return buf.getvalue()
+    return plot_figure(result, published).png()
 
 
 OUTPUT_FILES = (*CURVE_FILES.values(), PLOT_FILE, SUMMARY_FILE)
