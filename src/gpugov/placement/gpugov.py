@@ -1,21 +1,239 @@
-"""`gpugov`, the policy meant to become the production default: FGD's fragmentation gradient
-descent with a memory-aware measure (`FragmentationModel.node_frag_memory`).
+"""`gpugov`, the production placement policy: FGD's fragmentation gradient descent with a
+memory-aware measure, extended to every device mode, NVLink topology and power.
 
-Every device choice respects GPU memory (as every policy's does). The measure sees every
-typical shape, uncut, when shapes name memory (`TypicalPods.complete`), and adds the memory
-fragment weighted by `fragmentation.MEMORY_WEIGHT` — chosen by measurement as 0 on the
-memory-bound workload (docs/placement-study.md), where it allocates more GPU compute than
-FGD-on-milli and BestFit. On workloads whose typical pods name no GPU memory (the openb
-traces) the measure is FGD's and it decides exactly as FGD does. Planned, not built: MIG
-slices in the measure, topology for multi-GPU pods and energy as a tie-breaker.
+Two paths, so the FGD study's numbers stay exact:
+
+- **Trace work** (every device soft, no taints or power budgets, requests without modes or
+  constraints — `ClusterState._fast`): FGD over the memory-aware measure
+  (`FragmentationModel.node_frag_memory`, over every typical shape when shapes name memory).
+  When no typical pod names GPU memory (the openb traces) it decides exactly as FGD does.
+- **Everything else** (MIG, time-slice, MPS, exclusive devices, seals, taints, budgets; and
+  multi-GPU pods where NVLink domains are known): a score in 0..100 from four terms,
+  `WEIGHTS` (docs/placement-study.md has the measurements that chose them):
+  - the mode's own fragmentation term: a soft slice or whole GPUs, the FGD gain of the
+    memory-aware measure for the devices gpugov would take (a soft slice on the device with
+    the best gain, ties to the least GPU memory left: a two-dimensional best fit); a MIG
+    instance, the share of the card's MIG placeability the least-fragmenting valid start
+    loses (`placement.mig.start_loss_table`; a free instance of a fixed layout loses none);
+    a time-slice or MPS replica, how full the device already is (fill devices already in
+    that mode before starting fresh ones);
+  - topology (multi-GPU pods): 1 when the devices share one NVLink domain, 0.5 unknown, 0
+    split; the device set is then the best-fitting domain (`topology.nvlink_set`);
+  - power: the node's budget headroom after the pod (1 without a budget);
+  - energy: the model's perf-per-watt relative to the best model in the cluster.
+  Whole-GPU pods prefer exclusive devices over fully free soft ones (those stay for slices).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+import numpy as np
+
+from gpugov.model.catalog import MILLI_PER_GPU, get_model
+from gpugov.model.cluster import MODE_CODE, ClusterState
+from gpugov.model.devices import DeviceMode
+from gpugov.model.mig_table import has_mig
+from gpugov.model.request import PodRequest
+from gpugov.placement.base import truncate
 from gpugov.placement.fgd import FgdPolicy
+from gpugov.placement.mig import placeability_table, start_loss_table
+from gpugov.placement.topology import nvlink_set
+
+_EXCLUSIVE = MODE_CODE[DeviceMode.EXCLUSIVE]
+
+
+@dataclass(frozen=True, slots=True)
+class Weights:
+    """Weights of the general path's terms (they sum to 1; the score is 100 x the sum)."""
+
+    fragmentation: float = 0.835
+    topology: float = 0.15
+    power: float = 0.01
+    energy: float = 0.005
+
+
+#: chosen on bench/bench_mixed_modes.py (docs/placement-study.md)
+WEIGHTS = Weights()
 
 
 class GpugovPolicy(FgdPolicy):
     name = "gpugov"
     label = "07-gpugov"
     memory_aware = True
+    #: the general path's weights; a bench may try others on an instance
+    weights: Weights = WEIGHTS
+
+    def _fgd_path(self, state: ClusterState, req: PodRequest) -> bool:
+        """True where FGD's own (memory-aware) decision is gpugov's: trace work, CPU-only
+        pods, and everything but multi-GPU pods on nodes whose NVLink domains are known."""
+        if not req.is_gpu:
+            return True
+        if not state._fast(req):
+            return False
+        return req.gpu_count == 1 or not bool((state.dev_nvlink >= 0).any())
+
+    def score(self, state: ClusterState, req: PodRequest, nodes: np.ndarray) -> np.ndarray:
+        if self._fgd_path(state, req):
+            return super().score(state, req, nodes)
+        return self.general(state, req, nodes)[0]
+
+    def choose_devices(self, state: ClusterState, req: PodRequest, node: int) -> tuple[int, ...]:
+        if self._fgd_path(state, req):
+            return super().choose_devices(state, req, node)
+        taken = self.general(state, req, np.array([node]))[1][0]
+        chosen = tuple(int(i) for i in np.flatnonzero(taken))
+        if len(chosen) != req.gpu_count:
+            raise ValueError(f"{req.name}: needs {req.gpu_count} fitting devices on "
+                             f"{state.names[node]}, found {len(chosen)}")
+        return chosen
+
+    # -- the general path ------------------------------------------------------------------
+    def general(self, state: ClusterState, req: PodRequest, nodes: np.ndarray
+                ) -> tuple[np.ndarray, np.ndarray]:
+        """Per node of `nodes` (all feasible): the score (int64, 0..100) and the devices
+        gpugov would take there (bool [nodes, devices])."""
+        fits = state.device_fits(req, nodes)
+        mode = req.slice_mode
+        if mode is DeviceMode.MIG:
+            primary, taken = self._mig(state, req, nodes, fits)
+        elif mode in (DeviceMode.TIMESLICE, DeviceMode.MPS):
+            primary, taken = self._replicas(state, req, nodes, fits)
+        elif mode is DeviceMode.SOFT:
+            primary, taken = self._soft(state, req, nodes, fits)
+        else:
+            primary, taken = self._whole(state, req, nodes, fits)
+        w = self.weights
+        total = (w.fragmentation * primary + w.topology * _topology(state, req, nodes, taken)
+                 + w.power * _headroom(state, nodes, taken) + w.energy * _energy(state, nodes))
+        return np.clip(truncate(100.0 * total), 0, 100), taken
+
+    def _gain(self, state: ClusterState, req: PodRequest, rows: np.ndarray,
+              free: np.ndarray) -> np.ndarray:
+        """FGD gain of the memory-aware measure as a sigmoid in 0..1 (0.5 = no change) of the
+        nodes `rows` moving to GPU state `free` with the pod's CPU taken (the measure's
+        memory weight is 0, so memory does not change it: `fragmentation.MEMORY_WEIGHT`)."""
+        model = self.ctx.fragmentation
+        before = model.of_nodes(state, rows, memory=True)
+        after = model.node_frag_memory(free, state.cpu_free[rows] - req.cpu_milli,
+                                       state.model_idx[rows], state.gpu_mem_free[rows],
+                                       state.gpu_mem_cap[rows])
+        x = (before - after) / ((model.memory_total_weight or 1) * float(MILLI_PER_GPU))
+        return 1.0 / (1.0 + np.exp(-x))
+
+    def _soft(self, state: ClusterState, req: PodRequest, nodes: np.ndarray, fits: np.ndarray
+              ) -> tuple[np.ndarray, np.ndarray]:
+        rows, cols = np.nonzero(fits)
+        if not len(rows):
+            return np.zeros(len(nodes)), np.zeros(fits.shape, dtype=bool)
+        pick = np.arange(len(rows))
+        free = state.gpu_free[nodes[rows]]
+        free[pick, cols] -= req.gpu_milli
+        mem = state.gpu_mem_free[nodes[rows]]
+        mem[pick, cols] -= req.gpu_memory_mib
+        gain = self._gain(state, req, nodes[rows], free)
+        # best gain per node; ties: least memory left on the device, then the lowest index
+        order = np.lexsort((cols, mem[pick, cols], -gain, rows))
+        first = order[np.r_[True, rows[order][1:] != rows[order][:-1]]]
+        primary = np.zeros(len(nodes))
+        taken = np.zeros(fits.shape, dtype=bool)
+        primary[rows[first]] = gain[first]
+        taken[rows[first], cols[first]] = True
+        return primary, taken
+
+    def _whole(self, state: ClusterState, req: PodRequest, nodes: np.ndarray, fits: np.ndarray
+               ) -> tuple[np.ndarray, np.ndarray]:
+        k = req.gpu_count
+        width = fits.shape[1]
+        # exclusive devices first (fully free soft ones stay for slices), then lowest index
+        key = (state.dev_mode[nodes] != _EXCLUSIVE) * width + np.arange(width)
+        order = np.argsort(np.where(fits, key, 2 * width), axis=1, kind="stable")
+        taken = np.zeros(fits.shape, dtype=bool)
+        np.put_along_axis(taken, order[:, :k], True, axis=1)
+        taken &= fits
+        if k > 1:
+            domains = state.dev_nvlink[nodes]
+            for i in np.flatnonzero((domains >= 0).any(axis=1)):
+                cand = [int(c) for c in order[i] if fits[i, c]]
+                same = nvlink_set(domains[i], cand, k)
+                if same is not None:
+                    taken[i] = False
+                    taken[i, list(same)] = True
+        free = np.where(taken, 0, state.gpu_free[nodes])
+        return self._gain(state, req, nodes, free), taken
+
+    def _mig(self, state: ClusterState, req: PodRequest, nodes: np.ndarray, fits: np.ndarray
+             ) -> tuple[np.ndarray, np.ndarray]:
+        loss = np.full(fits.shape, np.inf)
+        occ, compute = state.mig_occ[nodes], state.mig_compute_free[nodes]
+        models = state.model_idx[nodes]
+        for m in np.unique(models[fits.any(axis=1)]):
+            name = state.model_names[m] if m >= 0 else ""
+            if not has_mig(name):
+                continue
+            table, _ = start_loss_table(name, req.mig_profile)
+            rows = models == m
+            loss[rows] = table[occ[rows], compute[rows]] / placeability_table(name)[0, -1]
+        loss = np.where(state.mig_fixed[nodes], 0.0, loss)  # a fixed instance is already cut
+        loss = np.where(fits, loss, np.inf)
+        col = loss.argmin(axis=1)
+        best = loss[np.arange(len(nodes)), col]
+        taken = np.zeros(fits.shape, dtype=bool)
+        ok = np.isfinite(best)
+        taken[np.flatnonzero(ok), col[ok]] = True
+        return np.where(ok, 1.0 - np.clip(best, 0.0, 1.0), 0.0), taken
+
+    def _replicas(self, state: ClusterState, req: PodRequest, nodes: np.ndarray,
+                  fits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        cap = np.maximum(state.rep_cap[nodes], 1)
+        fill = 1.0 - (state.rep_free[nodes] - 1) / cap  # 1 = the device's last replica
+        key = fill
+        if req.slice_mode is DeviceMode.TIMESLICE:  # ties: the most memory unpromised
+            mem_cap = np.maximum(state.gpu_mem_cap[nodes], 1)
+            key = fill + 1e-3 * state.gpu_mem_free[nodes] / mem_cap / cap
+        key = np.where(fits, key, -np.inf)
+        col = key.argmax(axis=1)
+        rows = np.arange(len(nodes))
+        ok = np.isfinite(key[rows, col])
+        taken = np.zeros(fits.shape, dtype=bool)
+        taken[rows[ok], col[ok]] = True
+        return np.where(ok, fill[rows, col], 0.0), taken
+
+
+def _topology(state: ClusterState, req: PodRequest, nodes: np.ndarray, taken: np.ndarray
+              ) -> np.ndarray:
+    """1 when a multi-GPU pod's devices share one NVLink domain (and for one-device pods),
+    0.5 when a device's domain is unknown, 0 when they span domains."""
+    if req.gpu_count < 2:
+        return np.ones(len(nodes))
+    dom = state.dev_nvlink[nodes]
+    unknown = (taken & (dom < 0)).any(axis=1)
+    hi = np.where(taken, dom, np.iinfo(np.int64).min).max(axis=1)
+    lo = np.where(taken, dom, np.iinfo(np.int64).max).min(axis=1)
+    return np.where(unknown, 0.5, np.where(hi == lo, 1.0, 0.0))
+
+
+def _headroom(state: ClusterState, nodes: np.ndarray, taken: np.ndarray) -> np.ndarray:
+    """Power headroom left after the pod, as a share: of the budget on a node with one (its
+    busy devices at TDP), of the node's devices without (idle devices draw nothing here).
+    A device already hosting a pod costs nothing more."""
+    new = (taken & (state.dev_pods[nodes] == 0)).sum(axis=1)
+    gpus = np.maximum(state.gpu_count[nodes], 1)
+    share = 1.0 - ((state.dev_pods[nodes] > 0).sum(axis=1) + new) / gpus
+    budget = state.power_budget[nodes]
+    limited = np.isfinite(budget) & (budget > 0)
+    if limited.any():
+        head = budget - (state.busy_gpus[nodes] + new) * state.dev_tdp[nodes]
+        of_budget = np.clip(head / np.where(limited, budget, 1.0), 0.0, 1.0)
+        share = np.where(limited, np.minimum(share, of_budget), share)
+    return np.clip(share, 0.0, 1.0)
+
+
+def _energy(state: ClusterState, nodes: np.ndarray) -> np.ndarray:
+    """The node model's perf-per-watt relative to the best in the cluster (unknown: 0.5)."""
+    ppw = np.array([get_model(m).perf_per_watt or 0.0 for m in state.model_names] + [0.0])
+    best = ppw.max()
+    if best <= 0:
+        return np.full(len(nodes), 0.5)
+    rel = ppw[state.model_idx[nodes]] / best
+    return np.where(rel > 0, rel, 0.5)

@@ -155,3 +155,21 @@ def node_score(topology: Sequence[DeviceTopology], chosen: Sequence[int], model:
          + weights.numa * numa_affinity(topology, chosen, cpu_numa)
          + weights.energy * energy_score(model, best_perf_per_watt))
     return 100.0 * s
+
+
+def nvlink_set(domains: Sequence[int], candidates: Sequence[int], count: int
+               ) -> tuple[int, ...] | None:
+    """`count` of the `candidates` (device indexes, in the caller's order of preference) that
+    share one NVLink domain (`domains[i]`, -1 = unknown: never a domain), or None when no
+    domain holds `count` of them. Best fit: the domain with the fewest candidates that still
+    holds `count` (ties: the lowest domain number), so bigger domains stay whole for bigger
+    requests — the rule `best_device_set` applies, on the cluster state's arrays."""
+    by_domain: dict[int, list[int]] = {}
+    for i in candidates:
+        d = int(domains[i])
+        if d >= 0:
+            by_domain.setdefault(d, []).append(int(i))
+    fitting = [(len(devs), d) for d, devs in by_domain.items() if len(devs) >= count]
+    if not fitting:
+        return None
+    return tuple(by_domain[min(fitting)[1]][:count])
