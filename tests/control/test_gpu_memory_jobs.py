@@ -1,5 +1,6 @@
 """The control plane places jobs that name GPU memory: memory is never overcommitted, a job
-that fits nowhere for lack of GPU memory says so, untrusted tenants keep their memory need."""
+that fits nowhere for lack of GPU memory says so, untrusted tenants get whole cards with the
+memory they need and no soft slices."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpugov.control import reasons
-from gpugov.control.workload import PENDING, RUNNING, Job
+from gpugov.control.resources import GPUMEM
+from gpugov.control.workload import PENDING, REJECTED, RUNNING, Job
 from gpugov.model.cluster import NodeSpec
 from gpugov.model.request import PodRequest
 
@@ -41,18 +43,27 @@ def test_memory_slices_share_a_card_until_its_memory_is_gone() -> None:
     assert "GPU memory" in waiting.detail
 
 
-def test_untrusted_tenant_takes_a_whole_card_with_enough_memory() -> None:
+def test_untrusted_slice_is_refused_and_its_whole_gpu_takes_a_card_with_enough_memory() -> None:
     cluster = nodes(1, gpus=2, model="T4") + nodes(1, gpus=2, model="A100-SXM4-80GB")
     cluster[1] = type(cluster[1])("big", 64_000, 262_144, 2, "A100-SXM4-80GB")
     cp = plane([{"name": "ext"}], cluster,
                tenants=[{"namespace": "ns-ext", "queue": "ext", "trust": "untrusted"}])
-    mem_job(cp, "x", "ns-ext", 200, 40)  # a 40 GiB slice: no T4 (16 GiB) can hold it
-    cp.cycle(0)
+    # a soft slice gives soft isolation, below the untrusted tier's floor (hard): refused,
+    # not silently widened to a whole device
+    mem_job(cp, "x", "ns-ext", 200, 40)
     x = cp.jobs["x"]
-    assert x.status == RUNNING
-    assert cp.state.names[x.allocations[0].node] == "big"
-    assert x.allocations[0].milli == 1000  # untrusted: the whole device
-    assert cp.state.gpu_mem_free[x.allocations[0].node, x.allocations[0].devices[0]] == 0
+    assert x.status == REJECTED and x.blocked_by == "isolation"
+    assert "ask for a MIG profile or a whole GPU" in x.detail
+    mem_job(cp, "w", "ns-ext", 1000, 40)  # a whole GPU with 40 GiB: no T4 (16 GiB) holds it
+    cp.cycle(0)
+    w = cp.jobs["w"]
+    assert w.status == RUNNING
+    a = w.allocations[0]
+    assert cp.state.names[a.node] == "big" and a.milli == 1000
+    assert cp.state.gpu_mem_free[a.node, a.devices[0]] == 0
+    # the queue is charged the card it got, not the 40 GiB it named
+    card = int(cp.state.gpu_mem_cap[a.node, a.devices[0]])
+    assert cp.ledger.usage[cp.tree.index("ext"), GPUMEM] == card == 80 * GIB
 
 
 jobs_st = st.lists(st.tuples(

@@ -74,7 +74,8 @@ def _check_invariants(cp):
     # allocations within capacity, and the ledger matches the running jobs
     assert (cp.state.gpu_free >= 0).all() and (cp.state.cpu_free >= 0).all()
     assert (cp.state.gpu_free <= cp.state.gpu_cap).all()
-    used = sum((j.demand for j in cp.jobs.values() if j.status == RUNNING), np.zeros(3))
+    used = sum((j.charged for j in cp.jobs.values() if j.status == RUNNING),
+               np.zeros(len(cp.tree.resources)))
     top = cp.ledger.usage[cp.tree.top].sum(axis=0)
     assert np.allclose(top, used)
     assert cp.state.used_gpu_milli <= cp.state.total_gpu_milli

@@ -5,7 +5,7 @@ from __future__ import annotations
 from cp_helpers import gpus_used, job, nodes, plane, two_queues
 
 from gpugov.control import reasons
-from gpugov.control.workload import PENDING, RUNNING
+from gpugov.control.workload import PENDING, REJECTED, RUNNING
 
 
 def test_guaranteed_quota_reachable_within_one_cycle_after_burst():
@@ -170,11 +170,22 @@ def test_untrusted_tenant_never_shares_a_device():
     cp = plane([{"name": "ext"}, {"name": "int"}], nodes(1, gpus=2),
                tenants=[{"namespace": "ns-ext", "queue": "ext", "trust": "untrusted"},
                         {"namespace": "ns-int", "queue": "int", "trust": "internal"}])
-    job(cp, "x", "ns-ext", milli=300)
+    job(cp, "x", "ns-ext")  # a whole GPU
     job(cp, "i1", "ns-int", milli=300)
     job(cp, "i2", "ns-int", milli=300)
+    job(cp, "i3", "ns-int", milli=300)
+    slice_ = job(cp, "xs", "ns-ext", milli=300)  # a soft slice: below the tier's floor
     cp.cycle(0)
+    assert slice_.status == REJECTED and slice_.blocked_by == "isolation"
+    assert "ask for a MIG profile or a whole GPU" in slice_.detail
     x_dev = cp.jobs["x"].allocations[0].devices
-    others = {d for n in ("i1", "i2") for d in cp.jobs[n].allocations[0].devices}
-    assert x_dev[0] not in others
-    assert gpus_used(cp, "ext") == 1  # charged the whole device it blocks
+    others = {d for n in ("i1", "i2", "i3") for d in cp.jobs[n].allocations[0].devices}
+    assert x_dev[0] not in others and others == {1 - x_dev[0]}
+    assert gpus_used(cp, "ext") == 1
+    # the sealed device stays closed while x runs: a fourth slice waits for the shared one
+    cp.finish(cp.jobs["i1"])
+    job(cp, "i4", "ns-int", milli=800)
+    cp.cycle(1)
+    assert cp.jobs["i4"].status == PENDING
+
+

@@ -1,34 +1,40 @@
 """The control-plane config: queues (a quota tree), tenants, priority classes, knobs.
 
-YAML validated by pydantic. Every error names the field (as a path such as
-`queues[1].quota.gpux`), the bad value, and what is allowed; `load_config` gathers all of
-them into one `ConfigError` so a user fixes the file in one pass.
+YAML validated by pydantic (the models are in `control/schema.py`, re-exported here). Every
+error names the field (as a path such as `queues[1].quota.gpux`), the bad value, and what is
+allowed; `load_config` gathers all of them into one `ConfigError` so a user fixes the file in
+one pass.
 
-Units in YAML: `gpu` in GPUs (fractions allowed), `cpu` in cores, `memory` in GiB.
-Internally everything is a float vector [gpu milli, cpu milli, memory MiB] (see `RESOURCES`).
+Units in YAML: `gpu` in GPUs (fractions allowed), `cpu` in cores, `memory` and `gpumem` in
+GiB, `mig-<profile>` in instances (`control/resources.py`).
 """
 
 from __future__ import annotations
 
-import math
-import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import ValidationError
 
-from gpugov.model.isolation import TrustTier
+from gpugov.control.resources import RESOURCES, SCALE
+from gpugov.control.schema import (
+    BackfillConfig,
+    ControlConfig,
+    FairShareConfig,
+    PreemptionConfig,
+    PriorityClassConfig,
+    QueueConfig,
+    TenantConfig,
+    parse_duration,
+)
+from gpugov.control.tree import build_tree, reserve_problems
 from gpugov.model.validation import pydantic_problems, yaml_loader
 
-#: resource names accepted in YAML, in the order of internal vectors.
-RESOURCES: tuple[str, ...] = ("gpu", "cpu", "memory")
-#: YAML unit -> internal unit (GPUs -> milli, cores -> milli, GiB -> MiB).
-SCALE: tuple[float, ...] = (1000.0, 1000.0, 1024.0)
-
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
-_UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
+__all__ = ["RESOURCES", "SCALE", "BackfillConfig", "ConfigError", "ControlConfig",
+           "FairShareConfig", "PreemptionConfig", "PriorityClassConfig", "QueueConfig",
+           "TenantConfig", "load_config", "parse_config", "parse_duration", "validate_config"]
 
 
 class ConfigError(ValueError):
@@ -37,145 +43,6 @@ class ConfigError(ValueError):
     def __init__(self, source: str, problems: list[str]) -> None:
         self.source, self.problems = source, problems
         super().__init__(f"{source}: invalid config:\n  " + "\n  ".join(problems))
-
-
-def parse_duration(value: Any) -> float:
-    """Seconds from a number or a string like `90s`, `5m`, `1.5h`, `2d`."""
-    if isinstance(value, bool):
-        raise ValueError(f"{value!r} is not a duration; use seconds or e.g. '30s', '5m', '2h'")
-    if isinstance(value, int | float):
-        seconds = float(value)
-    else:
-        m = _DURATION.match(str(value))
-        if not m:
-            raise ValueError(
-                f"{value!r} is not a duration; use seconds or e.g. '30s', '5m', '2h', '1d'"
-            )
-        seconds = float(m.group(1)) * _UNIT_S[m.group(2)]
-    if not math.isfinite(seconds) or seconds < 0:
-        raise ValueError(f"{value!r} must be a finite duration >= 0")
-    return seconds
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
-
-
-def _check_resources(value: Any) -> dict[str, float]:
-    if value is None:
-        return {}
-    if not isinstance(value, Mapping):
-        raise ValueError(f"{value!r} must be a mapping of resource -> amount, "
-                         f"resources: {', '.join(RESOURCES)}")
-    out: dict[str, float] = {}
-    for key, amount in value.items():
-        if key not in RESOURCES:
-            raise ValueError(f"unknown resource {key!r}; allowed: {', '.join(RESOURCES)}")
-        if isinstance(amount, bool) or not isinstance(amount, int | float):
-            raise ValueError(f"{key}: {amount!r} is not a number; allowed: a number >= 0")
-        if not math.isfinite(amount) or amount < 0:
-            raise ValueError(f"{key}: {amount!r} is negative or not finite; allowed: >= 0")
-        out[str(key)] = float(amount)
-    return out
-
-
-class QueueConfig(_Strict):
-    """One node of the quota tree. Omitted caps mean "no cap"; omitted quota means 0."""
-
-    name: str = Field(min_length=1)
-    parent: str | None = None
-    quota: dict[str, float] = Field(default_factory=dict)
-    limit: dict[str, float] | None = None
-    borrowing_limit: dict[str, float] | None = Field(None, alias="borrowingLimit")
-    lending_limit: dict[str, float] | None = Field(None, alias="lendingLimit")
-    weight: float = Field(1.0, ge=0, allow_inf_nan=False)
-    priority: int = 0
-
-    @field_validator("quota", "limit", "borrowing_limit", "lending_limit", mode="before")
-    @classmethod
-    def _resources(cls, value: Any) -> dict[str, float] | None:
-        return None if value is None else _check_resources(value)
-
-
-class TenantConfig(_Strict):
-    """A Kubernetes namespace mapped to a leaf queue, with a trust tier."""
-
-    namespace: str = Field(min_length=1)
-    queue: str = Field(min_length=1)
-    trust: TrustTier = TrustTier.INTERNAL
-
-
-class PriorityClassConfig(_Strict):
-    """A named priority; `preemptible` is independent of the value (unlike KAI's < 100)."""
-
-    name: str = Field(min_length=1)
-    value: int
-    preemptible: bool = True
-    min_runtime: float = Field(0.0, alias="minRuntime")
-
-    @field_validator("min_runtime", mode="before")
-    @classmethod
-    def _duration(cls, value: Any) -> float:
-        return parse_duration(value)
-
-
-class FairShareConfig(_Strict):
-    """Optional usage history: surplus moves away from queues that used a lot recently."""
-
-    history_window: float = Field(0.0, alias="historyWindow")
-    half_life: float = Field(0.0, alias="halfLife")
-    k: float = Field(1.0, ge=0, allow_inf_nan=False)
-
-    @field_validator("history_window", "half_life", mode="before")
-    @classmethod
-    def _duration(cls, value: Any) -> float:
-        return parse_duration(value)
-
-
-class BackfillConfig(_Strict):
-    """Head-of-line protection: a blocked head reserves nodes after `headGrace`."""
-
-    head_grace: float = Field(0.0, alias="headGrace")
-    max_reservations: int = Field(16, ge=0, alias="maxReservations")
-
-    @field_validator("head_grace", mode="before")
-    @classmethod
-    def _duration(cls, value: Any) -> float:
-        return parse_duration(value)
-
-
-class PreemptionConfig(_Strict):
-    """Preemption is on by default (inert defaults are a known failure of other systems)."""
-
-    enabled: bool = True
-    max_attempts: int = Field(64, ge=0, alias="maxAttemptsPerCycle")
-    max_victim_candidates: int = Field(256, ge=1, alias="maxVictimCandidates")
-
-
-class ControlConfig(_Strict):
-    """The whole file. Cross-field rules live in `validate_config`."""
-
-    queues: list[QueueConfig] = Field(min_length=1)
-    tenants: list[TenantConfig] = Field(default_factory=list)
-    priority_classes: list[PriorityClassConfig] = Field(
-        default_factory=lambda: [PriorityClassConfig(name="default", value=0)],
-        alias="priorityClasses",
-    )
-    fair_share: FairShareConfig = Field(default_factory=FairShareConfig, alias="fairShare")
-    backfill: BackfillConfig = Field(default_factory=BackfillConfig)
-    preemption: PreemptionConfig = Field(default_factory=PreemptionConfig)
-
-    def priority_class(self, name: str | None) -> PriorityClassConfig:
-        """The class called `name`; empty/None means the class with the lowest value."""
-        if not name:
-            return min(self.priority_classes, key=lambda c: (c.value, c.name))
-        for c in self.priority_classes:
-            if c.name == name:
-                return c
-        allowed = ", ".join(c.name for c in self.priority_classes)
-        raise KeyError(f"unknown priority class {name!r}; allowed: {allowed}")
-
-
 
 
 def validate_config(cfg: ControlConfig, where: _Where | None = None) -> list[str]:
@@ -220,8 +87,8 @@ def validate_config(cfg: ControlConfig, where: _Where | None = None) -> list[str
     for i, q in enumerate(cfg.queues):
         at = f"queues[{w.queues[i]}]"
         kids = children.get(q.name, [])
-        for r in RESOURCES:
-            if r not in q.quota or not kids:
+        for r in q.quota:
+            if not kids:
                 continue
             total = sum(k.quota.get(r, 0.0) for k in kids)
             if total > q.quota[r] + 1e-9:
@@ -332,8 +199,6 @@ def parse_config(data: Any, source: str = "<config>") -> ControlConfig:
         raise ConfigError(source, problems) from None
     problems = validate_config(cfg)
     if not problems:  # the tree is sound: check what only its arrays show
-        from gpugov.control.tree import build_tree, reserve_problems
-
         problems = reserve_problems(build_tree(cfg))
     if problems:
         raise ConfigError(source, problems)

@@ -1,4 +1,4 @@
-"""The control plane's state and its scheduling cycle.
+"""The control plane and its scheduling cycle.
 
 A cycle: (1) fair shares from usage + pending demand; (2) allocate: leaf queues are served
 from a heap keyed by their dominant share relative to fair share (lowest first), one job at
@@ -6,6 +6,7 @@ a time, jobs within a queue by priority then submit time; every pending job is c
 once per cycle (not one head per queue), so throughput does not fall with queue depth;
 (3) a blocked head within its fair share reserves nodes so backfill cannot starve it;
 (4) preemption for jobs still blocked (see preemption.py). Pure: `now` is an input.
+The state between cycles (jobs, ledger, reservations) is `bookkeeping.Bookkeeping`.
 
 Reservations are live by construction: they are disjoint, each can hold all of its owner's
 pods on its own (a reservation that could not is never made, or is dropped), and a node
@@ -21,202 +22,33 @@ from __future__ import annotations
 import heapq
 from bisect import bisect_left
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 
 import numpy as np
 
 from gpugov.control import reasons
-from gpugov.control.config import ControlConfig
-from gpugov.control.fairshare import EPS, dominant_ratio, fair_shares
-from gpugov.control.gang import (
-    fits_empty_cluster,
-    pick_reservation,
-    place_job,
-    release_job,
+from gpugov.control.bookkeeping import (
+    Bookkeeping,
+    set_placement_reason,
+    set_quota_reason,
 )
-from gpugov.control.history import UsageHistory
-from gpugov.control.quota import Ledger, QuotaVerdict
-from gpugov.control.tree import QueueTree, build_tree
-from gpugov.control.workload import FINISHED, PENDING, REJECTED, RUNNING, Job
+from gpugov.control.fairshare import EPS
+from gpugov.control.gang import pick_reservation, place_job, release_allocations
+from gpugov.control.outcome import CycleResult, PreemptionEvent
+from gpugov.control.preemption import preempt_for_blocked
+from gpugov.control.quota import QuotaVerdict
+from gpugov.control.schema import ControlConfig
+from gpugov.control.workload import PENDING, Job
 from gpugov.model.cluster import ClusterState
-from gpugov.placement.base import Policy
-from gpugov.placement.engine import Placer
+
+__all__ = ["ControlPlane", "CycleResult", "PreemptionEvent", "new_control_plane",
+           "set_placement_reason", "set_quota_reason", "submit_all"]
 
 
-@dataclass(frozen=True, slots=True)
-class PreemptionEvent:
-    victim: str
-    victim_queue: str
-    preemptor: str
-    preemptor_queue: str
-    kind: str  # "preempt" (same queue, priority) or "reclaim" (across queues)
-
-
-@dataclass
-class CycleResult:
-    started: list[Job] = field(default_factory=list)
-    preempted: list[PreemptionEvent] = field(default_factory=list)
-    considered: int = 0
-    fair: np.ndarray | None = None
-    skipped: bool = False  # provably the same as the previous, quiet, cycle (see cycle())
-
-
-class ControlPlane:
-    """Queues, quotas and running work over one cluster state and one placer."""
-
-    def __init__(self, cfg: ControlConfig, state: ClusterState, policy: Policy,
-                 priority: np.ndarray | None = None) -> None:
-        self.cfg = cfg
-        self.tree: QueueTree = build_tree(cfg)
-        self.state = state
-        self.placer = Placer(state, policy, priority)
-        gpu = float(state.gpu_cap.sum())
-        capacity = np.array([gpu, float(state.cpu_cap.sum()), float(state.mem_cap.sum())])
-        self.capacity = capacity
-        self.ledger = Ledger(self.tree, capacity)
-        self._empty_ledger = Ledger(self.tree, capacity)  # admission on an idle cluster
-        self.jobs: dict[str, Job] = {}
-        self.backlog: list[list[Job]] = [[] for _ in self.tree.names]
-        self.pending_demand = np.zeros_like(self.ledger.usage)
-        self.running: list[dict[str, Job]] = [{} for _ in self.tree.names]
-        self.reservations: dict[str, np.ndarray] = {}  # owner job -> node indexes
-        self._res_version = 0  # bumped on every change of `reservations`
-        self.history = UsageHistory(cfg.fair_share.history_window, cfg.fair_share.half_life)
-        self.fair = np.zeros_like(self.ledger.usage)
-        self._seq = 0
-        self._dirty = [False] * len(self.tree)
-        # Speed switch (decisions are identical either way; tests compare both): caches
-        # inside a cycle and skipping cycles that provably decide nothing new.
-        self.fast = True
-        self.skipped = 0  # cycles skipped by the fast path
-        self._mutations = 0  # bumped by every change of jobs, usage or backlog
-        self._quiet: tuple[int, np.ndarray, float] | None = None
-
-    # -- lifecycle of jobs -----------------------------------------------------------------
-    def submit(self, job: Job) -> Job:
-        """Queue a job, or reject it now if it could never run (reason says why)."""
-        if job.name in self.jobs:
-            raise ValueError(f"duplicate job name {job.name!r}")
-        if not self.tree.is_leaf[job.leaf]:
-            raise ValueError(f"job {job.name}: queue {self.tree.names[job.leaf]} is not a leaf")
-        job.seq = self._seq
-        self._seq += 1
-        self.jobs[job.name] = job
-        why = self._never_fits(job)
-        if why:
-            job.status, job.reason, job.detail = REJECTED, reasons.REJECTED, why
-            return job
-        job.status, job.reason, job.detail = PENDING, reasons.NOT_TRIED, ""
-        self._enqueue(job)
-        return job
-
-    def _never_fits(self, job: Job) -> str:
-        """Why `job` could never run here, or "".
-
-        Two exact tests: all its pods fit the empty cluster, and the quota ledger admits it
-        when nothing runs at all (so idle reserves of other queues that no usage can ever
-        free are counted, not only the job's own caps).
-        """
-        if not fits_empty_cluster(self.state, job):
-            return (f"no node of this cluster could hold its {job.pods} pod(s) even when empty "
-                    f"({job.request.gpu_count} GPU x {job.request.gpu_milli} milli, "
-                    f"{job.request.cpu_milli} mCPU, {job.request.memory_mib} MiB)")
-        v = self._empty_ledger.check(job.leaf, job.demand, job.pinned)
-        if v is not None:
-            return f"its queues could not admit it even with nothing running: {v.describe()}"
-        return ""
-
-    def _enqueue(self, job: Job) -> None:
-        self._mutations += 1
-        self.backlog[job.leaf].append(job)
-        self._dirty[job.leaf] = True
-        self.pending_demand[job.leaf] += job.demand
-
-    def _start(self, job: Job, allocations: list, now: float) -> None:
-        self._mutations += 1
-        job.status, job.start, job.allocations = RUNNING, now, allocations
-        job.attempt += 1
-        job.reason = job.detail = ""
-        self.ledger.add(job.leaf, job.demand, job.pinned)
-        self.pending_demand[job.leaf] -= job.demand
-        self.running[job.leaf][job.name] = job
-        self._drop_reservation(job.name)
-
-    def _drop_reservation(self, name: str) -> None:
-        if self.reservations.pop(name, None) is not None:
-            self._res_version += 1
-
-    def finish(self, job: Job) -> None:
-        """The job left (completed or deleted): give its resources back."""
-        self._mutations += 1
-        if job.status == RUNNING:
-            release_job(self.state, job)
-            self.ledger.remove(job.leaf, job.demand, job.pinned)
-            del self.running[job.leaf][job.name]
-        elif job.status == PENDING:
-            self.backlog[job.leaf].remove(job)
-            self.pending_demand[job.leaf] -= job.demand
-            self._drop_reservation(job.name)
-        job.status, job.allocations = FINISHED, []
-
-    def evict(self, job: Job, released: bool = False) -> None:
-        """Preempted: resources back, job back in its queue at its original position."""
-        self._mutations += 1
-        if not released:
-            release_job(self.state, job)
-            self.ledger.remove(job.leaf, job.demand, job.pinned)
-        del self.running[job.leaf][job.name]
-        job.status, job.allocations = PENDING, []
-        job.preemptions += 1
-        job.reason, job.detail = reasons.NOT_TRIED, ""
-        if any(j is job for j in self.backlog[job.leaf]):
-            # started earlier in this same cycle: still listed (the list is pruned at the
-            # end of the cycle), so it must not be queued twice
-            self._mutations += 1
-            self.pending_demand[job.leaf] += job.demand
-            self._dirty[job.leaf] = True
-            return
-        self._enqueue(job)
-
-    # -- views -----------------------------------------------------------------------------
-    def demand(self) -> np.ndarray:
-        """Subtree demand [Q, R]: usage plus pending requests."""
-        pend = np.zeros_like(self.pending_demand)
-        for leaf in np.flatnonzero(self.tree.is_leaf):
-            if self.pending_demand[leaf].any():
-                pend[self.tree.paths[leaf]] += self.pending_demand[leaf]
-        return self.ledger.usage + pend
-
-    def pending(self, leaf: int) -> list[Job]:
-        """Pending jobs of a leaf queue in their order (priority, then submit time)."""
-        if self._dirty[leaf]:
-            self.backlog[leaf].sort(key=lambda j: j.order_key)
-            self._dirty[leaf] = False
-        return self.backlog[leaf]
-
-    def ratio(self, leaf: int) -> float:
-        gov = self.tree.governed
-        return dominant_ratio(self.ledger.usage[leaf][gov], self.fair[leaf][gov])
-
-    def reservation_owners(self) -> list[str]:
-        """Owners of reservations in job order (the first one is closed out of nothing)."""
-        return sorted(self.reservations, key=lambda n: self.jobs[n].order_key)
-
-    # -- the cycle -------------------------------------------------------------------------
-    def refresh_fair_share(self, now: float) -> np.ndarray:
-        """Fair shares from the current demand; drivers also call it between cycles (after a
-        departure with nothing pending) so reported fair shares never go stale."""
-        if self.history.enabled:
-            self.history.observe(now, self.ledger.usage)
-        hist = self.history.value(now) if self.history.enabled else None
-        self.fair = fair_shares(self.tree, self.demand(), self.capacity, hist,
-                                self.cfg.fair_share.k)
-        return self.fair
+class ControlPlane(Bookkeeping):
+    """The control plane: `Bookkeeping` plus the scheduling cycle."""
 
     def cycle(self, now: float) -> CycleResult:
         """One scheduling cycle at time `now`."""
-        from gpugov.control.preemption import preempt_for_blocked
-
         result = CycleResult()
         result.fair = self.refresh_fair_share(now)
         if self._same_as_quiet(now):
@@ -230,7 +62,7 @@ class ControlPlane:
         alloc = _Allocator(self, now, result)
         alloc.run()
         if self.cfg.preemption.enabled and self.cfg.preemption.max_attempts > 0:
-            preempt_for_blocked(self, now, result, alloc)
+            preempt_for_blocked(self, now, result, alloc.exclusion_for)
         for leaf, jobs in enumerate(self.backlog):
             if any(j.status != PENDING for j in jobs):
                 self.backlog[leaf] = [j for j in jobs if j.status == PENDING]
@@ -349,7 +181,12 @@ class _Allocator:
             return False
         res = place_job(cp.placer, job, self.closed[k - 1] if k else None)
         if res.allocations is not None:
-            cp._start(job, res.allocations, self.now)
+            charged, verdict = cp.check_charge(job, res.allocations)
+            if verdict is not None:  # the card it got costs more than its queue may hold
+                release_allocations(cp.state, job.request, res.allocations)
+                set_quota_reason(cp, job, verdict)
+                return False
+            cp._start(job, res.allocations, self.now, charged)
             self.result.started.append(job)
             self.quota_ok.clear()
             self.quota_words.clear()
@@ -439,43 +276,6 @@ class _Allocator:
     def _key(self, leaf: int) -> tuple[float, int, str, int]:
         cp = self.cp
         return (cp.ratio(leaf), -int(cp.tree.priority[leaf]), cp.tree.names[leaf], leaf)
-
-
-def set_quota_reason(cp: ControlPlane, job: Job, verdict: QuotaVerdict) -> None:
-    if verdict.kind == "capacity" and not _others_hold(cp, job.leaf):
-        job.reason = reasons.NO_NODE
-        job.detail = f"the cluster is full: {verdict.describe()}"
-    elif verdict.kind == "capacity":
-        job.reason = reasons.FAIR_SHARE
-        u = cp.ledger.usage[job.leaf, 0] / 1000
-        f = cp.fair[job.leaf, 0] / 1000
-        job.detail = (f"{verdict.describe()}; queue {cp.tree.names[job.leaf]} uses "
-                      f"{u:g} GPUs with fair share {f:g}")
-    else:
-        job.reason, job.detail = reasons.OVER_QUOTA, verdict.describe()
-
-
-def _others_hold(cp: ControlPlane, leaf: int) -> bool:
-    """Do queues outside `leaf`'s top-level queue hold any GPU capacity?"""
-    top = cp.tree.paths[leaf][-1]
-    return bool(cp.ledger.top_held[0] - cp.ledger.held[top, 0] > 1e-6)
-
-
-def set_placement_reason(cp: ControlPlane, job: Job, placed: int, engine_reason: str,
-                         ahead: Sequence[str] = ()) -> None:
-    """`ahead`: owners (in job order) of the reservations closed to `job`."""
-    if engine_reason == "reserved":
-        job.reason, job.detail = reasons.PRIORITY, reasons.NODE_WORDS["reserved"]
-        if ahead:
-            more = f" and {len(ahead) - 3} more" if len(ahead) > 3 else ""
-            job.detail += f" ({', '.join(ahead[:3])}{more})"
-    elif placed > 0:
-        job.reason = reasons.GANG
-        job.detail = (f"only {placed} of its {job.pods} pods fit at once "
-                      f"({reasons.NODE_WORDS.get(engine_reason, engine_reason)})")
-    else:
-        job.reason = reasons.NO_NODE
-        job.detail = reasons.NODE_WORDS.get(engine_reason, engine_reason)
 
 
 def submit_all(cp: ControlPlane, jobs: Sequence[Job]) -> None:

@@ -9,6 +9,7 @@ starve it; only the owner and jobs ahead of it may place there (see cycle.py).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from weakref import WeakKeyDictionary
 
 import numpy as np
 
@@ -16,7 +17,7 @@ from gpugov.control.workload import Job
 from gpugov.model.catalog import MILLI_PER_GPU
 from gpugov.model.cluster import ClusterState
 from gpugov.model.request import Allocation, PodRequest
-from gpugov.placement.engine import Placer
+from gpugov.placement.engine import Placer, allocation_for
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,8 +48,13 @@ def place_job(placer: Placer, job: Job, exclude: np.ndarray | None,
 
 
 def release_job(state: ClusterState, job: Job) -> None:
-    for a in reversed(job.allocations):
-        state.release(job.request, a)
+    release_allocations(state, job.request, job.allocations)
+
+
+def release_allocations(state: ClusterState, req: PodRequest,
+                        allocations: list[Allocation]) -> None:
+    for a in reversed(allocations):
+        state.release(req, a)
 
 
 def restore_job(state: ClusterState, job: Job) -> None:
@@ -58,7 +64,13 @@ def restore_job(state: ClusterState, job: Job) -> None:
 
 
 def pods_per_node(state: ClusterState, req: PodRequest, free: bool) -> np.ndarray:
-    """How many pods of `req` fit on each node: in its free capacity, or when empty."""
+    """How many pods of `req` fit on each node: in its free capacity, or when empty.
+
+    Exact for the trace engine's requests (whole GPUs and soft slices on soft devices); for
+    any other request or cluster a lower bound: one pod per `gpu_count` devices that could
+    take it (a MIG device or a replica device may hold more)."""
+    if not state._fast(req):
+        return _general_pods_per_node(state if free else empty_twin(state), req)
     cpu = state.cpu_free if free else state.cpu_cap
     mem = state.mem_free if free else state.mem_cap
     big = np.iinfo(np.int64).max // 4
@@ -75,9 +87,60 @@ def pods_per_node(state: ClusterState, req: PodRequest, free: bool) -> np.ndarra
     return n
 
 
+def _general_pods_per_node(state: ClusterState, req: PodRequest) -> np.ndarray:
+    big = np.iinfo(np.int64).max // 4
+    n = np.minimum(state.cpu_free // req.cpu_milli if req.cpu_milli else big,
+                   state.mem_free // req.memory_mib if req.memory_mib else big)
+    ok = state.feasible(req)
+    if req.gpu_count:
+        devices = state.device_fits(req).sum(axis=1)
+        n = np.minimum(n, devices // req.gpu_count)
+    return np.where(ok, n, 0)
+
+
+#: an empty copy of each state (same nodes, nothing allocated), made when first asked for
+_EMPTY: WeakKeyDictionary[ClusterState, ClusterState] = WeakKeyDictionary()
+
+
+def empty_twin(state: ClusterState) -> ClusterState:
+    """The same cluster with nothing running (built once per state; callers that change it
+    must put it back with snapshot/restore)."""
+    twin = _EMPTY.get(state)
+    if twin is None:
+        twin = _EMPTY[state] = ClusterState(state.nodes)
+    return twin
+
+
+def empty_cluster_fit(state: ClusterState, job: Job) -> tuple[int, str]:
+    """(pods of `job` the empty cluster holds at once, up to all; the `REASONS` code of the
+    first that does not fit, "" when all do). Whole GPUs and soft slices on soft devices:
+    exact; other modes: first fit on an empty copy of the cluster."""
+    req = job.request
+    if state._fast(req):
+        fit = int(pods_per_node(state, req, free=False).sum())
+        if fit >= job.pods:
+            return job.pods, ""
+        if fit == 0:
+            return 0, empty_twin(state).failure_reason(req)
+        return fit, "gpu" if req.is_gpu else "cpu"
+    empty = empty_twin(state)
+    snap = empty.snapshot()
+    try:
+        for placed in range(job.pods):
+            nodes = np.flatnonzero(empty.feasible(req))
+            if not len(nodes):
+                return placed, empty.failure_reason(req)
+            n = int(nodes[0])
+            devs = np.flatnonzero(empty.device_fits(req, np.array([n]))[0])[:req.gpu_count]
+            empty.allocate(req, allocation_for(empty, req, n, tuple(int(d) for d in devs)))
+        return job.pods, ""
+    finally:
+        empty.restore(snap)
+
+
 def fits_empty_cluster(state: ClusterState, job: Job) -> bool:
     """Could the job ever run here (all pods at once on an empty cluster)?"""
-    return int(pods_per_node(state, job.request, free=False).sum()) >= job.pods
+    return empty_cluster_fit(state, job)[0] >= job.pods
 
 
 def pick_reservation(placer: Placer, job: Job, taken: np.ndarray) -> np.ndarray:

@@ -13,22 +13,33 @@ priority value, past their minRuntime.
 Never a victim: a job started in the same cycle (at the same `now`).
 Victims are whole jobs (whole gangs), chosen greedily in a fixed order and then minimised
 (Kueue style: walk back and spare any victim J can do without); J must fit afterwards in a
-simulation on the live state, otherwise nothing changes.
+simulation on the live state, otherwise nothing changes. The simulation releases victims'
+real allocations (MIG instances, replicas, GPU memory: `ClusterState.release`) and places J
+with its real request; quotas are checked with what J's placement would charge and what the
+victims hold (`Job.charged`).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
 
 import numpy as np
 
 from gpugov.control import reasons
+from gpugov.control.bookkeeping import Bookkeeping as ControlPlane
 from gpugov.control.fairshare import EPS, dominant_ratio
-from gpugov.control.gang import place_job, pods_per_node, release_job, restore_job
+from gpugov.control.gang import (
+    place_job,
+    pods_per_node,
+    release_allocations,
+    release_job,
+    restore_job,
+)
+from gpugov.control.outcome import CycleResult, PreemptionEvent
 from gpugov.control.workload import PENDING, Job
 
-if TYPE_CHECKING:
-    from gpugov.control.cycle import ControlPlane, CycleResult, _Allocator
+#: nodes closed to a job by reservations of jobs ahead of it (None: none)
+Exclusion = Callable[[Job], "np.ndarray | None"]
 
 PREEMPTABLE_REASONS = (reasons.NO_NODE, reasons.GANG, reasons.FAIR_SHARE, reasons.OVER_QUOTA)
 
@@ -82,31 +93,36 @@ def reclaim_candidates(cp: ControlPlane, job: Job, now: float) -> list[Job]:
 def _reclaim_allowed(cp: ControlPlane, job: Job, victim: Job) -> bool:
     """Rules (c) and (d) given the victims already taken out of the ledger."""
     usage, tree = cp.ledger.usage, cp.tree
-    frees = (victim.demand > 0) & tree.governed
+    frees = (victim.charged > 0) & tree.governed
     gov = tree.governed
     for a in tree.lca_path(victim.leaf, job.leaf):
-        left = usage[a] - victim.demand
+        left = usage[a] - victim.charged
         if (left[frees] < tree.quota[a][frees] - EPS).any():
             return False
     mine = dominant_ratio((usage[job.leaf] + job.demand)[gov], cp.fair[job.leaf][gov])
-    theirs = dominant_ratio((usage[victim.leaf] - victim.demand)[gov], cp.fair[victim.leaf][gov])
+    theirs = dominant_ratio((usage[victim.leaf] - victim.charged)[gov],
+                            cp.fair[victim.leaf][gov])
     return mine <= theirs + EPS
 
 
 def _fits(cp: ControlPlane, job: Job, exclude: np.ndarray | None) -> bool:
+    """Would `job` pass its quota and be placed now (and its placement's charge pass too)?"""
     if cp.ledger.check(job.leaf, job.demand, job.pinned) is not None:
         return False
-    return place_job(cp.placer, job, exclude, commit=False).allocations is not None
+    res = place_job(cp.placer, job, exclude, commit=False)
+    if res.allocations is None:
+        return False
+    return cp.check_charge(job, res.allocations)[1] is None
 
 
 def _take(cp: ControlPlane, v: Job) -> None:
     release_job(cp.state, v)
-    cp.ledger.remove(v.leaf, v.demand, v.pinned)
+    cp.ledger.remove(v.leaf, v.charged, v.pinned)
 
 
 def _give_back(cp: ControlPlane, v: Job) -> None:
     restore_job(cp.state, v)
-    cp.ledger.add(v.leaf, v.demand, v.pinned)
+    cp.ledger.add(v.leaf, v.charged, v.pinned)
 
 
 def find_victims(cp: ControlPlane, job: Job, cands: list[Job], reclaim: bool,
@@ -140,8 +156,6 @@ def find_victims(cp: ControlPlane, job: Job, cands: list[Job], reclaim: bool,
 def try_preempt(cp: ControlPlane, job: Job, now: float, result: CycleResult,
                 exclude: np.ndarray | None) -> bool:
     """Reclaim first, then same-queue priority preemption; commit only if `job` fits."""
-    from gpugov.control.cycle import PreemptionEvent
-
     attempts = []
     if job.reason != reasons.OVER_QUOTA:
         attempts.append(("reclaim", reclaim_candidates(cp, job, now)))
@@ -155,7 +169,11 @@ def try_preempt(cp: ControlPlane, job: Job, now: float, result: CycleResult,
         for v in victims:
             _take(cp, v)
         res = place_job(cp.placer, job, exclude)
-        if res.allocations is None:  # cannot happen with deterministic policies
+        charged, verdict = (None, None) if res.allocations is None else \
+            cp.check_charge(job, res.allocations)
+        if res.allocations is None or verdict is not None:  # not with deterministic policies
+            if res.allocations is not None:
+                release_allocations(cp.state, job.request, res.allocations)
             for v in reversed(victims):
                 _give_back(cp, v)
             continue
@@ -163,14 +181,14 @@ def try_preempt(cp: ControlPlane, job: Job, now: float, result: CycleResult,
             cp.evict(v, released=True)
             result.preempted.append(PreemptionEvent(
                 v.name, cp.tree.names[v.leaf], job.name, cp.tree.names[job.leaf], kind))
-        cp._start(job, res.allocations, now)
+        cp._start(job, res.allocations, now, charged)
         result.started.append(job)
         return True
     return False
 
 
 def preempt_for_blocked(cp: ControlPlane, now: float, result: CycleResult,
-                        alloc: _Allocator) -> None:
+                        exclusion_for: Exclusion) -> None:
     """Queues in fairness order; per queue its blocked jobs in order until one fails."""
     budget = cp.cfg.preemption.max_attempts
     leaves = [int(q) for q in np.flatnonzero(cp.tree.is_leaf) if cp.backlog[int(q)]]
@@ -182,5 +200,5 @@ def preempt_for_blocked(cp: ControlPlane, now: float, result: CycleResult,
             if job.status != PENDING or job.reason not in PREEMPTABLE_REASONS:
                 continue
             budget -= 1
-            if not try_preempt(cp, job, now, result, alloc.exclusion_for(job)):
+            if not try_preempt(cp, job, now, result, exclusion_for(job)):
                 break

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gpugov.control.config import RESOURCES, SCALE
-from gpugov.control.tree import QueueTree
+from gpugov.control.resources import MIG_PREFIX, scale, unit
+from gpugov.control.tree import QueueTree, held_amounts
 
 EPS = 1e-6
 
@@ -38,21 +38,25 @@ class QuotaVerdict:
     using: float | None = None
 
     def describe(self) -> str:
-        r = RESOURCES.index(self.resource)
-        unit = {"gpu": "GPUs", "cpu": "cores", "memory": "GiB"}[self.resource]
-        held, cap = self.would_hold / SCALE[r], self.allowed / SCALE[r]
-        using = held if self.using is None else self.using / SCALE[r]
+        k = scale(self.resource)
+        unit_ = unit(self.resource)
+        if self.resource.startswith(MIG_PREFIX):
+            unit_ = f"{self.resource} instances"
+        elif self.resource == "gpumem":
+            unit_ = "GiB of GPU memory (gpumem)"
+        held, cap = self.would_hold / k, self.allowed / k
+        using = held if self.using is None else self.using / k
         split = ""
         if held - using > 1e-9:
             split = (f" ({using:g} in use or asked for + {held - using:g} idle reserve "
                      f"that is never lent)")
         if self.kind == "capacity":
-            return (f"cluster {self.resource} is held by the queues: {held:g} {unit} would "
+            return (f"cluster {self.resource} is held by the queues: {held:g} {unit_} would "
                     f"be held{split}, the cluster has {cap:g}")
         if self.kind == "in-quota":
             return (f"non-preemptible work may only use guaranteed quota: queue {self.queue} "
-                    f"would use {held:g} of quota {cap:g} {unit}")
-        return f"queue {self.queue} would hold {held:g} {unit}{split}, above its cap {cap:g}"
+                    f"would use {held:g} of quota {cap:g} {unit_}")
+        return f"queue {self.queue} would hold {held:g} {unit_}{split}, above its cap {cap:g}"
 
 
 class Ledger:
@@ -61,24 +65,13 @@ class Ledger:
     def __init__(self, tree: QueueTree, capacity: np.ndarray) -> None:
         self.tree = tree
         self.capacity = np.asarray(capacity, dtype=np.float64)
-        q, r = len(tree), len(RESOURCES)
+        q, r = len(tree), len(tree.resources)
         self.usage = np.zeros((q, r))
         self.pinned = np.zeros((q, r))  # usage by non-preemptible jobs
         self.reserve = tree.reserve.copy()
         self.cap = tree.cap.copy()
-        self.held = self.reserve.copy()
-        self.child_held = np.zeros((q, r))
-        self._recompute_held()
+        self.held, self.child_held = held_amounts(tree, self.usage)
         self.top_held = self.held[tree.top].sum(axis=0)
-
-    def _recompute_held(self) -> None:
-        for i in sorted(range(len(self.tree)), key=lambda j: -len(self.tree.paths[j])):
-            kids = self.tree.children[i]
-            if kids:
-                self.child_held[i] = self.held[kids].sum(axis=0)
-                self.held[i] = np.maximum(self.reserve[i], self.child_held[i])
-            else:
-                self.held[i] = np.maximum(self.reserve[i], self.usage[i])
 
     def _walk(self, leaf: int, demand: np.ndarray
               ) -> tuple[list[tuple[int, np.ndarray]], np.ndarray]:
@@ -102,21 +95,23 @@ class Ledger:
             bad = need & (new > self.cap[a] + EPS)
             if bad.any():
                 r = int(np.flatnonzero(bad)[0])
-                return QuotaVerdict("cap", self.tree.names[a], RESOURCES[r], float(new[r]),
-                                    float(self.cap[a, r]), float(self.usage[a, r] + demand[r]))
+                return QuotaVerdict("cap", self.tree.names[a], self.tree.resources.names[r],
+                                    float(new[r]), float(self.cap[a, r]),
+                                    float(self.usage[a, r] + demand[r]))
         if pinned:
             for a in self.tree.paths[leaf]:
                 bad = need & (self.pinned[a] + demand > self.tree.quota[a] + EPS)
                 if bad.any():
                     r = int(np.flatnonzero(bad)[0])
-                    return QuotaVerdict("in-quota", self.tree.names[a], RESOURCES[r],
+                    return QuotaVerdict("in-quota", self.tree.names[a],
+                                        self.tree.resources.names[r],
                                         float(self.pinned[a, r] + demand[r]),
                                         float(self.tree.quota[a, r]))
         bad = need & (top > self.capacity + EPS)
         if bad.any():
             r = int(np.flatnonzero(bad)[0])
             using = self.usage[self.tree.top, r].sum() + demand[r]
-            return QuotaVerdict("capacity", "", RESOURCES[r], float(top[r]),
+            return QuotaVerdict("capacity", "", self.tree.resources.names[r], float(top[r]),
                                 float(self.capacity[r]), float(using))
         return None
 

@@ -11,17 +11,18 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gpugov.control.config import RESOURCES, SCALE, ControlConfig, QueueConfig
+from gpugov.control.resources import ResourceSet
+from gpugov.control.schema import ControlConfig, QueueConfig
 from gpugov.model.isolation import TrustTier
 
 INF = float("inf")
 
 
-def _vec(res: dict[str, float] | None, default: float) -> np.ndarray:
-    out = np.full(len(RESOURCES), default, dtype=np.float64)
-    for i, r in enumerate(RESOURCES):
+def _vec(rs: ResourceSet, res: dict[str, float] | None, default: float) -> np.ndarray:
+    out = np.full(len(rs), default, dtype=np.float64)
+    for i, r in enumerate(rs.names):
         if res is not None and r in res:
-            out[i] = res[r] * SCALE[i]
+            out[i] = res[r] * rs.scale[i]
     return out
 
 
@@ -41,6 +42,8 @@ class QueueTree:
     tenants: dict[str, tuple[int, TrustTier]]  # namespace -> (leaf, trust)
     #: resources some queue sets a quota or cap for; the others are not governed at all
     governed: np.ndarray  # bool[R]
+    #: the columns: `resources.RESOURCES`, then every MIG profile the config names
+    resources: ResourceSet
 
     @property
     def cap(self) -> np.ndarray:
@@ -100,7 +103,10 @@ def build_tree(cfg: ControlConfig) -> QueueTree:
     for i, p in enumerate(parent):
         if p >= 0:
             children[p].append(i)
-    quota = np.stack([_vec(q.quota, 0.0) for q in qs])
+    mentioned = {r for q in qs for m in (q.quota, q.limit, q.borrowing_limit, q.lending_limit)
+                 for r in (m or {})}
+    rs = ResourceSet.of(mentioned)
+    quota = np.stack([_vec(rs, q.quota, 0.0) for q in qs])
     # parents that omit a resource's quota inherit their children's sum (deepest first)
     depth = [0] * len(qs)
     for i in range(len(qs)):
@@ -110,7 +116,7 @@ def build_tree(cfg: ControlConfig) -> QueueTree:
             p = parent[p]
     for i in sorted(range(len(qs)), key=lambda j: -depth[j]):
         if children[i]:
-            for r, name in enumerate(RESOURCES):
+            for r, name in enumerate(rs.names):
                 if name not in qs[i].quota:
                     quota[i, r] = quota[children[i], r].sum()
     paths = []
@@ -121,25 +127,37 @@ def build_tree(cfg: ControlConfig) -> QueueTree:
             p = parent[p]
         paths.append(path)
     tenants = {t.namespace: (idx[t.queue], t.trust) for t in cfg.tenants}
-    mentioned = {r for q in qs for m in (q.quota, q.limit, q.borrowing_limit, q.lending_limit)
-                 for r in (m or {})}
-    governed = np.array([r in mentioned or (r == "gpu" and not mentioned) for r in RESOURCES])
+    governed = np.array([r in mentioned or (r == "gpu" and not mentioned) for r in rs.names])
     return QueueTree(
         names=names, parent=parent, children=children,
         is_leaf=np.array([not c for c in children], dtype=bool),
         quota=quota,
-        limit=np.stack([_vec(q.limit, INF) for q in qs]),
-        borrowing=np.stack([_vec(q.borrowing_limit, INF) for q in qs]),
-        lending=np.stack([_vec(q.lending_limit, INF) for q in qs]),
+        limit=np.stack([_vec(rs, q.limit, INF) for q in qs]),
+        borrowing=np.stack([_vec(rs, q.borrowing_limit, INF) for q in qs]),
+        lending=np.stack([_vec(rs, q.lending_limit, INF) for q in qs]),
         weight=np.array([q.weight for q in qs], dtype=np.float64),
         priority=np.array([q.priority for q in qs], dtype=np.int64),
-        paths=paths, tenants=tenants, governed=governed,
+        paths=paths, tenants=tenants, governed=governed, resources=rs,
     )
 
 
-def _amount(r: int, v: float) -> str:
-    unit = {"gpu": "GPUs", "cpu": "cores", "memory": "GiB"}[RESOURCES[r]]
-    return f"{v / SCALE[r]:g} {unit}"
+def held_amounts(tree: QueueTree, usage: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(held, children's held) per queue for leaf `usage` [Q, R]: a leaf holds max(usage,
+    reserve), a parent max(reserve, what its children hold)."""
+    held = tree.reserve.copy()
+    child_held = np.zeros_like(held)
+    for i in sorted(range(len(tree)), key=lambda j: -len(tree.paths[j])):
+        kids = tree.children[i]
+        if kids:
+            child_held[i] = held[kids].sum(axis=0)
+            held[i] = np.maximum(tree.reserve[i], child_held[i])
+        else:
+            held[i] = np.maximum(tree.reserve[i], usage[i])
+    return held, child_held
+
+
+def _amount(tree: QueueTree, r: int, v: float) -> str:
+    return tree.resources.describe(tree.resources.names[r], v)
 
 
 def reserve_problems(tree: QueueTree) -> list[str]:
@@ -148,17 +166,16 @@ def reserve_problems(tree: QueueTree) -> list[str]:
     A queue holds at least the reserves under it; if that is above its cap, the children
     without a reserve could never be admitted anything, so the config is refused.
     """
-    from gpugov.control.quota import Ledger
-
-    held = Ledger(tree, np.full(len(RESOURCES), INF)).held
+    held, _ = held_amounts(tree, np.zeros_like(tree.quota))
     out = []
     for q in range(len(tree)):
         for r in np.flatnonzero(tree.governed):
             if tree.children[q] and held[q, r] > tree.cap[q, r] + 1e-6:
                 out.append(f"queues: the children of {tree.names[q]!r} keep "
-                           f"{_amount(r, held[q, r])} of idle reserve (quota - lendingLimit), "
-                           f"above its cap {_amount(r, tree.cap[q, r])}; allowed: reserves "
-                           f"that fit the parent's limit / quota + borrowingLimit")
+                           f"{_amount(tree, r, held[q, r])} of idle reserve (quota - "
+                           f"lendingLimit), above its cap {_amount(tree, r, tree.cap[q, r])}; "
+                           f"allowed: reserves that fit the parent's limit / quota + "
+                           f"borrowingLimit")
     return out
 
 
@@ -170,28 +187,27 @@ def cluster_fit(tree: QueueTree, capacity: np.ndarray) -> tuple[list[str], list[
     be reached), and top-level quotas that together exceed the cluster (not every queue can
     get its quota at the same time).
     """
-    from gpugov.control.quota import Ledger
-
     errors: list[str] = []
     warnings: list[str] = []
     top = tree.top
-    held = Ledger(tree, capacity).top_held
+    held = held_amounts(tree, np.zeros_like(tree.quota))[0][top].sum(axis=0)
     for r in np.flatnonzero(tree.governed):
         if held[r] > capacity[r] + 1e-6:
-            parts = ", ".join(f"{tree.names[q]} {_amount(r, tree.reserve[q, r])}"
+            parts = ", ".join(f"{tree.names[q]} {_amount(tree, r, tree.reserve[q, r])}"
                               for q in range(len(tree)) if tree.reserve[q, r] > 0)
             errors.append(f"queues: the idle reserves (quota - lendingLimit) add up to "
-                          f"{_amount(r, held[r])} ({parts}), more than the cluster's "
-                          f"{_amount(r, capacity[r])}; allowed: reserves that fit the cluster "
-                          f"together (raise lendingLimit)")
+                          f"{_amount(tree, r, held[r])} ({parts}), more than the cluster's "
+                          f"{_amount(tree, r, capacity[r])}; allowed: reserves that fit the "
+                          f"cluster together (raise lendingLimit)")
         for q in range(len(tree)):
             if tree.quota[q, r] > capacity[r] + 1e-6:
-                warnings.append(f"queue {tree.names[q]}: quota {_amount(r, tree.quota[q, r])}"
-                                f" is above the whole cluster ({_amount(r, capacity[r])}); it "
-                                f"can never be reached")
+                warnings.append(f"queue {tree.names[q]}: quota "
+                                f"{_amount(tree, r, tree.quota[q, r])} is above the whole "
+                                f"cluster ({_amount(tree, r, capacity[r])}); it can never be "
+                                f"reached")
         total = tree.quota[top, r].sum()
         if total > capacity[r] + 1e-6:
-            warnings.append(f"queues: the top-level quotas add up to {_amount(r, total)}, "
-                            f"more than the cluster's {_amount(r, capacity[r])}; not every "
+            warnings.append(f"queues: the top-level quotas add up to {_amount(tree, r, total)}, "
+                            f"more than the cluster's {_amount(tree, r, capacity[r])}; not every "
                             f"queue can get its quota at the same time")
     return errors, warnings
