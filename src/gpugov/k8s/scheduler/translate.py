@@ -519,6 +519,13 @@ def engine_request(info: PodInfo, card_mib: int, tolerations: bool = True) -> Po
     them out (right when no node has a taint; it keeps plain pods on the engine's fast path).
     ValueError names what gpugov's scheduler cannot place."""
     req = info.request
+    if req is not None and req.mode is DeviceMode.MIG and req.count != 1:
+        raise ValueError(f"{req.count} MIG instances in one pod: gpugov's scheduler places one "
+                         "instance per pod (several: planned); ask for 1 per pod")
+    if req is not None and req.mode is not DeviceMode.MIG and req.mig_profile:
+        raise ValueError(f"time-slice replicas of MIG instances ({req.mig_profile}) are not "
+                         "placed by gpugov's scheduler yet (planned); ask for "
+                         f"nvidia.com/mig-{req.mig_profile} or nvidia.com/gpu.shared")
     if req is None:
         base = PodRequest(info.key, info.cpu_milli, info.memory_mib)
     else:
@@ -526,15 +533,8 @@ def engine_request(info: PodInfo, card_mib: int, tolerations: bool = True) -> Po
     fill: dict[str, Any] = {}
     if req is not None and base.mode is None:
         if req.mode is DeviceMode.MIG:
-            if req.count != 1:
-                raise ValueError(f"{req.count} MIG instances in one pod: gpugov's scheduler "
-                                 "places one instance per pod (several: planned); ask for 1")
             fill.update(mode=DeviceMode.MIG, mig_profile=req.mig_profile or "")
         elif req.mode in (DeviceMode.TIMESLICE, DeviceMode.MPS):
-            if req.mig_profile:
-                raise ValueError(f"time-slice replicas of MIG instances ({req.mig_profile}) "
-                                 "are not placed by gpugov's scheduler yet (planned); ask for "
-                                 f"nvidia.com/mig-{req.mig_profile} or nvidia.com/gpu.shared")
             fill["mode"] = req.mode
     if base.gpu_count:
         floor = required_isolation(req.isolation if req is not None else None, info.trust)

@@ -1,0 +1,309 @@
+"""The scheduler on nodes whose devices have modes (no cluster): nodes translated from the node
+agent's inventory, MIG instances, time-slice replicas, taints, nodeSelectors, untrusted
+tenants, blocked devices, and the restart that re-adopts what the records name."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+from gpugov.k8s.annotations import (
+    INVENTORY,
+    decode_allocation,
+    decode_inventory,
+    encode_allocation,
+    encode_inventory,
+)
+from gpugov.k8s.devcluster.cluster_file import node_objects, parse_cluster_yaml
+from gpugov.k8s.extender import ExtenderState
+from gpugov.k8s.scheduler import names
+from gpugov.k8s.scheduler.state import INVALID, SchedulerState
+from gpugov.k8s.scheduler.translate import node_info
+from gpugov.model.constraints import Taint
+from gpugov.model.devices import DeviceMode, DeviceTopology
+from gpugov.model.mig import MigInstance, get_geometry
+from gpugov.node.deviceplugin.handshake import candidates
+from gpugov.node.deviceplugin.resources import plugin_devices
+
+T0 = 1_800_000_000.0
+MIG_1G = {"nvidia.com/mig-1g.10gb": "1"}
+
+
+def pool(name: str, gpus: int, devices: list | None = None, **extra) -> dict:
+    return {"name": name, "count": 1, "model": "H100-SXM5-80GB", "gpus": gpus,
+            "cpuMilli": 64000, "memoryMiB": 524288, "devices": devices or [], **extra}
+
+
+def nodes(*pools: dict) -> list[dict]:
+    """Ready node objects as `gpugov dev up` makes them (inventory, GFD labels, resources)."""
+    objs = node_objects(parse_cluster_yaml({"nodePools": list(pools)}, "test"))
+    for o in objs:
+        o["status"]["conditions"] = [{"type": "Ready", "status": "True"}]
+    return objs
+
+
+def pod(name: str, ns: str = "team-a", limits: dict | None = None, ann: dict | None = None,
+        **spec) -> dict:
+    return {"metadata": {"name": name, "namespace": ns, "uid": f"uid-{ns}-{name}",
+                         "annotations": {names.ANN_QUEUE: "qa", **(ann or {})}, "labels": {},
+                         "creationTimestamp": "2027-01-15T08:00:00Z"},
+            "spec": {"schedulerName": names.SCHEDULER_NAME, **spec,
+                     "containers": [{"name": "c", "resources": {
+                         "limits": limits or {names.GPU_RESOURCE: "1"}}}]},
+            "status": {"phase": "Pending"}}
+
+
+def state(node_objs: list[dict], tenants: list[dict] = ()) -> SchedulerState:
+    st = SchedulerState()
+    for o in node_objs:
+        st.set_node(o)
+    st.set_object("queue", {"metadata": {"name": "qa"}, "spec": {}})
+    for t in tenants:
+        st.set_object("tenant", t)
+    return st
+
+
+def tenant(name: str, ns: str, trust: str) -> dict:
+    return {"metadata": {"name": name}, "spec": {"namespaces": [ns], "queue": "qa",
+                                                 "trust": trust}}
+
+
+def bind(st: SchedulerState, plan, objs: dict[str, dict]) -> dict[str, dict]:
+    """What the API does with the plan's bindings: the pods become bound with their record."""
+    out = {}
+    for b in plan.binds:
+        st.bind_result(b, True)
+        obj = copy.deepcopy(objs[b.name])
+        obj["metadata"]["annotations"][names.ANN_ALLOCATION] = encode_allocation(b.record)
+        obj["spec"]["nodeName"] = b.node
+        obj["status"]["phase"] = "Running"
+        st.set_pod(obj)
+        out[b.name] = obj
+    return out
+
+
+def submit(st: SchedulerState, *objs: dict) -> dict[str, dict]:
+    for o in objs:
+        st.set_pod(o)
+    return {o["metadata"]["name"]: o for o in objs}
+
+
+def test_inventory_nodes_have_every_device_in_its_mode() -> None:
+    (obj,) = nodes(pool("h", 8, [
+        {"index": "0-1", "mode": "mig", "layout": ["3g.40gb", "2g.20gb", "1g.10gb", "1g.10gb"]},
+        {"index": "2-3", "mode": "soft"}, {"index": "4", "mode": "timeslice", "replicas": 4},
+        {"index": "5", "mode": "mps", "replicas": 4}], topology="nvswitch", powerBudgetW=6000,
+        labels={"zone": "a"}, taints=[{"key": "dedicated", "value": "infer",
+                                       "effect": "NoSchedule"}]))
+    # the kubelet's count is not the device count: 10 IDs per soft device (HAMi's split)
+    assert obj["status"]["allocatable"][names.GPU_RESOURCE] == "22"
+    info = node_info(obj)
+    spec = info.spec
+    assert not info.error and spec.gpu_count == 8 and spec.model == "H100-SXM5-80GB"
+    assert [d.mode for d in spec.devices] == [DeviceMode.MIG] * 2 + [DeviceMode.SOFT] * 2 + [
+        DeviceMode.TIMESLICE, DeviceMode.MPS] + [DeviceMode.EXCLUSIVE] * 2
+    assert spec.devices[4].replicas == 4 and spec.devices[5].replicas == 4
+    assert MigInstance(4, "3g.40gb") in spec.devices[0].mig_layout
+    assert len(spec.devices[0].mig_layout) == 4
+    assert spec.topology[7] == DeviceTopology(nvlink_domain=0, pcie_switch=None, numa_node=1)
+    assert spec.power_budget_w == 6000
+    assert ("zone", "a") in spec.labels
+    assert spec.taints == (Taint("dedicated", "infer", "NoSchedule"),)
+    assert info.mig_uuids[(1, "1g.10gb", 2)] == "MIG-h-0-1-2"
+
+
+def test_a_node_without_inventory_keeps_soft_devices_from_allocatable() -> None:
+    (obj,) = nodes(pool("p", 2))
+    del obj["metadata"]["annotations"][INVENTORY]
+    obj["status"]["allocatable"][names.GPU_RESOURCE] = "3"
+    spec = node_info(obj).spec
+    assert spec.gpu_count == 3 and spec.devices == () and spec.model == "H100-SXM5-80GB"
+
+
+def test_unreadable_inventory_or_layout_blocks_devices_and_is_counted() -> None:
+    bad_json, bad_layout = nodes(pool("a", 2), pool("b", 2, [
+        {"index": "0-1", "mode": "mig", "layout": ["1g.10gb"]}]))
+    bad_json["metadata"]["annotations"][INVENTORY] = "{not json"
+    inv = json.loads(bad_layout["metadata"]["annotations"][INVENTORY])
+    inv["devices"][0]["mig"].append({"profile": "7g.80gb", "start": 0, "uuid": "MIG-x"})
+    bad_layout["metadata"]["annotations"][INVENTORY] = json.dumps(inv)
+    a, b = node_info(bad_json), node_info(bad_layout)
+    assert a.blocked == (0, 1) and "gpugov.io/inventory" in a.error and "not JSON" in a.error
+    assert b.blocked == (0,) and "device 0" in b.error and "MIG layout" in b.error
+    st = state([bad_json, bad_layout])
+    assert st.errors["node"] == 2
+    objs = submit(st, *[pod(f"m{i}", limits=MIG_1G) for i in range(3)])
+    plan = st.cycle(T0)
+    # only device 1 of node b is usable: its one 1g.10gb instance
+    assert [(b.node, b.record.devices[0].index) for b in plan.binds] == [("b-0", 1)]
+    bind(st, plan, objs)
+    assert not st.cycle(T0 + 1).binds
+
+
+def test_taints_keep_a_pool_for_pods_that_tolerate_it_and_selectors_hold() -> None:
+    plain, infer = nodes(pool("plain", 1, labels={"zone": "a"}),
+                         pool("infer", 2, labels={"zone": "b"}, taints=[
+                             {"key": "dedicated", "value": "infer", "effect": "NoSchedule"}]))
+    st = state([plain, infer])
+    tol = [{"key": "dedicated", "operator": "Equal", "value": "infer", "effect": "NoSchedule"}]
+    objs = submit(st, pod("plain0"), pod("plain1"), pod("tol0", tolerations=tol),
+                  pod("zone-b", nodeSelector={"zone": "b"}),
+                  pod("tol-zone-a", tolerations=tol, nodeSelector={"zone": "a"}))
+    plan = st.cycle(T0)
+    # plain1 fails first (the untainted node is full): tol0, same shape, still binds
+    assert {b.name: b.node for b in plan.binds} == {"plain0": "plain-0", "tol0": "infer-0"}
+    msgs = {c.name: c.message for c in plan.conditions}
+    assert "no-node-fits" in msgs["plain1"]  # it waits for the untainted node
+    assert "taint" in msgs["zone-b"]  # its zone is all tainted: never fits
+    assert "tol-zone-a" in msgs  # tolerating a taint is no reason to leave its zone
+    bind(st, plan, objs)
+    more = submit(st, pod("tol1", tolerations=tol, nodeSelector={"zone": "b"}))
+    plan = st.cycle(T0 + 1)
+    assert {b.name: b.node for b in plan.binds} == {"tol1": "infer-0"}
+    bind(st, plan, more)
+
+
+def test_mig_pods_land_on_free_instances_and_the_record_names_them() -> None:
+    (obj,) = nodes(pool("h", 2, [{"index": "0-1", "mode": "mig",
+                                  "layout": ["3g.40gb", "2g.20gb", "1g.10gb", "1g.10gb"]}]))
+    st = state([obj])
+    objs = submit(st, *[pod(f"m{i}", limits=MIG_1G) for i in range(5)])
+    plan = st.cycle(T0)
+    assert len(plan.binds) == 4  # two 1g.10gb instances per device
+    inv = decode_inventory(obj["metadata"]["annotations"][INVENTORY])
+    uuids = {(d.index, m.start): m.uuid for d in inv.devices for m in d.mig}
+    profile_mib = get_geometry("H100-SXM5-80GB").profile("1g.10gb").memory_mib
+    seen = set()
+    for b in plan.binds:
+        rec = decode_allocation(encode_allocation(b.record))
+        (d,) = rec.devices
+        assert str(rec.isolation) == "hard" and d.mode is DeviceMode.MIG
+        assert (d.mig_profile, d.milli, d.memory_mib) == ("1g.10gb", 1000 // 7, profile_mib)
+        assert d.mig_uuid == uuids[(d.index, d.mig_start)] and d.uuid == f"GPU-h-0-{d.index}"
+        seen.add((d.index, d.mig_start))
+    assert seen == {(0, 2), (0, 3), (1, 2), (1, 3)}
+    (cond,) = plan.conditions
+    assert cond.name == "m4" and "mig-slice" in cond.message
+    bound = bind(st, plan, objs)
+    # the device plugin reads the record as written: each pod maps to its instance's UUID
+    pods_on_node = list(bound.values())
+    devs = plugin_devices(inv)["nvidia.com/mig-1g.10gb"]
+    cands, rejected = candidates(pods_on_node, "h-0", "nvidia.com/mig-1g.10gb", inv,
+                                 {d.id for d in devs})
+    assert not rejected and len(cands) == 4
+    assert {c.wanted for c in cands} == {(u,) for (i, s), u in uuids.items() if s in (2, 3)}
+
+
+def test_a_restart_readopts_mig_instances_and_replicas_from_the_records() -> None:
+    (obj,) = nodes(pool("h", 2, [{"index": "0", "mode": "mig", "layout": ["1g.10gb"] * 7},
+                                 {"index": "1", "mode": "timeslice", "replicas": 2}]))
+    ts = {names.ANN_REQUEST: json.dumps({"v": 1, "count": 1, "mode": "timeslice",
+                                         "memoryMiB": 20000})}
+    trusted = [tenant("t", "team-a", "trusted")]  # time-slicing isolates nothing
+    st = state([obj], trusted)
+    objs = submit(st, *[pod(f"m{i}", limits=MIG_1G) for i in range(3)],
+                  *[pod(f"t{i}", ann=ts) for i in range(3)])
+    plan = st.cycle(T0)
+    assert sorted(b.name for b in plan.binds) == ["m0", "m1", "m2", "t0", "t1"]
+    for b in plan.binds:
+        if b.name.startswith("t"):
+            (d,) = b.record.devices
+            assert (d.index, d.mode, d.milli, d.memory_mib) == (1, DeviceMode.TIMESLICE, 500,
+                                                                20000)
+            assert str(b.record.isolation) == "none"
+    assert "replicas" in {c.name: c.message for c in plan.conditions}["t2"]
+    bound = bind(st, plan, objs)
+    starts = {n: decode_allocation(o["metadata"]["annotations"][names.ANN_ALLOCATION])
+              .devices[0].mig_start for n, o in bound.items() if n.startswith("m")}
+
+    # a new scheduler sees only the API objects
+    fresh = state([obj], trusted)
+    later = submit(fresh, *bound.values(), pod("m3", limits=MIG_1G))
+    plan = fresh.cycle(T0 + 10)
+    (b,) = plan.binds
+    assert b.name == "m3" and b.record.devices[0].mig_start not in starts.values()
+    assert fresh.errors["allocation"] == 0
+    bind(fresh, plan, later)
+    # m1 leaves: its instance is free again, the others stay held
+    fresh.delete_pod("team-a/m1")
+    fill = submit(fresh, *[pod(f"f{i}", limits=MIG_1G) for i in range(4)])
+    plan = fresh.cycle(T0 + 11)
+    got = sorted(b.record.devices[0].mig_start for b in plan.binds)
+    assert len(got) == 4 and starts["m1"] in got  # 7 instances: m0, m2, m3 and these 4
+    bind(fresh, plan, fill)
+    # the replicas are counted again: t2 still waits until a replica is free
+    submit(fresh, objs["t2"])
+    plan = fresh.cycle(T0 + 12)
+    assert not plan.binds and plan.conditions[0].name == "t2"
+    fresh.delete_pod("team-a/t0")
+    assert [b.name for b in fresh.cycle(T0 + 13).binds] == ["t2"]
+
+
+def test_untrusted_tenants_never_share_a_device() -> None:
+    (obj,) = nodes(pool("h", 3, [{"index": "0-1", "mode": "mig", "layout": ["1g.10gb"] * 7},
+                                 {"index": "2", "mode": "soft"}]))
+    st = state([obj], [tenant("a", "ext-a", "untrusted"), tenant("b", "ext-b", "untrusted"),
+                       tenant("c", "team-c", "internal")])
+    objs = submit(st, pod("a0", "ext-a", MIG_1G), pod("a1", "ext-a", MIG_1G),
+                  pod("b0", "ext-b", MIG_1G), pod("c0", "team-c", MIG_1G),
+                  pod("a-soft", "ext-a", {names.GPU_RESOURCE: "1",
+                                          "nvidia.com/gpumem": "10000"}))
+    plan = st.cycle(T0)
+    on: dict[int, set[str]] = {}
+    for b in plan.binds:
+        on.setdefault(b.record.devices[0].index, set()).add(b.namespace)
+    assert all(len(tenants) == 1 for tenants in on.values()), on
+    assert {"ext-a", "ext-b"} <= set().union(*on.values())
+    msgs = {c.name: c.message for c in plan.conditions}
+    assert "tenant-isolation" in msgs["c0"]  # both devices hold an untrusted tenant
+    assert "isolation: " in msgs["a-soft"]  # a soft slice is not hard isolation
+    bind(st, plan, objs)
+
+
+def test_blocked_devices_of_every_mode_take_no_new_pods() -> None:
+    (obj,) = nodes(pool("h", 3, [{"index": "0", "mode": "mig", "layout": ["1g.10gb"] * 7},
+                                 {"index": "1", "mode": "timeslice", "replicas": 4},
+                                 {"index": "2", "mode": "soft"}]))
+    inv = decode_inventory(obj["metadata"]["annotations"][INVENTORY])
+    sick = tuple(d if d.index != 0 else type(d)(**{**{f: getattr(d, f) for f in d.__slots__},
+                                                   "healthy": False}) for d in inv.devices)
+    obj["metadata"]["annotations"][INVENTORY] = encode_inventory(type(inv)(sick))
+    obj["metadata"]["annotations"][names.ANN_UNSCHEDULABLE_GPUS] = "1,2"
+    ts = {names.ANN_REQUEST: json.dumps({"v": 1, "count": 1, "mode": "timeslice",
+                                         "memoryMiB": 1000})}
+    st = state([obj], [tenant("t", "team-a", "trusted")])
+    submit(st, pod("mig", limits=MIG_1G), pod("ts", ann=ts),
+           pod("soft", limits={names.GPU_RESOURCE: "1", "nvidia.com/gpumem": "1000"}),
+           pod("whole"))
+    plan = st.cycle(T0)
+    assert not plan.binds and st.errors["node"] == 0
+    assert len(plan.conditions) == 4
+    # the agent is done: everything takes pods again
+    del obj["metadata"]["annotations"][names.ANN_UNSCHEDULABLE_GPUS]
+    obj["metadata"]["annotations"][INVENTORY] = encode_inventory(inv)
+    st.set_node(obj)
+    assert sorted(b.name for b in st.cycle(T0 + 1).binds) == ["mig", "soft", "ts"]
+
+
+def test_requests_gpugov_cannot_place_are_refused_with_what_to_write() -> None:
+    (obj,) = nodes(pool("h", 1, [{"index": "0", "mode": "mig", "layout": ["1g.10gb"] * 7}]))
+    st = state([obj])
+    submit(st, pod("two", limits={"nvidia.com/mig-1g.10gb": "2"}),
+           pod("shared-mig", limits={"nvidia.com/mig-1g.10gb.shared": "1"}))
+    msgs = {c.name: (c.code, c.message) for c in st.cycle(T0).conditions}
+    assert msgs["two"][0] == INVALID and "one instance per pod" in msgs["two"][1]
+    assert msgs["shared-mig"][0] == INVALID and "planned" in msgs["shared-mig"][1]
+
+
+def test_extender_filter_names_the_constraint_a_node_fails() -> None:
+    plain, infer = nodes(pool("plain", 1), pool("infer", 1, taints=[
+        {"key": "dedicated", "value": "infer", "effect": "NoSchedule"}]))
+    ext = ExtenderState()
+    for o in (plain, infer):
+        ext.view.set_node(o)
+    req, why = ext.request_of(pod("p", limits=MIG_1G))
+    assert req is not None and not why
+    keep, failed = ext.filter(req, ["plain-0", "infer-0"])
+    assert keep == [] and "taint" in failed["infer-0"] and "gpu" in failed["plain-0"]
+    req, _ = ext.request_of(pod("w"))
+    assert ext.filter(req, ["plain-0", "infer-0"])[0] == ["plain-0"]
