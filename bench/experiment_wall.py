@@ -1,19 +1,24 @@
 """Wall time of the whole `gpugov experiment fgd` command as a user sees it, and where it goes.
 
 Usage: python bench/experiment_wall.py [--trace-dir DIR] [--workload NAME] [--policy fgd]
-                                       [--seeds 42] [--repeat 5] [--no-pin]
+                                       [--seeds 42] [--repeat 5] [--no-pin] [--no-bytecode]
 
 Runs the whole command (process start-up, imports, trace loading, the experiment, the CSVs,
 PNG and summary.json, the printed table) `--repeat` times, each in a fresh process pinned to
 one core with `taskset -c 0` when taskset exists, and prints the median wall time. Then it
 runs the same phases `--repeat` times in fresh processes that time each one (the functions
 the command calls, in its order) and prints their medians. Numbers only: nothing is asserted.
+
+Python's compiled bytecode is kept in a temporary folder (PYTHONPYCACHEPREFIX, warmed by one
+uncounted run), as an installed package has it; `--no-bytecode` leaves the environment as it
+is (with PYTHONDONTWRITEBYTECODE set, every run compiles gpugov's modules from source again).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import statistics
 import subprocess
@@ -67,9 +72,10 @@ def _pin(cmd: list[str], pin: bool) -> list[str]:
     return [taskset, "-c", "0", *cmd] if taskset else cmd
 
 
-def _wall(cmd: list[str]) -> float:
+def _wall(cmd: list[str], env: dict[str, str]) -> float:
     t0 = time.perf_counter()
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                   env=env)
     return time.perf_counter() - t0
 
 
@@ -81,6 +87,8 @@ def main() -> None:
     ap.add_argument("--seeds", default="42")
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--no-pin", action="store_true", help="do not pin to one core")
+    ap.add_argument("--no-bytecode", action="store_true",
+                    help="leave the environment's bytecode setting as it is")
     args = ap.parse_args()
     if not (args.trace_dir / "openb_node_list_gpu_node.csv").exists():
         sys.exit(f"no trace at {args.trace_dir} (give --trace-dir)")
@@ -89,19 +97,27 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         command = ["experiment", "fgd", "--trace-dir", str(args.trace_dir), "--workload",
                    args.workload, "--policy", args.policy, "--seeds", args.seeds]
+        env = dict(os.environ)
+        if not args.no_bytecode:
+            env.pop("PYTHONDONTWRITEBYTECODE", None)
+            env["PYTHONPYCACHEPREFIX"] = str(Path(tmp) / "pycache")
+            _wall(_pin([sys.executable, "-c", CLI, *command, "--out", str(Path(tmp) / "warm")],
+                       pin), env)
         walls, bare, phases = [], [], []
         for i in range(args.repeat):
             out = Path(tmp) / f"run{i}"
             walls.append(_wall(_pin([sys.executable, "-c", CLI, *command, "--out", str(out)],
-                                    pin)))
-            bare.append(_wall(_pin([sys.executable, "-c", "pass"], pin)))
+                                    pin), env))
+            bare.append(_wall(_pin([sys.executable, "-c", "pass"], pin), env))
             proc = subprocess.run(
                 _pin([sys.executable, "-c", PHASES, str(args.trace_dir), args.workload,
                       args.policy, args.seeds, str(Path(tmp) / f"phases{i}")], pin),
-                check=True, capture_output=True, text=True)
+                check=True, capture_output=True, text=True, env=env)
             phases.append(json.loads(proc.stdout.strip().splitlines()[-1]))
     print(f"gpugov {' '.join(command)} --out DIR")
-    print(f"{args.repeat} fresh processes, {'pinned to core 0' if pinned else 'not pinned'}")
+    print(f"{args.repeat} fresh processes, {'pinned to core 0' if pinned else 'not pinned'}, "
+          + ("bytecode as the environment has it" if args.no_bytecode
+             else "bytecode cached (as installed)"))
     print(f"{'whole command (median wall)':<34}{statistics.median(walls):>8.3f} s   "
           f"(min {min(walls):.3f}, max {max(walls):.3f})")
     print("breakdown (medians, separate fresh processes):")
