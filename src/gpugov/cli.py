@@ -555,21 +555,26 @@ def modes(
                   "memory of occupied GPUs no pod claims; TS risk: memory time-sliced pods "
                   "may touch / card memory, worst GPU / share of GPUs above 1 (timeslice: "
                   "memory oversubscribed, as the NVIDIA plugin; timeslice-capped: gpugov's "
-                  "memory cap); refused: pods by the engine's reason (gpu-mode: multi-GPU "
-                  "pods, which only whole devices serve)")
+                  "memory cap)")
     for col in ("mode", "isolation", "pods placed", "compute placed", "stranded",
-                "MIG idle slices", "TS risk", "refused"):
+                "MIG idle slices", "TS risk"):
         table.add_column(col, justify="left" if col in ("mode", "isolation") else "right",
                          no_wrap=col in ("mode", "isolation", "pods placed"),
                          min_width=max(map(len, col.split())))
     for r in rows:
         risk = ("-" if r.ts_max_risk is None
                 else f"{r.ts_max_risk:.2f} / {100 * (r.ts_overcommitted or 0):.0f}%")
-        table.add_row(r.mode, str(r.isolation), f"{r.pods_placed}/{r.pods_total}",
+        table.add_row(r.mode.replace("-", "\n"), str(r.isolation),
+                      f"{r.pods_placed}/{r.pods_total}",
                       f"{100 * r.compute_placed:.1f}%", f"{100 * r.stranded_memory:.1f}%",
-                      "-" if r.mig_idle_slices is None else str(r.mig_idle_slices), risk,
-                      ", ".join(f"{k} {v}" for k, v in r.refused.items()) or "-")
-    _console().print(table)
+                      "-" if r.mig_idle_slices is None else str(r.mig_idle_slices), risk)
+    console = _console()
+    console.print(table)
+    refused = "; ".join(f"{r.mode}: " + ", ".join(f"{k} {v}" for k, v in r.refused.items())
+                        for r in rows if r.refused)
+    if refused:
+        console.print(f"refused pods by the engine's reason (gpu-mode: multi-GPU pods, which "
+                      f"only soft and exclusive GPUs serve whole) — {refused}", highlight=False)
 
 
 # --- control plane: replay and explain ---

@@ -112,3 +112,19 @@ def test_mixed_scenario_is_deterministic_per_seed() -> None:
     a = mixed_scenario(pods_per_tier=20, seed=4)
     assert a == mixed_scenario(pods_per_tier=20, seed=4)
     assert np.sum([r.placed for r in a]) > 0
+
+
+def test_modes_command_prints_every_mode_and_why_pods_were_refused() -> None:
+    from typer.testing import CliRunner
+
+    from gpugov.cli import app
+
+    res = CliRunner().invoke(app, ["modes", "--pod-count", "40", "--node-count", "2"],
+                             env={"COLUMNS": "200"})
+    assert res.exit_code == 0, res.output
+    for row in ("exclusive", "mig", "soft", "timeslice", "capped", "mps"):
+        assert f" {row} " in res.output
+    assert "refused pods by the engine's reason" in res.output
+    assert "mig: gpu-mode" in res.output  # the multi-GPU pods
+    res = CliRunner().invoke(app, ["modes", "--mixed", "--pod-count", "10"])
+    assert res.exit_code == 0 and "untrusted" in res.output
