@@ -60,6 +60,10 @@ class Bookkeeping:
         #: the governed columns a placement can charge more of than the demand said
         self._recheck = self.tree.governed.copy()
         self._recheck[[CPU, MEMORY]] = False  # host resources are charged as asked
+        #: fair shares are divided for governed resources and always for gpu, cpu, memory
+        #: (reported as before); an ungoverned gpumem or MIG column has none (0)
+        self._fair_columns = np.flatnonzero(self.tree.governed | (np.arange(len(
+            self.tree.resources)) <= MEMORY))
         self.ledger = Ledger(self.tree, capacity)
         self._empty_ledger = Ledger(self.tree, capacity)  # admission on an idle cluster
         self.jobs: dict[str, Job] = {}
@@ -225,7 +229,7 @@ class Bookkeeping:
             self.history.observe(now, self.ledger.usage)
         hist = self.history.value(now) if self.history.enabled else None
         self.fair = fair_shares(self.tree, self.demand(), self.capacity, hist,
-                                self.cfg.fair_share.k)
+                                self.cfg.fair_share.k, self._fair_columns)
         return self.fair
 
 

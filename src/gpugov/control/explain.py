@@ -11,19 +11,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from gpugov.control.config import RESOURCES, SCALE
+from gpugov.control import reasons
+from gpugov.control.bookkeeping import Bookkeeping as ControlPlane
 from gpugov.control.workload import FINISHED, PENDING, REJECTED, RUNNING
 
-if TYPE_CHECKING:
-    from gpugov.control.cycle import ControlPlane
-
 STATUSES = (PENDING, RUNNING, FINISHED, REJECTED)
-
-
-def _res(vec: Any) -> dict[str, float]:
-    return {r: round(float(vec[i]) / SCALE[i], 3) for i, r in enumerate(RESOURCES)}
+#: amounts every snapshot has (gpumem and MIG profiles are added where known)
+_REQUIRED = ("gpu", "cpu", "memory")
 
 
 def snapshot(cp: ControlPlane, now: float, waits: Mapping[str, float] | None = None,
@@ -32,6 +28,7 @@ def snapshot(cp: ControlPlane, now: float, waits: Mapping[str, float] | None = N
     arrived) and `ends` (job -> end time), finished jobs are kept too and every job carries
     its wait; without them only unfinished jobs are listed."""
     tree = cp.tree
+    _res = tree.resources.amounts
     queues = {}
     for q, name in enumerate(tree.names):
         queues[name] = {
@@ -67,7 +64,7 @@ def _job(cp: ControlPlane, j: Any, pos: int, depth: int) -> dict[str, Any]:
         "detail": j.detail, "position": pos, "queue_depth": depth,
         "priority": j.pclass.name, "submit_s": j.submit, "pods": j.pods,
         "start_s": j.start if j.start >= 0 else None, "preemptions": j.preemptions,
-        "demand": _res(j.demand),
+        "demand": cp.tree.resources.amounts(j.demand), "blocked_by": j.blocked_by,
     }
 
 
@@ -82,8 +79,10 @@ def _number(x: Any, optional: bool = False) -> bool:
 
 
 def _check_res(where: str, value: Any, problems: list[str]) -> None:
-    if not isinstance(value, Mapping) or any(not _number(value.get(r)) for r in RESOURCES):
-        problems.append(f"{where}: expected {{gpu, cpu, memory}} numbers (got {value!r})")
+    if not isinstance(value, Mapping) or any(not _number(value.get(r)) for r in _REQUIRED) \
+            or any(not _number(v) for v in value.values()):
+        problems.append(f"{where}: expected {{gpu, cpu, memory[, gpumem, mig-...]}} numbers "
+                        f"(got {value!r})")
 
 
 def validate_snapshot(snap: Any) -> dict[str, Any]:
@@ -117,6 +116,8 @@ def validate_snapshot(snap: Any) -> dict[str, Any]:
         if j.get("status") not in STATUSES:
             problems.append(f"{where}.status: {j.get('status')!r}; allowed: "
                             f"{', '.join(STATUSES)}")
+        if not isinstance(j.get("blocked_by", ""), str):
+            problems.append(f"{where}.blocked_by: expected text (got {j.get('blocked_by')!r})")
         for key in ("reason", "detail", "priority"):
             if not isinstance(j.get(key), str):
                 problems.append(f"{where}.{key}: expected text (got {j.get(key)!r})")
@@ -156,6 +157,8 @@ def explain(snap: dict[str, Any], job: str) -> list[str]:
              f"at t={snap['time']:g}s: {j['status']}"]
     if j["status"] == PENDING:
         lines.append(f"reason: {j['reason']}" + (f" - {j['detail']}" if j["detail"] else ""))
+        if j.get("blocked_by"):
+            lines.append(f"blocked by: {_dimension(j['blocked_by'])}")
         lines.append(f"position: {j['position']} of {j['queue_depth']} pending in its queue")
     elif j["status"] == FINISHED:
         end = j.get("end_s")
@@ -164,6 +167,8 @@ def explain(snap: dict[str, Any], job: str) -> list[str]:
                      + (f", ended at t={end:g}s" if end is not None else ", ended"))
     elif j["reason"]:
         lines.append(f"reason: {j['reason']} - {j['detail']}")
+        if j.get("blocked_by"):
+            lines.append(f"blocked by: {_dimension(j['blocked_by'])}")
     else:
         lines.append(f"started at t={j['start_s']:g}s")
     if j.get("wait_s") is not None and j["status"] != REJECTED:
@@ -179,4 +184,28 @@ def explain(snap: dict[str, Any], job: str) -> list[str]:
 
 
 def _fmt(res: Mapping[str, float]) -> str:
-    return f"{res['gpu']:g} GPU, {res['cpu']:g} cores, {res['memory']:g} GiB"
+    out = f"{res['gpu']:g} GPU, {res['cpu']:g} cores, {res['memory']:g} GiB"
+    if res.get("gpumem"):
+        out += f", {res['gpumem']:g} GiB GPU memory"
+    for r, v in res.items():
+        if r.startswith("mig-") and v:
+            out += f", {v:g} x {r}"
+    return out
+
+
+#: dimensions both placement and quotas compare (the reason line says which one blocked)
+_SHARED_DIMENSIONS = {"gpu": "GPU compute (gpu)", "cpu": "CPU (cpu)",
+                      "memory": "host memory (memory)"}
+
+
+def _dimension(code: str) -> str:
+    """A `Job.blocked_by` code in words: placement dimensions and queue resources."""
+    if code.startswith("mig-"):
+        return f"MIG instances of the queue's {code} quota"
+    if code == "gpumem":
+        return "GPU memory quota (gpumem)"
+    if code in _SHARED_DIMENSIONS:
+        return _SHARED_DIMENSIONS[code]
+    if code in reasons.NODE_WORDS:
+        return f"{code} ({reasons.NODE_WORDS[code]})"
+    return code

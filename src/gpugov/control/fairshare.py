@@ -78,13 +78,15 @@ def divide(amount: float, kids: list[int], tree: QueueTree, demand: np.ndarray, 
 
 
 def fair_shares(tree: QueueTree, demand: np.ndarray, capacity: np.ndarray,
-                history: np.ndarray | None = None, k: float = 1.0) -> np.ndarray:
+                history: np.ndarray | None = None, k: float = 1.0,
+                columns: np.ndarray | None = None) -> np.ndarray:
     """Fair share [Q, R] of every queue given subtree demand [Q, R] and cluster capacity [R].
 
     `history` (optional, [Q, R]) is decayed recent usage; only its proportions matter.
+    `columns`: the resources to divide (default all); the others get a fair share of 0.
     """
     fair = np.zeros_like(demand, dtype=np.float64)
-    for r in range(demand.shape[1]):
+    for r in range(demand.shape[1]) if columns is None else columns:
         stack = [(float(capacity[r]), tree.top)]
         while stack:
             amount, kids = stack.pop()
