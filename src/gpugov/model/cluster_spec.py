@@ -89,7 +89,7 @@ class ClusterFile(_Strict):
         return [f"{pool.name}-{i}" for i in range(pool.count)]
 
 
-def _pool_problems(i: int, pool: NodePool) -> list[str]:
+def _pool_problems(i: int, pool: NodePool, dynamic_mig: bool = False) -> list[str]:
     where = f"nodePools[{i}]"
     problems: list[str] = []
     if pool.gpus and pool.model not in CATALOG:
@@ -100,6 +100,10 @@ def _pool_problems(i: int, pool: NodePool) -> list[str]:
     seen: dict[int, int] = {}
     for j, group in enumerate(pool.devices):
         w = f"{where}.devices[{j}]"
+        lo, _, hi = group.index.partition("-")
+        if hi and int(hi) < int(lo):
+            problems.append(f"{w}.index: {group.index!r} is an empty range; write 'LOW-HIGH' "
+                            "with LOW <= HIGH")
         for k in group.indexes():
             if k >= pool.gpus:
                 problems.append(f"{w}.index: device {k} does not exist; allowed: "
@@ -120,9 +124,11 @@ def _pool_problems(i: int, pool: NodePool) -> list[str]:
             if bad:
                 problems.append(f"{w}.layout: unknown profile(s) {', '.join(bad)} on "
                                 f"{pool.model}; allowed: {', '.join(geometry.profile_names())}")
-            elif not group.layout:
+            elif not group.layout and not dynamic_mig:
                 problems.append(f"{w}.layout: a MIG device needs a layout, e.g. "
                                 f"[{geometry.whole.name}]")
+            elif not group.layout:
+                pass  # the replay: no layout = dynamic MIG (instances made where pods land)
             elif find_placement(geometry, group.layout) is None:
                 problems.append(f"{w}.layout: {', '.join(group.layout)} does not fit on one "
                                 f"{pool.model}")
@@ -131,10 +137,17 @@ def _pool_problems(i: int, pool: NodePool) -> list[str]:
                             f"{group.mode.value})")
         if group.mode in (DeviceMode.TIMESLICE, DeviceMode.MPS) and group.replicas < 2:
             problems.append(f"{w}.replicas: {group.mode.value} needs replicas >= 2")
+        elif group.mode not in (DeviceMode.TIMESLICE, DeviceMode.MPS) and \
+                "replicas" in group.model_fields_set:
+            problems.append(f"{w}.replicas: only timeslice and mps devices have replicas "
+                            f"(mode is {group.mode.value}); remove replicas")
     return problems
 
 
-def parse_cluster_yaml(data: Any, source: str) -> ClusterFile:
+def parse_cluster_yaml(data: Any, source: str, dynamic_mig: bool = False) -> ClusterFile:
+    """A validated nodePools file. `dynamic_mig`: a `mig` device group without `layout` is a
+    dynamic MIG device (the replay creates instances at valid starts where pods land); without
+    it (the kwok dev cluster, which advertises fixed instances) a MIG group needs a layout."""
     if not isinstance(data, dict):
         raise ClusterFileError(source, ["<root>: expected a mapping with 'nodePools'"])
     try:
@@ -142,7 +155,8 @@ def parse_cluster_yaml(data: Any, source: str) -> ClusterFile:
     except ValidationError as exc:
         problems = pydantic_problems(exc)
         raise ClusterFileError(source, problems) from None
-    problems = [p for i, pool in enumerate(cluster.node_pools) for p in _pool_problems(i, pool)]
+    problems = [p for i, pool in enumerate(cluster.node_pools)
+                for p in _pool_problems(i, pool, dynamic_mig)]
     names = [pool.name for pool in cluster.node_pools]
     for i, name in enumerate(names):
         if name in names[:i]:

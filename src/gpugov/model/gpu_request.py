@@ -9,8 +9,9 @@ import math
 from dataclasses import dataclass
 
 from gpugov.model.catalog import CATALOG, MILLI_PER_GPU
+from gpugov.model.constraints import Toleration
 from gpugov.model.devices import DeviceMode
-from gpugov.model.isolation import IsolationLevel
+from gpugov.model.isolation import IsolationLevel, TrustTier, required_isolation
 from gpugov.model.mig import get_geometry, models_with_profile
 from gpugov.model.request import PodRequest
 
@@ -50,7 +51,11 @@ class GpuRequest:
         return None
 
     def to_pod_request(self, name: str, cpu_milli: int = 0, memory_mib: int = 0,
-                       card_memory_mib: int | None = None) -> PodRequest:
+                       card_memory_mib: int | None = None, *, modes: bool = False,
+                       tier: TrustTier | None = None, tenant: str = "",
+                       node_selector: tuple[tuple[str, str], ...] = (),
+                       tolerations: tuple[Toleration, ...] = (),
+                       oversubscribe: bool = False) -> PodRequest:
         """The engine's request: compute share per device and GPU memory per device.
 
         `gpu_memory_mib` is `memory_on(card)` when the request names memory (0 otherwise,
@@ -58,7 +63,14 @@ class GpuRequest:
         with that much free memory. `card_memory_mib` is the card the share is taken of
         (default: the largest in the catalog); a `memory_percent` request needs it to know
         its MiB. A memory-only slice (`milli` None) also gets the memory's share of that card
-        as its compute share, so compute bin-packing counts it against something."""
+        as its compute share, so compute bin-packing counts it against something.
+
+        With `modes` (a state whose devices have modes: the replay) the request is compiled in
+        full (`compile_modes`): slice mode, MIG profile, isolation floor from the request and
+        the tenant's trust `tier`, the seal of an untrusted tenant, the node constraints.
+        Without it, every request is a whole GPU or a soft slice (the milli-only engine's view,
+        what a state of all-soft devices serves).
+        """
         card = card_memory_mib or largest_card_mib()
         need = self.memory_on(card)
         milli = self.milli
@@ -67,8 +79,47 @@ class GpuRequest:
         if self.mode is DeviceMode.MIG and self.mig_profile:
             milli = mig_milli(self.mig_profile, self.models)
             need = None
-        return PodRequest(name, cpu_milli, memory_mib, self.count, milli, self.models,
-                          gpu_memory_mib=int(need or 0))
+        if not modes:
+            return PodRequest(name, cpu_milli, memory_mib, self.count, milli, self.models,
+                              gpu_memory_mib=int(need or 0))
+        return self.compile_modes(name, cpu_milli, memory_mib, milli, int(need or 0), tier,
+                                  tenant, node_selector, tolerations, oversubscribe)
+
+    def compile_modes(self, name: str, cpu_milli: int, memory_mib: int, milli: int, need: int,
+                      tier: TrustTier | None, tenant: str,
+                      node_selector: tuple[tuple[str, str], ...],
+                      tolerations: tuple[Toleration, ...], oversubscribe: bool) -> PodRequest:
+        """`to_pod_request` with modes (see there). The isolation floor is
+        `required_isolation(isolation, tier)` (the request's own ask without a tier); the mode
+        is kept even when it delivers less (a soft slice or time-slice replica of a tenant
+        whose tier needs more): placement then refuses it with reason `isolation`, as the
+        webhook refuses such a pod, rather than widening it. An untrusted tenant's pod is
+        sealed: it never shares a device with another tenant. A time-slice replica asks for
+        the whole card's compute (alone it may use all of it); the state charges it
+        1/replicas. Raises ValueError for what the state cannot hold: several MIG instances
+        in one pod, a time-slice replica of a MIG instance (`mig-<profile>.shared`)."""
+        floor = (required_isolation(self.isolation, tier) if tier is not None
+                 else self.isolation or IsolationLevel.NONE)
+        common = dict(models=self.models, min_isolation=floor, tenant=tenant,
+                      sealed=tier is TrustTier.UNTRUSTED, node_selector=node_selector,
+                      tolerations=tolerations, oversubscribe=oversubscribe)
+        mode = self.mode
+        if mode is DeviceMode.MIG:
+            if self.count != 1:
+                raise ValueError(f"{', '.join(self.spellings) or 'MIG'}: {self.count} MIG "
+                                 "instances in one pod are not modelled (one instance per "
+                                 "pod); ask for 1 and run one pod per instance")
+            return PodRequest(name, cpu_milli, memory_mib, 1, milli, mode=DeviceMode.MIG,
+                              mig_profile=str(self.mig_profile), **common)
+        if mode is DeviceMode.TIMESLICE and self.mig_profile:
+            raise ValueError(f"{', '.join(self.spellings)}: a time-slice replica of a MIG "
+                             f"instance is not modelled; ask for nvidia.com/mig-"
+                             f"{self.mig_profile} or nvidia.com/gpu.shared")
+        if mode in (DeviceMode.TIMESLICE, DeviceMode.MPS):
+            return PodRequest(name, cpu_milli, memory_mib, 1, MILLI_PER_GPU, mode=mode,
+                              gpu_memory_mib=need, **common)
+        return PodRequest(name, cpu_milli, memory_mib, self.count, milli,
+                          gpu_memory_mib=need, **common)
 
 
 def largest_card_mib() -> int:

@@ -3,19 +3,27 @@
 Job file columns: `name,queue,priority,submit_s,duration_s,pods,gpu_per_pod,gpu_milli,
 cpu_milli,memory_mib` (`queue` is a leaf queue or a tenant namespace; `priority` names a
 priority class, empty = the lowest class; `pods` > 1 is a gang; `gpu_milli` is per GPU and
-only < 1000 for a single-GPU pod). Two optional columns: `namespace` (a tenant namespace of the
-config: it sets queue and trust tier; `queue` may then be empty) and `resources` (the
-container's limits in Kubernetes spelling, `;`-separated, e.g.
-`nvidia.com/gpu=1;nvidia.com/gpumem=20000;nvidia.com/gpucores=30`, translated by
-`model.resource_spellings.translate` like the webhook does; it replaces `gpu_per_pod` and
-`gpu_milli`, which must then be empty). An openb pod file (it has `creation_time`) is converted
-on the fly by `openb_jobs`. Every error names the file, the line, the field and the value.
+only < 1000 for a single-GPU pod). Optional columns:
+- `namespace`: a tenant namespace of the config: it sets queue and trust tier (`queue` may
+  then be empty);
+- `resources`: the container's limits in Kubernetes spelling, `;`-separated, e.g.
+  `nvidia.com/gpu=1;nvidia.com/gpumem=20000;nvidia.com/gpucores=30` or
+  `nvidia.com/mig-1g.10gb=1`, translated by `model.resource_spellings.translate` like the
+  webhook does; it replaces `gpu_per_pod` and `gpu_milli`, which must then be empty;
+- `tolerations`: `;`-separated `key=value`, `key=value:Effect`, `key:Exists`,
+  `key:Exists:Effect` or `Exists` (tolerate every taint);
+- `node_selector`: `;`-separated `key=value` labels the node must carry.
+Every row's request, whichever columns spell it, is compiled by one function,
+`GpuRequest.to_pod_request(modes=True)`, with the tenant's trust tier (`to_jobs`). An openb
+pod file (it has `creation_time`) is converted on the fly by `openb_jobs`. Every error names
+the file, the line, the field and the value.
 """
 
 from __future__ import annotations
 
 import csv
 import io
+import re
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -25,7 +33,10 @@ from gpugov.control.config import ControlConfig
 from gpugov.control.tree import QueueTree
 from gpugov.control.workload import Job
 from gpugov.model.catalog import MILLI_PER_GPU
+from gpugov.model.cluster import NodeSpec
+from gpugov.model.constraints import TAINT_EFFECTS, Toleration
 from gpugov.model.devices import DeviceMode
+from gpugov.model.gpu_request import GpuRequest
 from gpugov.model.request import PodRequest
 from gpugov.model.resource_spellings import RequestError, translate
 from gpugov.sim.numbers import csv_number
@@ -81,6 +92,10 @@ class JobSpec:
     line: int = 0
     gpu_memory_mib: int = 0  # per device, from `resources` (0 = not asked)
     namespace: str = ""  # the tenant namespace column (empty = not given)
+    #: the `resources` column translated (None: the request is gpu_per_pod/gpu_milli)
+    gpu_request: GpuRequest | None = None
+    node_selector: tuple[tuple[str, str], ...] = ()
+    tolerations: tuple[Toleration, ...] = ()
 
 
 def _num(path: Path, line: int, row: dict[str, str], field: str, whole: bool) -> float:
@@ -105,12 +120,14 @@ def load_job_file(path: Path | str) -> list[JobSpec]:
         resources = row.get("resources", "").strip()
         models: tuple[str, ...] = ()
         gpu_memory = 0
+        req: GpuRequest | None = None
         if resources:
             for col in ("gpu_per_pod", "gpu_milli"):
                 if row[col].strip():
                     raise TraceError(path, line, col, f"{row[col]!r}: leave it empty when "
                                      "resources is given (resources replaces it)")
-            gpus, milli, gpu_memory, models = resource_limits(path, line, resources)
+            req = gpu_request(path, line, resources)
+            gpus, milli, gpu_memory, models = legacy_fields(req)
         else:
             gpus = int(_num(path, line, row, "gpu_per_pod", True))
             milli = int(_num(path, line, row, "gpu_milli", True))
@@ -126,8 +143,70 @@ def load_job_file(path: Path | str) -> list[JobSpec]:
             int(_num(path, line, row, "pods", True)), gpus, milli,
             int(_num(path, line, row, "cpu_milli", True)),
             int(_num(path, line, row, "memory_mib", True)), models, line=line,
-            gpu_memory_mib=gpu_memory, namespace=namespace))
+            gpu_memory_mib=gpu_memory, namespace=namespace, gpu_request=req,
+            node_selector=parse_node_selector(path, line, row.get("node_selector", "")),
+            tolerations=parse_tolerations(path, line, row.get("tolerations", ""))))
     return specs
+
+
+TOLERATION_FORMS = ("key=value", "key=value:Effect", "key:Exists", "key:Exists:Effect",
+                    "Exists")
+_LABEL = r"[A-Za-z0-9]([-A-Za-z0-9_./]*[A-Za-z0-9])?"
+
+
+def parse_node_selector(path: Path | str, line: int, text: str
+                        ) -> tuple[tuple[str, str], ...]:
+    """`zone=a;tier=x` into sorted (key, value) pairs (each key once)."""
+    out: dict[str, str] = {}
+    for part in (text or "").split(";"):
+        part = part.strip()
+        if not part:
+            continue
+        key, sep, value = (x.strip() for x in part.partition("="))
+        if not sep or not re.fullmatch(_LABEL, key) or \
+                (value and not re.fullmatch(_LABEL, value)):
+            raise TraceError(path, line, "node_selector", f"{part!r} is not a label key=value; "
+                             "write e.g. zone=a;tier=x")
+        if key in out:
+            raise TraceError(path, line, "node_selector", f"{key} is given twice")
+        out[key] = value
+    return tuple(sorted(out.items()))
+
+
+def parse_tolerations(path: Path | str, line: int, text: str) -> tuple[Toleration, ...]:
+    """`dedicated=infer:NoSchedule;gpu:Exists` into tolerations (Kubernetes semantics)."""
+    out = []
+    for part in (text or "").split(";"):
+        part = part.strip()
+        if not part:
+            continue
+        out.append(_toleration(path, line, part))
+    return tuple(out)
+
+
+def _toleration(path: Path | str, line: int, part: str) -> Toleration:
+    def bad(why: str) -> TraceError:
+        return TraceError(path, line, "tolerations", f"{part!r}: {why}; write one of "
+                          f"{', '.join(TOLERATION_FORMS)} (Effect: {', '.join(TAINT_EFFECTS)}), "
+                          "';'-separated, e.g. dedicated=infer:NoSchedule;gpu:Exists")
+    if part == "Exists":
+        return Toleration("", "Exists")
+    head, _, effect = part.partition(":")
+    if "=" in head:
+        key, _, value = (x.strip() for x in head.partition("="))
+        operator = "Equal"
+        if ":" in effect:
+            raise bad("too many ':'")
+    else:
+        key, value, operator = head.strip(), "", "Exists"
+        if effect.split(":", 1)[0] != "Exists":
+            raise bad("a key without =value needs :Exists")
+        effect = effect.partition(":")[2]
+    if not re.fullmatch(_LABEL, key) or (value and not re.fullmatch(_LABEL, value)):
+        raise bad("not a taint key (letters, digits, '-', '_', '.', '/')")
+    if effect and effect not in TAINT_EFFECTS:
+        raise bad(f"unknown effect {effect!r}")
+    return Toleration(key, operator, value, effect.strip())
 
 
 def parse_limits(path: Path, line: int, text: str) -> dict[str, str]:
@@ -148,11 +227,9 @@ def parse_limits(path: Path, line: int, text: str) -> dict[str, str]:
     return limits
 
 
-def resource_limits(path: Path, line: int, text: str
-                    ) -> tuple[int, int, int, tuple[str, ...]]:
-    """(GPUs per pod, milli per GPU, GPU memory MiB per GPU, models) of a `resources` cell,
-    through the webhook's translation; what the replay cannot run yet is refused as planned."""
-    limits = parse_limits(path, line, text)
+def gpu_request(path: Path | str, line: int, text: str) -> GpuRequest | None:
+    """The `resources` cell through the webhook's translation (None: no GPU asked)."""
+    limits = parse_limits(Path(path), line, text)
     unknown = [k for k in limits if not k.startswith("nvidia.com/")]
     if unknown:
         raise TraceError(path, line, "resources", f"{unknown[0]} is not a GPU resource; put "
@@ -161,20 +238,28 @@ def resource_limits(path: Path, line: int, text: str
         req = translate(limits)
     except RequestError as exc:
         raise TraceError(path, line, "resources", str(exc)) from None
+    if req is not None:
+        try:  # what the state cannot hold (several MIG instances in a pod, ...)
+            req.to_pod_request("x", modes=True)
+        except ValueError as exc:
+            raise TraceError(path, line, "resources", str(exc)) from None
+    return req
+
+
+def legacy_fields(req: GpuRequest | None) -> tuple[int, int, int, tuple[str, ...]]:
+    """(GPUs per pod, milli per GPU, GPU memory MiB per GPU, models) of a request, as the
+    milli-only columns would say it (for display; placement uses the compiled request)."""
     if req is None:
         return 0, 0, 0, ()
-    if req.mode not in (DeviceMode.EXCLUSIVE, DeviceMode.SOFT):
-        raise TraceError(path, line, "resources", f"{', '.join(req.spellings)}: "
-                         f"{req.mode.value} requests are planned for the replay (its engine "
-                         "does not model MIG instances or time-slice replicas yet); ask for "
-                         "nvidia.com/gpu, nvidia.com/gpumem or nvidia.com/gpucores")
-    if req.memory_percent is not None:
-        raise TraceError(path, line, "resources", "nvidia.com/gpumem-percentage is planned "
-                         "for the replay (the card is not known when the job is read); "
-                         "write nvidia.com/gpumem in MiB")
     pod = req.to_pod_request("x")
-    memory = req.memory_mib or 0 if pod.gpu_milli < MILLI_PER_GPU else 0
+    memory = pod.gpu_memory_mib if pod.gpu_milli < MILLI_PER_GPU else 0
     return pod.gpu_count, pod.gpu_milli, memory, req.models
+
+
+def resource_limits(path: Path | str, line: int, text: str
+                    ) -> tuple[int, int, int, tuple[str, ...]]:
+    """`legacy_fields` of a `resources` cell."""
+    return legacy_fields(gpu_request(path, line, text))
 
 
 def openb_queue(name: str, qos: str) -> tuple[str, str]:
@@ -206,8 +291,13 @@ def openb_jobs(path: Path | str) -> list[JobSpec]:
 
 
 def to_jobs(specs: Sequence[JobSpec], cfg: ControlConfig, tree: QueueTree,
-            source: str = "<jobs>") -> list[Job]:
-    """Resolve queues/tenants and priority classes; errors name the line and the field."""
+            source: str = "<jobs>", nodes: Sequence[NodeSpec] = ()) -> list[Job]:
+    """Resolve queues/tenants and priority classes and compile each row's request with its
+    tenant's trust tier; errors name the line and the field. With `nodes`, requests no card
+    of the cluster can ever serve are refused (`sim.fleet.FleetCards`)."""
+    from gpugov.sim.fleet import FleetCards
+
+    cards = FleetCards(nodes) if nodes else None
     jobs = []
     for s in specs:
         try:
@@ -229,11 +319,37 @@ def to_jobs(specs: Sequence[JobSpec], cfg: ControlConfig, tree: QueueTree,
             pclass = cfg.priority_class(s.priority)
         except KeyError as exc:
             raise TraceError(source, s.line or None, "priority", exc.args[0]) from None
-        count = s.gpu_per_pod if s.gpu_milli else 0
-        pod = PodRequest(s.name, s.cpu_milli, s.memory_mib, count, s.gpu_milli if count else 0,
-                         s.models, s.gpu_memory_mib if count else 0)
+        req = spec_request(s)
+        card = None
+        if cards is not None and req is not None:
+            try:
+                card = cards.card_for(req)
+            except ValueError as exc:
+                raise TraceError(source, s.line or None, "resources" if s.gpu_request else
+                                 "gpu_per_pod", str(exc)) from None
+        tenant = s.namespace or tree.names[leaf]
+        if req is None:
+            pod = PodRequest(s.name, s.cpu_milli, s.memory_mib,
+                             node_selector=s.node_selector, tolerations=s.tolerations,
+                             tenant=tenant)
+        else:
+            pod = req.to_pod_request(s.name, s.cpu_milli, s.memory_mib, card, modes=True,
+                                     tier=trust, tenant=tenant, node_selector=s.node_selector,
+                                     tolerations=s.tolerations)
         jobs.append(Job(s.name, leaf, pclass, s.submit, s.pods, pod, trust, s.duration))
     return jobs
+
+
+def spec_request(s: JobSpec) -> GpuRequest | None:
+    """A row's GPU request: its `resources`, or the milli columns as a whole-GPU or soft
+    request (None for a CPU-only row)."""
+    if s.gpu_request is not None:
+        return s.gpu_request
+    if not s.gpu_per_pod or not s.gpu_milli:
+        return None
+    whole = s.gpu_milli >= MILLI_PER_GPU
+    return GpuRequest(s.gpu_per_pod, DeviceMode.EXCLUSIVE if whole else DeviceMode.SOFT,
+                      milli=s.gpu_milli, memory_mib=s.gpu_memory_mib or None, models=s.models)
 
 
 def render_job_file(specs: Sequence[JobSpec]) -> bytes:

@@ -35,6 +35,7 @@ from gpugov.control.explain import snapshot
 from gpugov.control.fairshare import jain
 from gpugov.control.workload import PENDING, REJECTED, RUNNING, Job
 from gpugov.model.cluster import NodeSpec
+from gpugov.model.devices import DeviceMode
 from gpugov.sim.jobs import JobSpec, to_jobs
 from gpugov.sim.numbers import csv_number
 
@@ -53,19 +54,22 @@ class _Allocations:
         self.open: dict[str, list[int]] = {}
 
     def start(self, job: Job, now: float) -> None:
+        """Rows for every device of every pod of `job`, from the allocation the state
+        committed: the slice kind, MIG instance, memory and compute charged, and the
+        isolation that kind delivers (a whole device is hard)."""
         req = job.request
-        whole = req.gpu_milli >= 1000
-        mode, isolation = ("exclusive", "hard") if whole else ("soft", "soft")
+        mode = req.slice_mode
+        profile = req.mig_profile if mode is DeviceMode.MIG else ""
         opened = []
         for k, alloc in enumerate(job.allocations):
             node = self.nodes[alloc.node]
-            memory = node.device_memory_mib if whole else (alloc.memory_mib
-                                                           or req.gpu_memory_mib)
+            start = str(alloc.mig_start) if mode is DeviceMode.MIG else ""
             for d in alloc.devices:
                 opened.append(len(self.rows))
                 self.rows.append([job.name, f"{job.name}-{k}", self.namespace.get(job.name, ""),
-                                  node.name, int(d), mode, "", "", int(memory),
-                                  int(alloc.milli), isolation, now, None])
+                                  node.name, int(d), mode.value, profile, start,
+                                  int(alloc.memory_mib), int(alloc.milli), str(mode.isolation),
+                                  now, None])
         self.open[job.name] = opened
 
     def stop(self, name: str, now: float) -> None:
@@ -195,7 +199,7 @@ def replay(cfg: ControlConfig, nodes: Sequence[NodeSpec], specs: Sequence[JobSpe
     from gpugov.control.config import ConfigError
     from gpugov.control.tree import build_tree, cluster_fit
 
-    jobs = to_jobs(specs, cfg, build_tree(cfg), source)  # raises before any work is done
+    jobs = to_jobs(specs, cfg, build_tree(cfg), source, nodes)  # raises before any work
     cp = new_control_plane(cfg, nodes, opts.policy, opts.seed, [j.request for j in jobs])
     errors, warnings = cluster_fit(cp.tree, cp.capacity)
     if errors:
