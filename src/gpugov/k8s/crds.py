@@ -39,7 +39,8 @@ API_VERSION = f"{GROUP}/{VERSION}"
 RESOURCE_MAPS = ("quota", "limit", "borrowingLimit", "lendingLimit")
 DURATION_PATTERN = r"^[0-9]+(\.[0-9]+)?(ms|s|m|h|d)?$"
 CRD_DIR = Path("deploy") / "helm" / "gpugov" / "crds"
-_UNITS = {"gpu": "GPUs (fractions allowed)", "cpu": "cores", "memory": "GiB"}
+_UNITS = {"gpu": "GPUs (fractions allowed)", "cpu": "cores", "memory": "GiB",
+          "gpumem": "GiB of GPU memory"}
 
 
 def _structural(schema: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:

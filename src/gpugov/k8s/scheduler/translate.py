@@ -573,7 +573,7 @@ def _amounts(where: str, value: Any) -> dict[str, float]:
     for r, v in value.items():
         if r not in RESOURCES:
             raise ValueError(f"{where}.{r}: unknown resource; allowed: {', '.join(RESOURCES)}")
-        if r == "memory" and isinstance(v, str) and not re.fullmatch(r"[0-9.]+", v):
+        if r in ("memory", "gpumem") and isinstance(v, str) and not re.fullmatch(r"[0-9.]+", v):
             out[r] = float(parse_quantity(v) / 2**30)
         else:
             try:
