@@ -519,6 +519,9 @@ def modes(
                                help="mixed-mode nodes, tenants of 3 trust "
                                "tiers (--pod-count per tier; --node-count unused): isolation "
                                "per tier"),
+    policy: str = typer.Option("bestfit", "--policy", metavar="NAME",
+                               help="placement policy that picks nodes (as `gpugov replay`; "
+                               "gpugov too)"),
     pods_old: int | None = typer.Option(None, "--pods", metavar="N", hidden=True,
                                         help="deprecated spelling of --pod-count"),
     nodes_old: int | None = typer.Option(None, "--nodes", metavar="N", hidden=True,
@@ -540,16 +543,17 @@ def modes(
         if not lo <= value <= hi:
             raise _fail(f"{flag} must be within {lo:,}..{hi:,}, got {value}")
     model, _ = _mig_geometry(model)
+    policy = _policy_name(policy)
     if mixed:
         from gpugov.sim.modes import MIXED_POOL, mixed_scenario, print_mixed
 
-        print_mixed(mixed_scenario(pods, seed, model, replicas),
+        print_mixed(mixed_scenario(pods, seed, model, replicas, policy),
                     f"{pods} pods per trust tier (seed {seed}) on {len(MIXED_POOL)} mixed-mode "
-                    f"nodes × 8 {model}")
+                    f"nodes × 8 {model}, policy {policy}")
         return
 
-    rows = compare(pods, seed, nodes, 8, model, replicas)
-    table = Table(title=f"{pods} pods (seed {seed}) on {nodes}×8 {model}",
+    rows = compare(pods, seed, nodes, 8, model, replicas, policy)
+    table = Table(title=f"{pods} pods (seed {seed}) on {nodes}×8 {model}, policy {policy}",
                   box=box.SIMPLE_HEAD, pad_edge=False,
                   caption="compute placed: share of the cluster's GPU compute; stranded: "
                   "memory of occupied GPUs no pod claims; TS risk: memory time-sliced pods "

@@ -126,5 +126,8 @@ def test_modes_command_prints_every_mode_and_why_pods_were_refused() -> None:
         assert f" {row} " in res.output
     assert "refused pods by the engine's reason" in res.output
     assert "mig: gpu-mode" in res.output  # the multi-GPU pods
-    res = CliRunner().invoke(app, ["modes", "--mixed", "--pod-count", "10"])
-    assert res.exit_code == 0 and "untrusted" in res.output
+    res = CliRunner().invoke(app, ["modes", "--mixed", "--pod-count", "10", "--policy", "gpugov"],
+                             env={"COLUMNS": "200"})
+    assert res.exit_code == 0 and "untrusted" in res.output and "policy gpugov" in res.output
+    res = CliRunner().invoke(app, ["modes", "--policy", "nope"])
+    assert res.exit_code == 2 and "unknown policy 'nope'" in res.output
