@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field, replace
+from functools import cache
 
 import numpy as np
 
@@ -126,17 +127,25 @@ def compile_for(mode: DeviceMode, pod: Pod, model: str, oversubscribe: bool = Tr
         return whole
     milli = min(pod.milli, MILLI_PER_GPU)
     if mode is DeviceMode.MIG:
-        g = get_geometry(model)
-        fitting = covering_profiles(g, milli, pod.memory_mib)
-        p = fitting[0] if fitting else g.whole
-        return PodRequest(pod.name, 0, 0, 1, MILLI_PER_GPU * p.compute_slices
-                          // g.compute_slices, mode=DeviceMode.MIG, mig_profile=p.name)
+        profile, profile_milli = _mig_profile(model, milli, pod.memory_mib)
+        return PodRequest(pod.name, 0, 0, 1, profile_milli, mode=DeviceMode.MIG,
+                          mig_profile=profile)
     if mode is DeviceMode.SOFT:
         if milli >= MILLI_PER_GPU:
             return replace(whole, mode=None)
         return PodRequest(pod.name, 0, 0, 1, milli, gpu_memory_mib=pod.memory_mib)
     return PodRequest(pod.name, 0, 0, 1, milli, gpu_memory_mib=pod.memory_mib, mode=mode,
                       oversubscribe=oversubscribe and mode is DeviceMode.TIMESLICE)
+
+
+@cache
+def _mig_profile(model: str, milli: int, memory_mib: int) -> tuple[str, int]:
+    """(name, compute milli) of the smallest profile with `milli` and `memory_mib`, else the
+    whole-GPU profile."""
+    g = get_geometry(model)
+    fitting = covering_profiles(g, milli, memory_mib)
+    p = fitting[0] if fitting else g.whole
+    return p.name, MILLI_PER_GPU * p.compute_slices // g.compute_slices
 
 
 def _placer(state: ClusterState, policy: str, seed: int = 0) -> Placer:
