@@ -288,3 +288,23 @@ def test_every_placement_reason_has_words_that_say_what_to_change() -> None:
         assert words and words != code
     assert "ask for a MIG profile or a whole GPU" in reasons.NODE_WORDS["isolation"]
     assert CLASSES  # the helper classes (high non-preemptible) are what these tests use
+
+
+@pytest.mark.parametrize("dimension", ["gpu-model", "node-selector", "taint", "gpu-mode",
+                                       "power"])
+def test_a_job_no_node_can_ever_take_is_rejected_naming_the_dimension(dimension) -> None:
+    from gpugov.model.constraints import Taint
+
+    node = NodeSpec("n0", 64_000, 262_144, 2, A100, labels=(("zone", "a"),),
+                    taints=(Taint("dedicated", "infer"),) if dimension == "taint" else (),
+                    power_budget_w=400.0 if dimension == "power" else None)
+    cp = plane([{"name": "a"}], [node])
+    pod = {"gpu-model": PodRequest("p", 0, 0, 1, 1000, ("H100-SXM5-80GB",)),
+           "node-selector": PodRequest("p", 0, 0, 1, 1000, node_selector=(("zone", "b"),)),
+           "taint": PodRequest("p", 0, 0, 1, 1000),
+           "gpu-mode": mig_pod("p"),
+           "power": PodRequest("p", 0, 0, 2, 1000)}[dimension]
+    j = submit(cp, "p", "a", pod)
+    assert j.status == REJECTED and j.blocked_by == dimension
+    assert f"({dimension}: {reasons.node_words(dimension, j.request)})" in j.detail
+    assert "even when empty" in j.detail
