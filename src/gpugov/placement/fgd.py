@@ -91,8 +91,7 @@ class FgdPolicy(Policy):
         """FGD's measure (milli only) from cached per-node parts; the same integers as
         `_scores_by_state`."""
         model = self.ctx.fragmentation
-        before = model.of_nodes(state, nodes)
-        free_total, fit_count, big_sum = model.parts_of_nodes(state, nodes)
+        before, free_total, fit_count, big_sum = model.frag_and_parts(state, nodes)
         cpu_after = state.cpu_free[nodes] - req.cpu_milli
         models = state.model_idx[nodes]
         if not req.is_sharing:

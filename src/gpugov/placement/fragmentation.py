@@ -132,8 +132,9 @@ class FragmentationModel:
         self._memory_model = (FragmentationModel(typical.complete, state)
                               if self.names_memory and typical.complete is not None else self)
         # fragmentation of each node's current state, valid while its version is unchanged
-        # (one cache per measure: index 0 = FGD's, 1 = memory-aware)
-        self._cached_version = np.full((2, len(state)), -1, dtype=np.int64)
+        # (index 0 = FGD's, valid per `_parts_version`; 1 = memory-aware, per
+        # `_cached_version`)
+        self._cached_version = np.full(len(state), -1, dtype=np.int64)
         self._cached = np.zeros((2, len(state)), dtype=np.int64)
         # per node, the parts of FGD's measure that depend on its GPUs alone (`node_parts`),
         # valid while its version is unchanged: what `frag_after` starts from
@@ -198,17 +199,21 @@ class FragmentationModel:
         m = len(self._milli)
         return gpu_free.sum(axis=1), both[:, :m], both[:, m:]
 
-    def parts_of_nodes(self, state: ClusterState, nodes: np.ndarray
-                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """`node_parts` of the nodes' current GPUs (cached per node version)."""
+    def frag_and_parts(self, state: ClusterState, nodes: np.ndarray
+                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """FGD's fragmentation of the nodes' current states and their `node_parts`, cached
+        per node version (one cache check for both)."""
         stale = nodes[self._parts_version[nodes] != state.version[nodes]]
         if len(stale):
             free = state.gpu_free[stale]
             in_table = free.min() >= 0 and free.max() <= MILLI_PER_GPU
             parts = self._parts_by_table(free) if in_table else self.node_parts(free)
             self._free_total[stale], self._fit_count[stale], self._big_sum[stale] = parts
+            self._cached[0, stale] = self.frag_from_parts(*parts, state.cpu_free[stale],
+                                                          state.model_idx[stale])
             self._parts_version[stale] = state.version[stale]
-        return self._free_total[nodes], self._fit_count[nodes], self._big_sum[nodes]
+        return (self._cached[0, nodes], self._free_total[nodes], self._fit_count[nodes],
+                self._big_sum[nodes])
 
     def frag_after(self, free_total: np.ndarray, fit_count: np.ndarray, big_sum: np.ndarray,
                    taken: np.ndarray | int, free: np.ndarray | int, milli: int,
@@ -263,17 +268,14 @@ class FragmentationModel:
                  ) -> np.ndarray:
         """Fragmentation of the nodes' current states (cached per node version); `memory`
         selects the memory-aware measure."""
-        cached_version, cached = self._cached_version[int(memory)], self._cached[int(memory)]
+        if not memory:
+            return self.frag_and_parts(state, nodes)[0]
+        cached_version, cached = self._cached_version, self._cached[1]
         stale = nodes[cached_version[nodes] != state.version[nodes]]
         if len(stale):
-            if memory:
-                cached[stale] = self.node_frag_memory(
-                    state.gpu_free[stale], state.cpu_free[stale], state.model_idx[stale],
-                    state.gpu_mem_free[stale], state.gpu_mem_cap[stale])
-            else:
-                cached[stale] = self.frag_from_parts(*self.parts_of_nodes(state, stale),
-                                                     state.cpu_free[stale],
-                                                     state.model_idx[stale])
+            cached[stale] = self.node_frag_memory(
+                state.gpu_free[stale], state.cpu_free[stale], state.model_idx[stale],
+                state.gpu_mem_free[stale], state.gpu_mem_cap[stale])
             cached_version[stale] = state.version[stale]
         return cached[nodes]
 
