@@ -47,8 +47,8 @@ import numpy as np
 from gpugov.model.catalog import MILLI_PER_GPU, get_model
 from gpugov.model.constraints import Taint, selects, tolerates
 from gpugov.model.devices import DeviceConfig, DeviceMode, DeviceTopology
-from gpugov.model.mig import layout_errors
-from gpugov.model.mig_table import MAX_STARTS, NEVER, has_mig, mig_table
+from gpugov.model.mig import MIG_GEOMETRIES, layout_errors
+from gpugov.model.mig_table import has_mig, mig_table
 from gpugov.model.request import Allocation, PodRequest
 
 #: column of `kind_count` for sharing pods; whole-GPU pods use column = their GPU count.
@@ -58,8 +58,13 @@ SHARE_KIND = 0
 MODE_CODE = {DeviceMode.EXCLUSIVE: 0, DeviceMode.MIG: 1, DeviceMode.SOFT: 2,
              DeviceMode.TIMESLICE: 3, DeviceMode.MPS: 4}
 _EXCL, _MIG, _SOFT, _TS, _MPS = range(5)
+#: mode code of the padding columns in the filter's view: no request's mode matches it.
+_NO_DEVICE = 5
 #: isolation each mode delivers to a pod that shares the device (a whole device is hard).
-_MODE_ISO = np.array([2, 2, 1, 0, 0], dtype=np.int8)
+_MODE_ISO = np.array([2, 2, 1, 0, 0, 0], dtype=np.int8)
+
+#: the most memory slices of any MIG model: occupancy bitmasks are below 1 << this.
+MEMORY_SLICES = max(g.memory_slices for g in MIG_GEOMETRIES.values())
 
 #: failure reasons, in the order the filter applies them (docs/contracts.md).
 REASONS = ("gpu-model", "node-selector", "taint", "gpu-mode", "isolation", "tenant-isolation",
@@ -215,6 +220,8 @@ class ClusterState:
                         self.mig_layout_free[i, k] = table.layout_mask(cfg.mig_layout)
         #: True while every device is soft and no node has taints or a budget: plain
         #: requests may then use the per-node summaries (the trace engine's fast path).
+        #: the filter's view of the modes: padding columns are no device at all
+        self._filter_mode = np.where(self.gpu_cap > 0, self.dev_mode, _NO_DEVICE).astype(np.int8)
         self.plain = bool((self.dev_mode == _SOFT).all()) and not self.has_taints \
             and not self.has_power
         self._sealed_pods = 0
@@ -294,7 +301,7 @@ class ClusterState:
     def _device_steps(self, req: PodRequest, nodes):
         """(reason, device mask) of each device-level test, in `REASONS` order."""
         mode = req.slice_mode
-        dm = self.dev_mode[nodes]
+        dm = self._filter_mode[nodes]
         free = self.gpu_free[nodes]
         if mode is DeviceMode.EXCLUSIVE:
             yield "gpu-mode", (dm == _EXCL) | (dm == _SOFT)
@@ -345,29 +352,26 @@ class ClusterState:
 
     def _mig_fits(self, profile: str, nodes) -> np.ndarray:
         """MIG devices of `nodes` with room for an instance of `profile` at a valid start."""
-        starts, compute, known = self._mig_profile_arrays(profile)
+        free_by_occ, compute, known, layout_bits = self._mig_profile_arrays(profile)
         idx = self.model_idx[nodes]
-        ok = known[idx]
-        bits = starts[idx]  # [nodes, MAX_STARTS]
         occ = self.mig_occ[nodes]
-        if np.ndim(occ) == 1:  # one node: [width]
-            dyn = ((occ[:, None] & bits[None, :]) == 0).any(axis=1)
-            dyn &= self.mig_compute_free[nodes] >= compute[idx]
-            fixed = (self.mig_layout_free[nodes] & self._mig_layout_bits(profile)[idx]) != 0
-        else:
-            dyn = ((occ[:, :, None] & bits[:, None, :]) == 0).any(axis=2)
-            dyn &= self.mig_compute_free[nodes] >= compute[idx][:, None]
-            fixed = (self.mig_layout_free[nodes]
-                     & self._mig_layout_bits(profile)[idx][:, None]) != 0
-            ok = ok[:, None]
-        return ok & np.where(self.mig_fixed[nodes], fixed, dyn)
+        if np.ndim(occ) == 2:  # several nodes: [nodes, width]
+            idx = idx[:, None]
+        # a start is free when its slices miss the occupied ones: looked up per occupancy
+        dyn = free_by_occ[idx, occ] & (self.mig_compute_free[nodes] >= compute[idx])
+        fixed = (self.mig_layout_free[nodes] & layout_bits[idx]) != 0
+        return known[idx] & np.where(self.mig_fixed[nodes], fixed, dyn)
 
     def _mig_profile_arrays(self, profile: str):
+        """Per GPU model (row -1: no model): for every occupied-slice mask whether some valid
+        start of `profile` is free, the profile's compute slices, whether the model offers it,
+        and its placements' numbers as a bitmask (for fixed layouts)."""
         key = ("mig", profile)
         got = self._constraint_masks.get(key)
         if got is None:
             m = len(self.model_names)
-            starts = np.full((m + 1, MAX_STARTS), NEVER, dtype=np.int64)  # row -1: no model
+            masks = np.arange(1 << MEMORY_SLICES, dtype=np.int64)
+            free_by_occ = np.zeros((m + 1, 1 << MEMORY_SLICES), dtype=bool)
             compute = np.zeros(m + 1, dtype=np.int64)
             known = np.zeros(m + 1, dtype=bool)
             layout_bits = np.zeros(m + 1, dtype=np.int64)
@@ -376,19 +380,15 @@ class ClusterState:
                     continue
                 table = mig_table(model)
                 ks = table.by_profile.get(profile, ())
-                for j, k in enumerate(ks):
-                    starts[i, j] = table.placements[k].bits
+                for k in ks:
+                    free_by_occ[i] |= (masks & table.placements[k].bits) == 0
                     layout_bits[i] |= 1 << k
                 if ks:
                     known[i] = True
                     compute[i] = table.placements[ks[0]].compute_slices
-            got = (starts, compute, known, layout_bits)
+            got = (free_by_occ, compute, known, layout_bits)
             self._constraint_masks[key] = got
-        return got[:3]
-
-    def _mig_layout_bits(self, profile: str) -> np.ndarray:
-        self._mig_profile_arrays(profile)
-        return self._constraint_masks[("mig", profile)][3]
+        return got
 
     def _node_mask(self, req: PodRequest) -> np.ndarray:
         """Node-level tests that never change: GPU model, nodeSelector, taints."""
@@ -462,6 +462,9 @@ class ClusterState:
             if not ok.any():
                 return "taint"
         if req.gpu_count:
+            ok &= self.gpu_count >= req.gpu_count  # too few devices at all: compute
+            if not ok.any():
+                return "gpu"
             fits = None
             for reason, mask in self._device_steps(req, slice(None)):
                 fits = mask if fits is None else fits & mask
@@ -562,6 +565,9 @@ class ClusterState:
         devs = list(alloc.devices)
         if len(set(devs)) != len(devs) or len(devs) != req.gpu_count:
             raise ValueError(f"{req.name}: needs {req.gpu_count} distinct devices, got {devs}")
+        if not devs and not self._fast(req) and not self._node_mask(req)[n]:
+            raise ValueError(f"{req.name}: node {self.names[n]} breaks the pod's nodeSelector "
+                             "or taints")
         if devs:
             if max(devs) >= self.gpu_count[n] or min(devs) < 0:
                 raise ValueError(f"{req.name}: devices {devs} are not on {self.names[n]}")
