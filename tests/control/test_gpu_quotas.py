@@ -6,6 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from cp_helpers import CLASSES, nodes, plane
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from gpugov.control import reasons
 from gpugov.control.config import ConfigError, parse_config
@@ -308,3 +310,61 @@ def test_a_job_no_node_can_ever_take_is_rejected_naming_the_dimension(dimension)
     assert j.status == REJECTED and j.blocked_by == dimension
     assert f"({dimension}: {reasons.node_words(dimension, j.request)})" in j.detail
     assert "even when empty" in j.detail
+
+
+# -- invariants over random mixed work --------------------------------------------------------
+
+_KINDS = ["mig1", "mig3", "slice20", "slice40", "whole", "whole2"]
+
+
+def _pod(kind: str, name: str) -> PodRequest:
+    return {"mig1": lambda: mig_pod(name), "mig3": lambda: mig_pod(name, "3g.40gb"),
+            "slice20": lambda: slice_pod(name, 20), "slice40": lambda: slice_pod(name, 40, 400),
+            "whole": lambda: whole_pod(name),
+            "whole2": lambda: PodRequest(name, 1000, 1024, 2, 1000)}[kind]()
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(st.sampled_from(["a", "b", "ns-x"]), st.sampled_from(_KINDS),
+                          st.integers(1, 2), st.sampled_from(["low", "mid"]),
+                          st.integers(0, 3)), min_size=1, max_size=20),
+       st.lists(st.integers(0, 3), max_size=4))
+def test_gpumem_and_mig_caps_hold_and_the_ledger_is_what_allocations_charge(specs, finish):
+    cluster = mig_nodes(1, gpus=2) + [NodeSpec("s0", 64_000, 262_144, 2, A100)]
+    cp = plane([{"name": "a", "quota": {"gpumem": 100, "mig-1g.10gb": 3},
+                 "limit": {"gpumem": 150, "mig-1g.10gb": 5}},
+                {"name": "b", "quota": {"gpumem": 100}, "limit": {"mig-3g.40gb": 1}},
+                {"name": "x"}], cluster,
+               tenants=[{"namespace": "ns-x", "queue": "x", "trust": "untrusted"}])
+    gov = cp.tree.governed
+    for step in range(4):
+        for i, (queue, kind, pods, pclass, t) in enumerate(specs):
+            if t == step:
+                submit(cp, f"j{i}", queue, _pod(kind, f"j{i}"), pclass=pclass, pods=pods,
+                       submit_s=float(t), tenant=queue)
+        running = [j for j in cp.jobs.values() if j.status == RUNNING]
+        if step in finish and running:
+            cp.finish(running[0])
+        cp.cycle(float(step * 10))
+        running = [j for j in cp.jobs.values() if j.status == RUNNING]
+        # no queue above its cap in any governed column, GPU memory and MIG included
+        assert (cp.ledger.usage[:, gov] <= cp.tree.cap[:, gov] + 1e-6).all()
+        # the ledger is what the allocations charge: card memory for whole GPUs, one
+        # instance per MIG pod
+        for q in range(len(cp.tree)):
+            mine = [j for j in running if j.leaf == q]
+            mem = sum(a.memory_mib * len(a.devices) for j in mine for a in j.allocations)
+            assert cp.ledger.usage[q, GPUMEM] == mem
+            for c, r in enumerate(cp.tree.resources.names):
+                if r.startswith("mig-"):
+                    n = sum(len(j.allocations) for j in mine if j.request.mig_profile == r[4:])
+                    assert cp.ledger.usage[q, c] == n
+        for j in running:
+            for a in j.allocations:
+                for d in a.devices:
+                    if j.request.slice_mode is DeviceMode.EXCLUSIVE:
+                        assert a.memory_mib == cp.state.gpu_mem_cap[a.node, d]
+                    if j.request.sealed:  # untrusted: alone on its devices but its own
+                        holders = {o.request.tenant for o in running for b in o.allocations
+                                   if b.node == a.node and d in b.devices}
+                        assert holders == {j.request.tenant}
