@@ -2,13 +2,14 @@
 on one cluster, and a request stream asking for each (sim/memory_workload.py).
 
 Usage: python bench/bench_mixed_modes.py [--seeds 42-51] [--weights F,T,P,E] [--per-pool 8]
+                                         [--shares SOFT,MIG,TS,WHOLE]
 Pods arrive in a shuffled order (the FGD study's procedure: topped up or thinned to tune 1.3
 x GPU capacity) and never leave. Prints, per policy, means over seeds of the GPU compute
 allocated (what the placed pods are charged: a MIG instance its profile's share, a
 time-slice replica 1/replicas) as % of capacity at the first failed arrival and at 100 %
 arrival, failures by reason up to 100 % arrival, and the share of multi-GPU pods whose
 devices share one NVLink domain. `--weights` sets gpugov's general-path weights
-(fragmentation, topology, power, energy) for a measurement.
+(fragmentation, topology, power, energy) for a measurement; `--shares` the request mix.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from gpugov.placement.fragmentation import FragmentationModel, TypicalPods
 from gpugov.placement.gpugov import Weights
 from gpugov.placement.registry import get_policy
 from gpugov.sim.experiment import tuned_sequence
-from gpugov.sim.memory_workload import mixed_fleet_nodes, mixed_pods
+from gpugov.sim.memory_workload import MIXED_SHARES, mixed_fleet_nodes, mixed_pods
 
 POLICIES = ("gpugov", "fgd", "bestfit")
 TUNE = 1.3
@@ -77,20 +78,24 @@ def main() -> None:
     ap.add_argument("--per-pool", type=int, default=8)
     ap.add_argument("--weights", default=None, help="gpugov weights F,T,P,E (sum 1)")
     ap.add_argument("--policies", default=",".join(POLICIES))
+    ap.add_argument("--shares", default=",".join(str(x) for x in MIXED_SHARES),
+                    help="request mix: soft, MIG, time-slice, whole-GPU shares")
     args = ap.parse_args()
     seeds = seeds_of(args.seeds)
+    shares = tuple(float(x) for x in args.shares.split(","))
     weights = None
     if args.weights:
         weights = Weights(*(float(x) for x in args.weights.split(",")))
         print(f"gpugov weights {weights}")
     nodes = mixed_fleet_nodes(args.per_pool)
     gpus = sum(n.gpu_count for n in nodes)
-    print(f"mixed fleet: {len(nodes)} nodes, {gpus} GPUs; seeds {seeds[0]}..{seeds[-1]}")
+    print(f"mixed fleet: {len(nodes)} nodes, {gpus} GPUs; request shares {shares}; "
+          f"seeds {seeds[0]}..{seeds[-1]}")
     print(f"{'policy':<10}{'@1st fail%':>11}{'@100%':>8}{'min':>7}{'max':>7}{'nvlink%':>9}"
           "  failures up to 100 % (mean per run)")
     for name in args.policies.split(","):
-        runs = [run(nodes, mixed_pods(seed=s), name, s, weights if name == "gpugov" else None)
-                for s in seeds]
+        runs = [run(nodes, mixed_pods(seed=s, shares=shares), name, s,
+                    weights if name == "gpugov" else None) for s in seeds]
         full = [r["full"] for r in runs]
         total: Counter = Counter()
         for r in runs:

@@ -47,9 +47,9 @@ _EXCLUSIVE = MODE_CODE[DeviceMode.EXCLUSIVE]
 class Weights:
     """Weights of the general path's terms (they sum to 1; the score is 100 x the sum)."""
 
-    fragmentation: float = 0.835
-    topology: float = 0.15
-    power: float = 0.01
+    fragmentation: float = 0.89
+    topology: float = 0.10
+    power: float = 0.005
     energy: float = 0.005
 
 
@@ -80,6 +80,10 @@ class GpugovPolicy(FgdPolicy):
 
     def choose_devices(self, state: ClusterState, req: PodRequest, node: int) -> tuple[int, ...]:
         if self._fgd_path(state, req):
+            if req.is_sharing and req.gpu_memory_mib:  # FGD's best gain, gpugov's ties
+                nodes = np.array([node])
+                taken = self._soft(state, req, nodes, state.device_fits(req, nodes))[1][0]
+                return (int(np.flatnonzero(taken)[0]),)
             return super().choose_devices(state, req, node)
         taken = self.general(state, req, np.array([node]))[1][0]
         chosen = tuple(int(i) for i in np.flatnonzero(taken))
@@ -132,8 +136,11 @@ class GpugovPolicy(FgdPolicy):
         mem = state.gpu_mem_free[nodes[rows]]
         mem[pick, cols] -= req.gpu_memory_mib
         gain = self._gain(state, req, nodes[rows], free)
-        # best gain per node; ties: least memory left on the device, then the lowest index
-        order = np.lexsort((cols, mem[pick, cols], -gain, rows))
+        # best gain per node; ties: the device whose free memory and compute stay most in
+        # proportion (least |memory share left - compute share left|), then the lowest index
+        cap = np.maximum(state.gpu_mem_cap[nodes[rows], cols], 1)
+        balance = np.abs(mem[pick, cols] / cap - free[pick, cols] / MILLI_PER_GPU)
+        order = np.lexsort((cols, balance, -gain, rows))
         first = order[np.r_[True, rows[order][1:] != rows[order][:-1]]]
         primary = np.zeros(len(nodes))
         taken = np.zeros(fits.shape, dtype=bool)

@@ -85,10 +85,19 @@ def mixed_fleet_nodes(per_pool: int = 8, budget_share: float = 0.5) -> list[Node
     return nodes
 
 
-def mixed_pods(count: int = 600, seed: int = 0) -> list[PodRequest]:
-    """A mixed request stream, deterministic per `seed`: 40 % soft inference slices (5-40 GiB
-    by 5, 10-50 % compute by 10), 20 % MIG instances (`MIG_MIX`), 10 % time-slice replicas
-    naming 4, 8 or 12 GiB, 30 % whole-GPU pods of 1, 2, 4 or 8 GPUs (40/30/20/10 %)."""
+#: shares of the mixed stream: soft slices, MIG instances, time-slice replicas, whole GPUs
+MIXED_SHARES = (0.4, 0.2, 0.1, 0.3)
+
+
+def mixed_pods(count: int = 600, seed: int = 0,
+               shares: tuple[float, float, float, float] = MIXED_SHARES) -> list[PodRequest]:
+    """A mixed request stream, deterministic per `seed`, in `shares` (default 40 % soft
+    inference slices of 5-40 GiB by 5 and 10-50 % compute by 10, 20 % MIG instances in
+    `MIG_MIX`, 10 % time-slice replicas naming 4, 8 or 12 GiB, 30 % whole-GPU pods of 1, 2,
+    4 or 8 GPUs at 40/30/20/10 %)."""
+    if len(shares) != 4 or min(shares) < 0 or not sum(shares) > 0:
+        raise ValueError(f"shares must be 4 numbers >= 0 with a positive sum, got {shares}")
+    edges = np.cumsum(shares) / sum(shares)
     rng = np.random.default_rng(seed)
     memories = np.arange(5, 41, 5) * GIB
     profiles, weights = list(MIG_MIX), np.array(list(MIG_MIX.values()))
@@ -96,15 +105,15 @@ def mixed_pods(count: int = 600, seed: int = 0) -> list[PodRequest]:
     pods: list[PodRequest] = []
     for i in range(count):
         kind = rng.random()
-        if kind < 0.4:
+        if kind < edges[0]:
             pods.append(PodRequest(f"infer-{i:05d}", 4000, 16_384, 1,
                                    int(rng.integers(1, 6)) * 100, (),
                                    int(rng.choice(memories))))
-        elif kind < 0.6:
+        elif kind < edges[1]:
             profile = profiles[int(rng.choice(len(profiles), p=weights / weights.sum()))]
             pods.append(PodRequest(f"mig-{i:05d}", 4000, 16_384, 1, table.milli(profile),
                                    mode=DeviceMode.MIG, mig_profile=profile))
-        elif kind < 0.7:
+        elif kind < edges[2]:
             pods.append(PodRequest(f"ts-{i:05d}", 2000, 8_192, 1,
                                    1000 // TIMESLICE_REPLICAS, (),
                                    int(rng.choice([4, 8, 12])) * GIB,
