@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from gpugov.cli import app
@@ -447,3 +449,85 @@ def test_gpumem_percentage_is_a_share_of_the_clusters_one_card(files, tmp_path):
     r = run(files, tmp_path / "two")
     assert r.exit_code == 2, r.output
     assert "gpumem-percentage" in r.output and "L40S" in r.output
+
+
+MIG_LAYOUTS = (["3g.40gb", "2g.20gb", "1g.10gb", "1g.10gb"], ["7g.80gb"],
+               ["1g.10gb"] * 7, ["4g.40gb", "3g.40gb"], None)  # None: dynamic MIG
+RESOURCES = ("nvidia.com/gpu=1", "nvidia.com/gpu=2",
+             "nvidia.com/gpumem=20000;nvidia.com/gpucores=30", "nvidia.com/gpumem=40000",
+             "nvidia.com/mig-1g.10gb=1", "nvidia.com/mig-2g.20gb=1",
+             "nvidia.com/mig-3g.40gb=1", "nvidia.com/gpu.shared=1")
+RANDOM_QUEUES = """
+queues:
+  - {name: q, quota: {gpu: 1000}}
+tenants:
+  - {namespace: ns-t, queue: q, trust: trusted}
+  - {namespace: ns-i, queue: q, trust: internal}
+  - {namespace: ns-u, queue: q, trust: untrusted}
+priorityClasses:
+  - {name: low, value: 10}
+"""
+
+
+@st.composite
+def random_pool(draw, k: int) -> dict:
+    model = draw(st.sampled_from(["A100-SXM4-80GB", "H100-SXM5-80GB", "L40S"]))
+    gpus = draw(st.integers(1, 4))
+    devices = []
+    for i in range(gpus):
+        modes = ["exclusive", "soft", "timeslice", "mps"] + (["mig"] if model != "L40S" else [])
+        mode = draw(st.sampled_from(modes))
+        group: dict = {"index": i, "mode": mode}
+        if mode in ("timeslice", "mps"):
+            group["replicas"] = draw(st.integers(2, 4))
+        if mode == "mig":
+            layout = draw(st.sampled_from(MIG_LAYOUTS))
+            if layout:
+                group["layout"] = layout
+        if mode != "exclusive" or draw(st.booleans()):
+            devices.append(group)
+    pool: dict = {"name": f"p{k}", "count": draw(st.integers(1, 2)), "model": model,
+                  "gpus": gpus, "cpuMilli": 64000, "memoryMiB": 262144, "devices": devices,
+                  "labels": {"zone": draw(st.sampled_from(["a", "b"]))},
+                  "topology": draw(st.sampled_from(["nvswitch", "pcie", "none"]))}
+    if draw(st.booleans()):
+        pool["taints"] = [{"key": "dedicated", "value": "x", "effect": "NoSchedule"}]
+    if draw(st.booleans()):
+        pool["powerBudgetW"] = CATALOG[model].tdp_w * draw(st.integers(1, gpus))
+    return pool
+
+
+@st.composite
+def random_replay(draw) -> tuple[str, str]:
+    pools = [draw(random_pool(0))]
+    pools[0]["model"] = draw(st.sampled_from(["A100-SXM4-80GB", "H100-SXM5-80GB"]))
+    pools += [draw(random_pool(k)) for k in range(1, draw(st.integers(1, 3)))]
+    header = MODES_HEADER
+    rows = []
+    for i in range(draw(st.integers(1, 20))):
+        ns = draw(st.sampled_from(["ns-t", "ns-i", "ns-u"]))
+        res = draw(st.sampled_from(RESOURCES))
+        tol = draw(st.sampled_from(["", "dedicated=x:NoSchedule", "Exists"]))
+        sel = draw(st.sampled_from(["", "zone=a", "zone=b"]))
+        submit, duration = draw(st.integers(0, 50)), draw(st.integers(1, 60))
+        pods = draw(st.integers(1, 2))
+        rows.append(f"j{i},,low,{submit},{duration},{pods},,,100,100,{ns},{res},{tol},{sel}\n")
+    return yaml.safe_dump({"nodePools": pools}), header + "".join(rows)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                 HealthCheck.function_scoped_fixture])
+@given(random_replay())
+def test_random_mixed_replays_never_break_a_device_or_a_tier(tmp_path_factory, case):
+    """Random fleets of every mode, taints, labels and budgets, random jobs of every
+    spelling, tier, toleration and selector: allocations.csv always passes the independent
+    check."""
+    cluster, jobs = case
+    d = tmp_path_factory.mktemp("random")
+    for name, text in (("cluster.yaml", cluster), ("q.yaml", RANDOM_QUEUES),
+                       ("jobs.csv", jobs)):
+        (d / name).write_text(text)
+    files = {n: d / n for n in ("cluster.yaml", "q.yaml", "jobs.csv")}
+    r = run(files, d / "run")
+    assert r.exit_code == 0, (r.output, r.exception)
+    check_allocations(d / "run", fleet(cluster), tiers(RANDOM_QUEUES))
