@@ -354,3 +354,13 @@ def test_isolation_never_below_required_and_no_device_over_capacity(specs, asks)
             g = mig_table(specs[a.node].model).geometry
             from gpugov.model.mig import layout_errors
             assert layout_errors(g, insts) == []
+
+
+def test_nodes_held_for_someone_else_are_not_used_and_say_so() -> None:
+    placer = placer_for(("soft",), ("mig",))
+    held = np.array([False, True])
+    got = place_rounded(placer, translate(SMALL), "p", U, exclude=held)  # type: ignore[arg-type]
+    assert got.allocation is not None and got.allocation.node == 0  # a whole soft GPU
+    held = np.array([True, True])
+    got = place_rounded(placer, translate(SMALL), "p", U, exclude=held)  # type: ignore[arg-type]
+    assert not got.placed and "reserved" in got.reason
