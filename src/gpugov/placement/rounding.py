@@ -34,6 +34,7 @@ policy's choice. `place_rounded` decides without changing the state; the caller 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -114,7 +115,8 @@ def compiled_forms(request: GpuRequest, name: str, state: ClusterState, *,
     mig_models = [m for m in state.model_names if has_mig(m)
                   and (not request.models or m in request.models)]
 
-    def mig_forms(pick) -> list[PodRequest]:  # type: ignore[no-untyped-def]
+    def mig_forms(pick: Callable[[MigGeometry], Iterable[MigProfile]]) -> list[PodRequest]:
+        """One form per profile `pick` offers on the fleet's MIG models, smallest first."""
         found: dict[str, tuple[tuple, list[str], int]] = {}
         for m in mig_models:
             table = mig_table(m)
@@ -242,26 +244,25 @@ def _decide(placer: Placer, form: PodRequest, nvlink_required: bool,
     whole forms take the best-connected fitting devices of the chosen node; with
     `nvlink_required`, nodes whose best set spans NVLink domains are passed over."""
     state = placer.state
-    hidden = np.zeros(len(state), bool) if exclude is None else exclude.copy()
+    held = np.zeros(len(state), bool) if exclude is None else exclude
+    split = np.zeros(len(state), bool)  # nodes passed over: their best set spans domains
     while True:
-        d = placer.decide(form, hidden)
+        d = placer.decide(form, held | split if split.any() else exclude)
         if d.allocation is None:
-            if d.reason == "reserved" and exclude is not None and (hidden & ~exclude).any():
+            if split.any() and not (state.feasible(form) & ~held & ~split).any():
                 return "no free devices inside one NVLink domain (gpugov.io/topology=required)"
             return d.reason
-        if form.gpu_count < 2 or not state.nodes[d.allocation.node].topology:
-            return d.allocation
         node = d.allocation.node
         topo = state.nodes[node].topology
+        if form.gpu_count < 2 or not topo:
+            return d.allocation
         free = [int(i) for i in np.flatnonzero(state.device_fits(form, node))]
         chosen = best_device_set(topo, free, form.gpu_count)
         assert chosen is not None  # the node is feasible: enough devices fit
         worst = max(pair_distance(topo[a], topo[b]) for a in chosen for b in chosen if a < b)
         if not nvlink_required or worst <= SAME_NVLINK:
             return allocation_for(state, form, node, chosen)
-        hidden[node] = True
-        if exclude is None:
-            exclude = np.zeros(len(state), bool)
+        split[node] = True
 
 
 def _fits_somewhere(state: ClusterState, form: PodRequest, exclude: np.ndarray | None) -> bool:
