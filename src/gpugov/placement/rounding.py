@@ -50,10 +50,6 @@ from gpugov.model.request import Allocation, PodRequest
 from gpugov.placement.engine import Placer, allocation_for
 from gpugov.placement.topology import SAME_NVLINK, best_device_set, pair_distance
 
-#: modes a fractional request may take, best first (before the isolation filter).
-FRACTION_ORDER = (DeviceMode.MPS, DeviceMode.TIMESLICE, DeviceMode.SOFT, DeviceMode.MIG,
-                  DeviceMode.EXCLUSIVE)
-
 
 def request_kind(request: GpuRequest) -> str:
     """`whole`, `mig`, `replica` or `fraction` (see the module docstring)."""
