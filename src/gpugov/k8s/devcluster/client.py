@@ -51,21 +51,35 @@ async def create_nodes(api: client.ApiClient, nodes: Iterable[dict[str, Any]],
     return list(await asyncio.gather(*(one(n) for n in nodes)))
 
 
+#: the taint the apiserver puts on every new node; the node lifecycle controller (not run in
+#: the local plane: kwok's nodes have no kubelet lease) removes it once the node is Ready
+NOT_READY_TAINT = "node.kubernetes.io/not-ready"
+
+
 async def wait_nodes_ready(api: client.ApiClient, names: Iterable[str],
                            timeout: float = 60.0) -> None:
-    """Until kwok has marked every node Ready (TimeoutError names the ones that are not)."""
+    """Until kwok has marked every node Ready (TimeoutError names the ones that are not),
+    then remove their `node.kubernetes.io/not-ready` taint, as the node lifecycle controller
+    does, so pods without tolerations can land on them."""
     core = client.CoreV1Api(api)
     want = set(names)
     deadline = asyncio.get_running_loop().time() + timeout
     while True:
-        ready = set()
+        ready = {}
         nodes = await core.list_node()
         for n in nodes.items:
             for c in n.status.conditions or []:
                 if c.type == "Ready" and c.status == "True":
-                    ready.add(n.metadata.name)
-        left = want - ready
+                    ready[n.metadata.name] = n
+        left = want - set(ready)
         if not left:
+            for name in want:
+                taints = ready[name].spec.taints or []
+                keep = [api.sanitize_for_serialization(t) for t in taints
+                        if t.key != NOT_READY_TAINT]
+                if len(keep) < len(taints):
+                    await core.patch_node(name, [{"op": "replace", "path": "/spec/taints",
+                                                  "value": keep}])
             return
         if asyncio.get_running_loop().time() > deadline:
             raise TimeoutError(f"nodes not Ready after {timeout:.0f} s: "

@@ -35,15 +35,20 @@ def gpu_node(name: str, gpus: int, labels: dict[str, str] | None = None,
             "status": {"capacity": capacity, "allocatable": capacity}}
 
 
+#: what `gpu_pod` tolerates unless told otherwise: every taint
+TOLERATE_ALL = ({"operator": "Exists"},)
+
+
 def gpu_pod(name: str, namespace: str, scheduler: str, limits: dict[str, str] | None = None,
             annotations: dict[str, str] | None = None, labels: dict[str, str] | None = None,
-            priority_class: str = "", node_selector: dict[str, str] | None = None) -> dict:
+            priority_class: str = "", node_selector: dict[str, str] | None = None,
+            tolerations: tuple[dict, ...] | list[dict] = TOLERATE_ALL) -> dict:
     """A pod asking for GPUs through resource limits (default: one whole GPU)."""
     spec: dict[str, Any] = {
         "schedulerName": scheduler,
         "containers": [{"name": "main", "image": "fake",
                         "resources": {"limits": limits or {names.GPU_RESOURCE: "1"}}}],
-        "tolerations": [{"operator": "Exists"}]}
+        "tolerations": [dict(t) for t in tolerations]}
     if priority_class:
         spec["priorityClassName"] = priority_class
     if node_selector:
@@ -96,11 +101,13 @@ def invariant_problems(items: list[dict], capacity: dict[str, int]) -> list[str]
     """What is wrong with the bound pods' allocation records, from the API objects alone.
 
     Every bound pod has a readable record naming its node; no whole device is given twice;
-    no device is shared beyond 1000 milli; no index beyond the node's GPU count.
+    no device is shared beyond 1000 milli; no index beyond the node's GPU count; no MIG
+    instance given twice, and MIG instances never share a device with another kind of slice.
     """
     problems = []
     milli: Counter[tuple[str, int]] = Counter()
     exclusive: Counter[tuple[str, int]] = Counter()
+    instances: Counter[tuple[str, int, str, int | None]] = Counter()
     for p in bound(items):
         meta = p.get("metadata") or {}
         key = f"{meta.get('namespace')}/{meta.get('name')}"
@@ -115,15 +122,37 @@ def invariant_problems(items: list[dict], capacity: dict[str, int]) -> list[str]
         for d in rec.devices:
             if d.index >= capacity.get(node, 0):
                 problems.append(f"{key}: device {d.index} beyond {node}'s GPUs")
+            if str(d.mode) == "mig":
+                instances[(node, d.index, str(d.mig_profile), d.mig_start)] += 1
+                continue
             milli[(node, d.index)] += d.milli
-            if str(d.mode) in ("exclusive", "mig"):
+            if str(d.mode) == "exclusive":
                 exclusive[(node, d.index)] += 1
     problems += [f"device {k} given whole to {n} pods" for k, n in exclusive.items() if n > 1]
     problems += [f"device {k} shared beyond one GPU ({m} milli)" for k, m in milli.items()
                  if m > 1000 and exclusive[k] == 0]
     problems += [f"device {k} given whole and shared" for k, n in exclusive.items()
                  if n == 1 and milli[k] > 1000]
+    problems += [f"MIG instance {k} given to {n} pods" for k, n in instances.items() if n > 1]
+    problems += [f"device {k[:2]} holds a MIG instance and another slice"
+                 for k in instances if milli[k[:2]] or exclusive[k[:2]]]
     return problems
+
+
+async def untaint_ready(kube: Kube, nodes: list[str]) -> None:
+    """Remove the `node.kubernetes.io/not-ready` taint the apiserver puts on new nodes, as the
+    node lifecycle controller does once they are Ready (the local plane does not run it)."""
+    for name in nodes:
+        _, obj = await kube.request("GET", f"/api/v1/nodes/{name}")
+        taints = (obj.get("spec") or {}).get("taints") or []
+        keep = [t for t in taints if t.get("key") != "node.kubernetes.io/not-ready"]
+        if len(keep) < len(taints):
+            status, doc = await kube.request(
+                "PATCH", f"/api/v1/nodes/{name}",
+                [{"op": "replace", "path": "/spec/taints", "value": keep}],
+                content_type="application/json-patch+json")
+            if status != 200:
+                raise RuntimeError(f"untaint {name}: HTTP {status}: {(doc or {}).get('message')}")
 
 
 def podgroup_crd() -> dict:
@@ -187,9 +216,12 @@ class Env:
 
     async def add_nodes(self, count: int, gpus: int, prefix: str = "n") -> list[str]:
         made = [gpu_node(f"{self.uid}-{prefix}{i}", gpus, self.label) for i in range(count)]
-        await create_all(self.kube, "/api/v1/nodes", made)
         for n in made:
             self.nodes[n["metadata"]["name"]] = gpus
+        return await self._create_nodes(made)
+
+    async def _create_nodes(self, made: list[dict]) -> list[str]:
+        await create_all(self.kube, "/api/v1/nodes", made)
         want = {n["metadata"]["name"] for n in made}
 
         async def ready():
@@ -201,7 +233,21 @@ class Env:
             return want <= ok
 
         await wait_until(ready, TIMEOUT, f"kwok to mark {sorted(want)} Ready")
-        return sorted(want)
+        await untaint_ready(self.kube, sorted(want))
+        return [n["metadata"]["name"] for n in made]
+
+    async def add_pools(self, *pools: dict) -> list[str]:
+        """Nodes of `cluster.yaml` node pools (`gpugov dev up`'s: inventory, GFD labels, device
+        resources, labels, taints), named `<uid>-<pool>-<i>`; returns their names."""
+        from gpugov.k8s.devcluster.cluster_file import node_objects, parse_cluster_yaml
+
+        named = [dict(p, name=f"{self.uid}-{p['name']}") for p in pools]
+        made = node_objects(parse_cluster_yaml({"nodePools": named}, "test pools"))
+        for n, gpus in zip(made, [p.get("gpus", 0) for p in named for _ in range(p["count"])],
+                           strict=True):
+            n["metadata"]["labels"].update(self.label)
+            self.nodes[n["metadata"]["name"]] = gpus
+        return await self._create_nodes(made)
 
     async def queue(self, name: str, **spec) -> str:
         full = f"{self.uid}-{name}"
