@@ -56,6 +56,7 @@ JOBS = HEADER + "".join(
     f"nvidia.com/gpucores={20 + 10 * i}\n" for i in range(4)) + "".join(
     f"w{i},b,low,0,100,1,1,1000,1000,1024,,\n" for i in range(8)) + (
     "x0,,low,1,100,1,,,1000,1024,ns-x,nvidia.com/gpu=1\n"
+    "x1,,low,1,100,1,,,1000,1024,ns-x,nvidia.com/gpumem=5000\n"
     "gang,a,low,10,50,2,,,1000,1024,ns-a,nvidia.com/gpu=2\n"
     "big,,high,20,10,1,,,1000,1024,ns-a,nvidia.com/gpu=4\n")
 
@@ -211,6 +212,8 @@ def test_cluster_yaml_resources_and_namespaces_replay(files, tmp_path):
     # the untrusted tenant's whole GPU: hard isolation, a device nobody else holds meanwhile
     x0 = next(r for r in rows if r["job"] == "x0")
     assert (x0["mode"], x0["milli"], x0["isolation"]) == ("exclusive", "1000", "hard")
+    # its soft slice is refused, not widened: a slice cannot give it hard isolation
+    assert jobs["x1"]["status"] == "rejected" and "isolation" in jobs["x1"]["reason"], jobs["x1"]
 
 
 def test_cluster_and_nodes_spellings_and_content_sniffing_agree(files, tmp_path):
@@ -243,9 +246,9 @@ def test_devices_not_named_are_exclusive(files, tmp_path):
     rows = check_allocations(out, fleet(files["cluster.yaml"].read_text()), tiers(QUEUES))
     assert {r["mode"] for r in rows} == {"exclusive"}
     jobs = {r["name"]: r for r in csv.DictReader(io.StringIO((out / "jobs.csv").read_text()))}
-    for i in range(4):  # pending or rejected, never started, the reason names the mode
+    for i in range(4):  # rejected: the reason names the mode
         job = jobs[f"s{i}"]
-        assert not job["start_s"] and "gpu-mode" in job["reason"], job
+        assert job["status"] == "rejected" and "gpu-mode" in job["reason"], job
 
 
 MODES_CLUSTER = """
@@ -295,9 +298,9 @@ MODES_JOBS = MODES_HEADER + "".join(
 ) + (
     f"soft-ok,,low,25,100,1,,,100,100,ns-b,nvidia.com/gpumem=10000,gpu:Exists;{TOL},\n"
     "w0,,low,30,100,1,,,100,100,ns-a,nvidia.com/gpu=2,,zone=a\n"
-    # never fit (no toleration): last, so no reservation of theirs holds the others back
-    "soft-no,,low,300,100,1,,,100,100,ns-b,nvidia.com/gpumem=10000,,\n"
-    "w1,,low,300,100,1,,,100,100,ns-a,nvidia.com/gpu=1,,zone=b\n"
+    # never fit: the only soft device is on the tainted node; zone=b is tainted
+    "soft-no,,low,25,100,1,,,100,100,ns-b,nvidia.com/gpumem=10000,,\n"
+    "w1,,low,25,100,1,,,100,100,ns-a,nvidia.com/gpu=1,,zone=b\n"
     "x0,,low,40,100,1,,,100,100,ns-x,nvidia.com/mig-1g.10gb=1,,\n"
 )
 
@@ -323,9 +326,9 @@ def test_modes_taints_selectors_and_power_from_cluster_yaml(tmp_path):
     assert {x["device"] for n in ("m0", "m1", "m2") for x in by_job[n]} == {"0", "1"}
     # taints: only tolerating pods land on the edge node; node selectors hold
     assert {x["node"] for x in by_job["soft-ok"]} == {"edge-0"}
-    assert not jobs["soft-no"]["start_s"] and jobs["soft-no"]["reason"], jobs["soft-no"]
+    assert jobs["soft-no"]["status"] == "rejected" and "gpu-mode" in jobs["soft-no"]["reason"]
     assert {x["node"] for x in by_job["w0"]} == {"whole-0"} and len(by_job["w0"]) == 2
-    assert not jobs["w1"]["start_s"] and jobs["w1"]["reason"], jobs["w1"]
+    assert jobs["w1"]["status"] == "rejected" and "taint" in jobs["w1"]["reason"], jobs["w1"]
     assert all(x["node"] == "edge-0" and x["mode"] == "timeslice"
                for t in ("t0", "t1", "t2") for x in by_job[t])
     # power: 700 W holds two busy 350 W cards at once, and the edge node reached it
