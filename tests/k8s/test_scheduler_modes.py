@@ -239,6 +239,24 @@ def test_a_restart_readopts_mig_instances_and_replicas_from_the_records() -> Non
     assert [b.name for b in fresh.cycle(T0 + 13).binds] == ["t2"]
 
 
+def test_mps_clients_are_capped_and_counted() -> None:
+    (obj,) = nodes(pool("h", 1, [{"index": "0", "mode": "mps", "replicas": 2}]))
+    st = state([obj], [tenant("t", "team-a", "trusted")])
+    mps = {names.ANN_REQUEST: json.dumps({"v": 1, "count": 1, "mode": "mps"})}
+    big = {names.ANN_REQUEST: json.dumps({"v": 1, "count": 1, "mode": "mps", "milli": 600})}
+    submit(st, *[pod(f"c{i}", ann=mps) for i in range(3)], pod("big", ann=big))
+    plan = st.cycle(T0)
+    card = node_info(obj).card_memory_mib
+    assert sorted(b.name for b in plan.binds) == ["c0", "c1"]
+    for b in plan.binds:
+        (d,) = b.record.devices
+        assert (d.mode, d.milli, d.memory_mib) == (DeviceMode.MPS, 500, card // 2)
+    msgs = {c.name: c.message for c in plan.conditions}
+    assert "c2" in msgs  # both clients are taken
+    # 600 milli is more than a client's cap of 500: never fits
+    assert msgs["big"].startswith("gpugov: rejected") and "(gpu: " in msgs["big"]
+
+
 def test_untrusted_tenants_never_share_a_device() -> None:
     (obj,) = nodes(pool("h", 3, [{"index": "0-1", "mode": "mig", "layout": ["1g.10gb"] * 7},
                                  {"index": "2", "mode": "soft"}]))

@@ -201,8 +201,8 @@ def _device_configs(name: str, model: str, gpus: int, inv: Inventory
     """Per device: its mode as the agent set it up, and where it sits.
 
     Time-slice and MPS devices have the agent's replicas; a MIG device has exactly the
-    instances the agent reports (a fixed layout: gpugov places pods on them, it does not
-    create instances). A device the inventory does not list, or whose model, layout or
+    instances the agent reports with a UUID (a fixed layout: gpugov places pods on them, it
+    does not create instances; the device plugin cannot hand out one without a UUID). A device the inventory does not list, or whose model, layout or
     replicas are impossible, comes back in the problems `(index, why)` and is kept soft (the
     caller blocks it)."""
     by_index = {d.index: d for d in inv.devices}
@@ -223,8 +223,8 @@ def _device_configs(name: str, model: str, gpus: int, inv: Inventory
             if d.mode in (DeviceMode.TIMESLICE, DeviceMode.MPS):
                 cfg = DeviceConfig(d.mode, replicas=d.replicas)
             elif d.mode is DeviceMode.MIG:
-                cfg = DeviceConfig(d.mode, mig_layout=tuple(
-                    MigInstance(m.start, m.profile) for m in d.mig))
+                cfg = DeviceConfig(d.mode, mig_layout=tuple(  # no UUID: cannot be handed out
+                    MigInstance(m.start, m.profile) for m in d.mig if m.uuid))
                 NodeSpec(name, 0, 0, 1, model, devices=(cfg,))  # the layout is valid here
             else:
                 cfg = DeviceConfig(d.mode)
@@ -536,6 +536,8 @@ def engine_request(info: PodInfo, card_mib: int, tolerations: bool = True) -> Po
             fill.update(mode=DeviceMode.MIG, mig_profile=req.mig_profile or "")
         elif req.mode in (DeviceMode.TIMESLICE, DeviceMode.MPS):
             fill["mode"] = req.mode
+            if req.mode is DeviceMode.MPS and req.milli is None:
+                fill["gpu_milli"] = 1  # no compute stated: any client cap will do
     if base.gpu_count:
         floor = required_isolation(req.isolation if req is not None else None, info.trust)
         fill["min_isolation"] = max(floor, base.min_isolation)
