@@ -202,9 +202,9 @@ def _device_configs(name: str, model: str, gpus: int, inv: Inventory
 
     Time-slice and MPS devices have the agent's replicas; a MIG device has exactly the
     instances the agent reports with a UUID (a fixed layout: gpugov places pods on them, it
-    does not create instances; the device plugin cannot hand out one without a UUID). A device the inventory does not list, or whose model, layout or
-    replicas are impossible, comes back in the problems `(index, why)` and is kept soft (the
-    caller blocks it)."""
+    does not create instances; the device plugin cannot hand out one without a UUID). A
+    device the inventory does not list, or whose model, layout or replicas are impossible,
+    comes back in the problems `(index, why)` and is kept soft (the caller blocks it)."""
     by_index = {d.index: d for d in inv.devices}
     configs: list[DeviceConfig] = []
     topology: list[DeviceTopology] = []
