@@ -66,6 +66,8 @@ def test_parts_and_frag_after_equal_the_definition(nodes, typical, data) -> None
     parts = model.node_parts(free)
     assert np.array_equal(model.frag_from_parts(*parts, cpu, models),
                           model.node_frag(free, cpu, models))
+    for by_table, by_comparison in zip(model._parts_by_table(free), parts, strict=True):
+        assert np.array_equal(by_table, by_comparison)
     # one device of each row loses `milli` (a sharing pod), as FGD's candidates do
     cols = np.array(data.draw(st.lists(st.integers(0, width - 1), min_size=c, max_size=c)))
     milli = data.draw(st.integers(1, 1000))
