@@ -507,10 +507,14 @@ def _required_affinity(spec: dict[str, Any]) -> tuple[str, tuple[tuple[str, str]
 
 
 def engine_request(info: PodInfo, card_mib: int, tolerations: bool = True) -> PodRequest:
-    """The engine's request for a pod: `GpuRequest.to_pod_request`, then what the pod and its
-    tenant add that it does not set: the slice mode (MIG with its profile, time-slice, MPS),
-    the isolation floor of the request and the trust tier, the tenant (its namespace), the
-    seal of an untrusted tenant, the nodeSelector and the tolerations.
+    """The engine's request for a pod: `GpuRequest.to_pod_request` compiled with modes (the
+    replay's compile: slice mode, MIG profile, the isolation floor of the request and the
+    trust tier, the seal of an untrusted tenant), with the pod's tenant (its namespace),
+    nodeSelector and tolerations; whatever that leaves unset is filled here. A time-slice pod,
+    and an MPS pod that states no compute, ask for 1 milli: the state charges a replica
+    1000/replicas of its device whatever the request says, and the control plane's capacity
+    and quota checks before placement take the request's milli as a lower bound (the whole
+    card would keep a replica out of a cluster whose replicas are free).
 
     The mode is kept even where it delivers less than the floor (an untrusted tenant's soft
     slice): placement refuses it with reason `isolation`, as the webhook does, rather than
@@ -526,18 +530,22 @@ def engine_request(info: PodInfo, card_mib: int, tolerations: bool = True) -> Po
         raise ValueError(f"time-slice replicas of MIG instances ({req.mig_profile}) are not "
                          "placed by gpugov's scheduler yet (planned); ask for "
                          f"nvidia.com/mig-{req.mig_profile} or nvidia.com/gpu.shared")
+    tols = info.tolerations if tolerations else ()
     if req is None:
         base = PodRequest(info.key, info.cpu_milli, info.memory_mib)
     else:
-        base = req.to_pod_request(info.key, info.cpu_milli, info.memory_mib, card_mib or None)
+        base = req.to_pod_request(info.key, info.cpu_milli, info.memory_mib, card_mib or None,
+                                  modes=True, tier=info.trust, tenant=info.namespace,
+                                  node_selector=info.node_selector, tolerations=tols)
     fill: dict[str, Any] = {}
-    if req is not None and base.mode is None:
+    if req is not None and base.mode is None:  # what a compile without modes leaves out
         if req.mode is DeviceMode.MIG:
             fill.update(mode=DeviceMode.MIG, mig_profile=req.mig_profile or "")
         elif req.mode in (DeviceMode.TIMESLICE, DeviceMode.MPS):
             fill["mode"] = req.mode
-            if req.mode is DeviceMode.MPS and req.milli is None:
-                fill["gpu_milli"] = 1  # no compute stated: any client cap will do
+    if req is not None and (req.mode is DeviceMode.TIMESLICE
+                            or req.mode is DeviceMode.MPS and req.milli is None):
+        fill["gpu_milli"] = 1  # the state charges 1000/replicas; this is only a lower bound
     if base.gpu_count:
         floor = required_isolation(req.isolation if req is not None else None, info.trust)
         fill["min_isolation"] = max(floor, base.min_isolation)
@@ -545,8 +553,8 @@ def engine_request(info: PodInfo, card_mib: int, tolerations: bool = True) -> Po
         fill["sealed"] = base.sealed or info.trust is TrustTier.UNTRUSTED
     if info.node_selector and not base.node_selector:
         fill["node_selector"] = info.node_selector
-    if tolerations and info.tolerations and not base.tolerations:
-        fill["tolerations"] = info.tolerations
+    if tols and not base.tolerations:
+        fill["tolerations"] = tols
     return dataclasses.replace(base, **fill) if fill else base
 
 
