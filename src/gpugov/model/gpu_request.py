@@ -94,10 +94,11 @@ class GpuRequest:
         is kept even when it delivers less (a soft slice or time-slice replica of a tenant
         whose tier needs more): placement then refuses it with reason `isolation`, as the
         webhook refuses such a pod, rather than widening it. An untrusted tenant's pod is
-        sealed: it never shares a device with another tenant. A time-slice replica asks for
-        the whole card's compute (alone it may use all of it); the state charges it
-        1/replicas. Raises ValueError for what the state cannot hold: several MIG instances
-        in one pod, a time-slice replica of a MIG instance (`mig-<profile>.shared`)."""
+        sealed: it never shares a device with another tenant. A time-slice replica (and an
+        MPS client that states no compute) asks for 1 milli, a lower bound: the state charges
+        it 1000/replicas of the device it lands on. Raises ValueError for what the state
+        cannot hold: several MIG instances in one pod, a time-slice replica of a MIG instance
+        (`mig-<profile>.shared`)."""
         floor = (required_isolation(self.isolation, tier) if tier is not None
                  else self.isolation or IsolationLevel.NONE)
         common = dict(models=self.models, min_isolation=floor, tenant=tenant,
@@ -116,7 +117,10 @@ class GpuRequest:
                              f"instance is not modelled; ask for nvidia.com/mig-"
                              f"{self.mig_profile} or nvidia.com/gpu.shared")
         if mode in (DeviceMode.TIMESLICE, DeviceMode.MPS):
-            return PodRequest(name, cpu_milli, memory_mib, 1, MILLI_PER_GPU, mode=mode,
+            # the state charges a replica 1000/replicas whatever this says; the milli asked is
+            # only the lower bound the control plane's capacity and quota checks start from
+            ask = self.milli if mode is DeviceMode.MPS and self.milli is not None else 1
+            return PodRequest(name, cpu_milli, memory_mib, 1, ask, mode=mode,
                               gpu_memory_mib=need, **common)
         return PodRequest(name, cpu_milli, memory_mib, self.count, milli,
                           gpu_memory_mib=need, **common)
