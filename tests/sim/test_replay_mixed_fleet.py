@@ -534,3 +534,22 @@ def test_random_mixed_replays_never_break_a_device_or_a_tier(tmp_path_factory, c
     r = run(files, d / "run")
     assert r.exit_code == 0, (r.output, r.exception)
     check_allocations(d / "run", fleet(cluster), tiers(RANDOM_QUEUES))
+
+
+def test_toleration_and_selector_cells_mean_what_kubernetes_means():
+    """Each written form becomes the toleration Kubernetes would hold, and tolerates (or not)
+    the taints it should."""
+    from gpugov.model.constraints import Taint, Toleration, tolerates
+    from gpugov.sim.jobs import parse_node_selector, parse_tolerations
+
+    tols = parse_tolerations("f", 2, " dedicated=infer:NoSchedule ; gpu:Exists;"
+                             "a=b;c:Exists:NoExecute")
+    assert tols == (Toleration("dedicated", "Equal", "infer", "NoSchedule"),
+                    Toleration("gpu", "Exists"), Toleration("a", "Equal", "b"),
+                    Toleration("c", "Exists", "", "NoExecute"))
+    assert tolerates(tols, [Taint("gpu", "anything", "NoExecute"), Taint("a", "b")])
+    assert not tolerates(tols, [Taint("dedicated", "train")])
+    assert not tolerates(tols, [Taint("c", "", "NoSchedule")])
+    assert tolerates(parse_tolerations("f", 2, "Exists"), [Taint("x", "y", "NoExecute")])
+    assert parse_tolerations("f", 2, "") == ()
+    assert parse_node_selector("f", 2, "tier=x; zone=a") == (("tier", "x"), ("zone", "a"))

@@ -293,8 +293,8 @@ def openb_jobs(path: Path | str) -> list[JobSpec]:
 def to_jobs(specs: Sequence[JobSpec], cfg: ControlConfig, tree: QueueTree,
             source: str = "<jobs>", nodes: Sequence[NodeSpec] = ()) -> list[Job]:
     """Resolve queues/tenants and priority classes and compile each row's request with its
-    tenant's trust tier; errors name the line and the field. With `nodes`, requests no card
-    of the cluster can ever serve are refused (`sim.fleet.FleetCards`)."""
+    tenant's trust tier; errors name the line and the field. With `nodes`, a `resources`
+    request no card of the cluster can ever serve is refused (`sim.fleet.FleetCards`)."""
     from gpugov.sim.fleet import FleetCards
 
     cards = FleetCards(nodes) if nodes else None
@@ -321,12 +321,13 @@ def to_jobs(specs: Sequence[JobSpec], cfg: ControlConfig, tree: QueueTree,
             raise TraceError(source, s.line or None, "priority", exc.args[0]) from None
         req = spec_request(s)
         card = None
-        if cards is not None and req is not None:
+        if cards is not None and s.gpu_request is not None:
+            # only `resources` rows: a trace row naming a model no node has stays a job the
+            # control plane rejects (counted), as the openb study counts it
             try:
-                card = cards.card_for(req)
+                card = cards.card_for(s.gpu_request)
             except ValueError as exc:
-                raise TraceError(source, s.line or None, "resources" if s.gpu_request else
-                                 "gpu_per_pod", str(exc)) from None
+                raise TraceError(source, s.line or None, "resources", str(exc)) from None
         tenant = s.namespace or tree.names[leaf]
         if req is None:
             pod = PodRequest(s.name, s.cpu_milli, s.memory_mib,
