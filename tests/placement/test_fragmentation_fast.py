@@ -97,6 +97,19 @@ class _FullRecomputeFgd(FgdPolicy):
             return (int(self._scores_by_state(state, req, np.array([node]))[1][0]),)
         return super().choose_devices(state, req, node)
 
+    @staticmethod
+    def _best_per_node(n, rows, cols, scores):  # type: ignore[no-untyped-def]
+        """Sort by node, score (descending), device; keep each node's first."""
+        order = np.lexsort((cols, -scores, rows))
+        rows_s, scores_s, cols_s = rows[order], scores[order], cols[order]
+        first = np.ones(len(rows_s), dtype=bool)
+        first[1:] = rows_s[1:] != rows_s[:-1]
+        best = np.zeros(n, dtype=np.int64)
+        dev = np.full(n, -1, dtype=np.int64)
+        best[rows_s[first]] = scores_s[first]
+        dev[rows_s[first]] = cols_s[first]
+        return best, dev
+
 
 def _placer(nodes: list[NodeSpec], typical: list[PodRequest], policy: type[FgdPolicy],
             seed: int) -> Placer:
@@ -113,9 +126,13 @@ def test_fast_fgd_decides_exactly_as_full_recomputation(nodes, pods, seed) -> No
     slow = _placer(nodes, pods, _FullRecomputeFgd, seed)
     for i, pod in enumerate(pods):
         feasible = np.flatnonzero(fast.state.feasible(pod))
-        # every feasible node's score, not only the winner's
+        # every feasible node's score, not only the winner's; and each node's on its own
         assert np.array_equal(fast.policy.score(fast.state, pod, feasible),
                               slow.policy.score(slow.state, pod, feasible)), i
+        for node in feasible[:3]:
+            one = np.array([node])
+            assert np.array_equal(fast.policy._scores(fast.state, pod, one),
+                                  slow.policy._scores(slow.state, pod, one)), (i, node)
         a, b = fast.place(pod), slow.place(pod)
         assert a == b, (i, pod)
         if i % 7 == 3 and a.allocation is not None:  # departures make nodes change back

@@ -115,6 +115,11 @@ class FgdPolicy(Policy):
                        ) -> tuple[np.ndarray, np.ndarray]:
         """Best score per node and its device; lowest device index wins ties (rows/cols come
         from np.nonzero, in C order)."""
+        if n == 1:  # the usual case (one node changed since): the first best is the lowest
+            if not len(scores):
+                return np.zeros(1, dtype=np.int64), np.full(1, -1, dtype=np.int64)
+            i = int(scores.argmax())
+            return scores[i:i + 1].copy(), cols[i:i + 1].astype(np.int64)
         order = np.lexsort((cols, -scores, rows))
         rows_s, scores_s, cols_s = rows[order], scores[order], cols[order]
         first = np.ones(len(rows_s), dtype=bool)
