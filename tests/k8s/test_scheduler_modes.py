@@ -18,7 +18,7 @@ from gpugov.k8s.devcluster.cluster_file import node_objects, parse_cluster_yaml
 from gpugov.k8s.extender import ExtenderState
 from gpugov.k8s.scheduler import names
 from gpugov.k8s.scheduler.state import INVALID, SchedulerState
-from gpugov.k8s.scheduler.translate import node_info
+from gpugov.k8s.scheduler.translate import node_info, pod_info
 from gpugov.model.constraints import Taint
 from gpugov.model.devices import DeviceMode, DeviceTopology
 from gpugov.model.mig import MigInstance, get_geometry
@@ -325,3 +325,27 @@ def test_extender_filter_names_the_constraint_a_node_fails() -> None:
     assert keep == [] and "taint" in failed["infer-0"] and "gpu" in failed["plain-0"]
     req, _ = ext.request_of(pod("w"))
     assert ext.filter(req, ["plain-0", "infer-0"])[0] == ["plain-0"]
+
+
+def test_extender_binds_a_mig_pod_to_a_free_instance_with_its_uuid() -> None:
+    (obj,) = nodes(pool("h", 1, [{"index": "0", "mode": "mig",
+                                  "layout": ["3g.40gb", "2g.20gb", "1g.10gb", "1g.10gb"]}]))
+    ext = ExtenderState()
+    ext.view.set_node(obj)
+    uuids = node_info(obj).mig_uuids
+    taken = set()
+    for name in ("a", "b"):
+        p = pod(name, limits=MIG_1G)
+        info = pod_info(p, {})
+        req, _ = ext.request_of(p)
+        alloc = ext.choose(req, "h-0")
+        rec = ext.view.allocation_record_on(info, alloc, "h-0", ext.state)
+        (d,) = rec.devices
+        assert d.mig_uuid == uuids[(0, "1g.10gb", d.mig_start)] and d.mig_start not in taken
+        taken.add(d.mig_start)
+        ext.view.inflight[info.key] = rec  # what the extender's bind does
+        ext.view.pods[info.key] = info
+        ext.view.version += 1
+    req, _ = ext.request_of(pod("c", limits=MIG_1G))
+    assert ext.choose(req, "h-0") is None  # both 1g.10gb instances are held
+    assert "gpu: no device" in ext.filter(req, ["h-0"])[1]["h-0"]
