@@ -198,7 +198,7 @@ class ClusterState:
         self.busy_gpus = np.zeros(n, dtype=np.int64)
         self._tenant_ids: dict[str, int] = {}
         self._constraint_masks: dict[tuple, np.ndarray] = {}
-        self._fit_cache: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
+        self._fit_cache: dict[tuple, tuple[np.ndarray, np.ndarray, np.ndarray | None]] = {}
         self.has_taints = any(s.taints for s in self.nodes)
         self.has_power = any(s.power_budget_w is not None for s in self.nodes)
         for i, spec in enumerate(self.nodes):
@@ -222,6 +222,7 @@ class ClusterState:
         #: requests may then use the per-node summaries (the trace engine's fast path).
         #: the filter's view of the modes: padding columns are no device at all
         self._filter_mode = np.where(self.gpu_cap > 0, self.dev_mode, _NO_DEVICE).astype(np.int8)
+        self._slots = self._count_slots(slice(None))
         self.plain = bool((self.dev_mode == _SOFT).all()) and not self.has_taints \
             and not self.has_power
         self._sealed_pods = 0
@@ -292,6 +293,13 @@ class ClusterState:
             if req.gpu_memory_mib:
                 fits &= self.gpu_mem_free[nodes] >= req.gpu_memory_mib
             return fits
+        if isinstance(nodes, int | np.integer):  # one node: its cached row when fresh
+            entry = self._general_entry(req, create=False)
+            if entry is not None and entry[2] is not None:
+                return entry[2][nodes].copy()
+        return self._steps_fit(req, nodes)
+
+    def _steps_fit(self, req: PodRequest, nodes) -> np.ndarray:
         fits = None
         for _, mask in self._device_steps(req, nodes):
             fits = mask if fits is None else fits & mask
@@ -343,12 +351,17 @@ class ClusterState:
 
     def _power_slots(self, nodes) -> np.ndarray:
         """How many more devices each node may power up within its budget ([n, 1])."""
+        slots = self._slots[nodes]
+        return slots.reshape(-1, 1) if np.ndim(slots) else slots
+
+    def _count_slots(self, nodes) -> np.ndarray:
+        """`_power_slots` from the budgets and busy devices (kept in `_slots` by allocate,
+        release and restore)."""
         budget = self.power_budget[nodes]
         tdp = self.dev_tdp[nodes]
         head = budget - self.busy_gpus[nodes] * tdp
         slots = np.where(tdp > 0, np.floor(head / np.maximum(tdp, 1e-9)), np.inf)
-        slots = np.where(np.isinf(budget), np.inf, slots)
-        return np.asarray(slots).reshape(-1, 1) if np.ndim(slots) else slots
+        return np.where(np.isinf(budget), np.inf, slots)
 
     def _mig_fits(self, profile: str, nodes) -> np.ndarray:
         """MIG devices of `nodes` with room for an instance of `profile` at a valid start."""
@@ -417,30 +430,43 @@ class ClusterState:
                 ok &= self.model_mask(req.models)
                 ok &= self._gpu_fit(req)
             return ok
+        return self._general_entry(req)[1].copy()
+
+    def _general_entry(self, req: PodRequest, create: bool = True):
+        """(node versions, node mask, device fits or None) of `req`'s shape, refreshed for
+        the nodes whose version moved since; None when not cached and not `create`."""
         key = _shape_key(req)
-        cached = self._fit_cache.get(key)
-        if cached is None:
-            mask = self._general_fit(req, np.arange(len(self)))
-            self._fit_cache[key] = (self.version.copy(), mask)
+        entry = self._fit_cache.get(key)
+        if entry is None:
+            if not create:
+                return None
+            mask, fits = self._general_fit(req, np.arange(len(self)))
+            entry = (self.version.copy(), mask, fits)
+            self._fit_cache[key] = entry
             if len(self._fit_cache) > 512:
                 self._fit_cache.pop(next(iter(self._fit_cache)))
-            return mask.copy()
-        versions, mask = cached
+            return entry
+        versions, mask, fits = entry
         stale = np.flatnonzero(versions != self.version)
         if len(stale):
-            mask[stale] = self._general_fit(req, stale)
+            mask[stale], fresh = self._general_fit(req, stale)
+            if fits is not None:
+                fits[stale] = fresh
             versions[stale] = self.version[stale]
-        return mask.copy()
+        return entry
 
-    def _general_fit(self, req: PodRequest, nodes: np.ndarray) -> np.ndarray:
+    def _general_fit(self, req: PodRequest, nodes: np.ndarray
+                     ) -> tuple[np.ndarray, np.ndarray | None]:
+        """Node mask and device fits ([nodes, max_gpus]; None for CPU-only pods)."""
         ok = self._node_mask(req)[nodes]
         ok &= (self.cpu_free[nodes] >= req.cpu_milli) & (self.mem_free[nodes] >= req.memory_mib)
+        fits = None
         if req.gpu_count:
-            fits = self.device_fits(req, nodes)
+            fits = self._steps_fit(req, nodes)
             ok &= fits.sum(axis=1) >= req.gpu_count
             if self.has_power and req.gpu_count > 1:
                 ok &= self._power_slots(nodes)[:, 0] >= req.gpu_count
-        return ok
+        return ok, fits
 
     def failure_reason(self, req: PodRequest) -> str:
         """Why `req` fits nowhere, naming the first constraint no node can satisfy, one of
@@ -579,6 +605,7 @@ class ClusterState:
             self.dev_pods[n, devs] += 1
             if self.has_power:
                 self.busy_gpus[n] = int((self.dev_pods[n] > 0).sum())
+                self._slots[n] = self._count_slots(n)
         self.cpu_free[n] -= req.cpu_milli
         self.mem_free[n] -= req.memory_mib
         self.pod_count[n] += 1
@@ -603,12 +630,11 @@ class ClusterState:
         if not self._node_mask(req)[n]:
             raise ValueError(f"{req.name}: node {self.names[n]} breaks the pod's GPU model, "
                              "nodeSelector or taints")
-        fits = self.device_fits(req, np.array([n]))[0]
+        fits = self.device_fits(req, n)
         if not fits[devs].all():
             raise ValueError(f"{req.name}: devices {devs} on {self.names[n]} cannot take it "
                              f"({self.why_not_device(req, n, devs)})")
-        if self.has_power and req.gpu_count > 1 and \
-                self._power_slots(np.array([n]))[0, 0] < req.gpu_count:
+        if self.has_power and req.gpu_count > 1 and self._slots[n] < req.gpu_count:
             raise ValueError(f"{req.name}: node {self.names[n]} has no power budget left")
         for d in devs:
             milli, mem = self.charge(req, n, d)
@@ -687,6 +713,7 @@ class ClusterState:
             self.kind_count[n, pod_kind(req)] -= 1
             if self.has_power:
                 self.busy_gpus[n] = int((self.dev_pods[n] > 0).sum())
+                self._slots[n] = self._count_slots(n)
         self.cpu_free[n] += req.cpu_milli
         self.mem_free[n] += req.memory_mib
         self.pod_count[n] -= 1
@@ -725,6 +752,8 @@ class ClusterState:
             getattr(self, k)[...] = snap[k]
         self._sealed_pods = int(snap["_sealed_pods"])
         self.version[changed] = bump
+        if self.has_power:
+            self._slots = self._count_slots(slice(None))
 
 
 def _shape_key(req: PodRequest) -> tuple:
