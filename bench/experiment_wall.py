@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -72,11 +73,20 @@ def _pin(cmd: list[str], pin: bool) -> list[str]:
     return [taskset, "-c", "0", *cmd] if taskset else cmd
 
 
-def _wall(cmd: list[str], env: dict[str, str]) -> float:
-    t0 = time.perf_counter()
+def _cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _wall(cmd: list[str], env: dict[str, str], cpu: list[float] | None = None) -> float:
+    """Wall seconds of `cmd`; its CPU seconds (user + system) are appended to `cpu`."""
+    c0, t0 = _cpu(), time.perf_counter()
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                    env=env)
-    return time.perf_counter() - t0
+    wall = time.perf_counter() - t0
+    if cpu is not None:
+        cpu.append(_cpu() - c0)
+    return wall
 
 
 def main() -> None:
@@ -103,11 +113,14 @@ def main() -> None:
             env["PYTHONPYCACHEPREFIX"] = str(Path(tmp) / "pycache")
             _wall(_pin([sys.executable, "-c", CLI, *command, "--out", str(Path(tmp) / "warm")],
                        pin), env)
-        walls, bare, phases = [], [], []
+        walls: list[float] = []
+        cpus: list[float] = []
+        bare: list[float] = []
+        phases: list[dict[str, float]] = []
         for i in range(args.repeat):
             out = Path(tmp) / f"run{i}"
             walls.append(_wall(_pin([sys.executable, "-c", CLI, *command, "--out", str(out)],
-                                    pin), env))
+                                    pin), env, cpus))
             bare.append(_wall(_pin([sys.executable, "-c", "pass"], pin), env))
             proc = subprocess.run(
                 _pin([sys.executable, "-c", PHASES, str(args.trace_dir), args.workload,
@@ -120,6 +133,9 @@ def main() -> None:
              else "bytecode cached (as installed)"))
     print(f"{'whole command (median wall)':<34}{statistics.median(walls):>8.3f} s   "
           f"(min {min(walls):.3f}, max {max(walls):.3f})")
+    print(f"{'whole command (median CPU time)':<34}{statistics.median(cpus):>8.3f} s   "
+          f"(user + system; load average now {os.getloadavg()[0]:.1f} on "
+          f"{os.cpu_count()} cores: wall time above CPU time = waiting for a core)")
     print("breakdown (medians, separate fresh processes):")
     print(f"  {'interpreter start-up':<32}{statistics.median(bare):>8.3f} s")
     total = statistics.median(bare)
