@@ -23,6 +23,7 @@ from gpugov.control.history import UsageHistory
 from gpugov.control.quota import Ledger, QuotaVerdict
 from gpugov.control.resources import (
     CPU,
+    GPU,
     GPUMEM,
     MEMORY,
     MIG_PREFIX,
@@ -137,14 +138,22 @@ class Bookkeeping:
     def check_charge(self, job: Job, allocations: Sequence[Allocation]
                      ) -> tuple[np.ndarray, QuotaVerdict | None]:
         """What `allocations` would charge `job`'s queues, and the quota rule that charge
-        breaks (None = admissible). Only columns where a placement can cost more than the
-        job's demand said (GPU memory of a whole card, MIG compute) are checked again: the
-        demand itself passed before placement."""
-        charged = charge_of(self.tree.resources, job.request, allocations)
-        more = self._recheck & (charged > job.demand + 1e-9)
-        if not more.any():
-            return charged, None
-        return charged, self.ledger.check(job.leaf, charged, job.pinned)
+        breaks (None = admissible). The charge differs from the job's demand only in GPU
+        compute and GPU memory (the device decides them; `resources.charge_of`), and only
+        there can it exceed what passed before placement, so only then is it checked again."""
+        milli = mem = 0
+        for a in allocations:
+            k = len(a.devices)
+            milli += a.milli * k
+            mem += a.memory_mib * k
+        d = job.demand
+        if milli == d[GPU] and mem == d[GPUMEM]:
+            return d, None
+        charged = d.copy()
+        charged[GPU], charged[GPUMEM] = milli, mem
+        more = (self._recheck[GPU] and milli > d[GPU] + 1e-9) or \
+            (self._recheck[GPUMEM] and mem > d[GPUMEM] + 1e-9)
+        return charged, self.ledger.check(job.leaf, charged, job.pinned) if more else None
 
     def _start(self, job: Job, allocations: list, now: float,
                charged: np.ndarray | None = None) -> None:
