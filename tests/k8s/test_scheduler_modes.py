@@ -349,3 +349,24 @@ def test_extender_binds_a_mig_pod_to_a_free_instance_with_its_uuid() -> None:
     req, _ = ext.request_of(pod("c", limits=MIG_1G))
     assert ext.choose(req, "h-0") is None  # both 1g.10gb instances are held
     assert "gpu: no device" in ext.filter(req, ["h-0"])[1]["h-0"]
+
+
+def test_bad_taints_and_tolerations_are_named_and_never_crash() -> None:
+    good, bad = nodes(pool("good", 1), pool("bad", 1))
+    bad["spec"]["taints"] = [{"key": "x", "effect": "Sometimes"}]
+    info = node_info(bad)
+    assert not info.schedulable and "spec.taints[0]" in info.error and "Sometimes" in info.error
+    st = state([good, bad])
+    assert st.errors["node"] == 1
+    clash = pod("clash", nodeSelector={"zone": "a"}, affinity={"nodeAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["b"]}]}]}}})
+    submit(st, pod("weird", tolerations=[{"key": "x", "operator": "Sometimes"}]), clash,
+           pod("ok"))
+    plan = st.cycle(T0)
+    assert [b.node for b in plan.binds] == ["good-0"]  # never the node with the bad taint
+    msgs = {c.name: (c.code, c.message) for c in plan.conditions}
+    assert msgs["weird"][0] == INVALID and "spec.tolerations[0]" in msgs["weird"][1] \
+        and "'Sometimes'" in msgs["weird"][1]
+    assert msgs["clash"][0] == INVALID and "zone=b" in msgs["clash"][1] \
+        and "zone=a" in msgs["clash"][1]
