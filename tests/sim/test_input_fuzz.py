@@ -23,6 +23,8 @@ LOADERS: dict[str, tuple[Callable[[Path], object], tuple[str, ...]]] = {
     "nodes": (load_nodes, NODE_COLUMNS),
     "pods": (load_pods, (*POD_COLUMNS, "gpu_spec")),
     "jobs": (load_job_file, JOB_COLUMNS),
+    "jobs-mixed": (load_job_file, (*JOB_COLUMNS, "namespace", "resources", "tolerations",
+                                   "node_selector")),
     "openb-jobs": (load_job_file, (*POD_COLUMNS, "creation_time", "deletion_time", "qos")),
     "targets": (lambda p: load_targets(p, "w"), TARGET_COLUMNS),
 }
@@ -65,6 +67,12 @@ PLAUSIBLE = {
     "deletion_time": _small, "qos": st.sampled_from(["LS", "BE", ""]), "workload": st.just("w"),
     "policy": st.sampled_from(["fgd", "06-FGD", "best-fit"]),
     "alloc_at_100_mean": _small, "alloc_at_130_mean": st.just("90"),
+    "namespace": st.sampled_from(["", "ns-a"]),
+    "resources": st.sampled_from(["", "nvidia.com/gpu=1", "nvidia.com/mig-1g.10gb=1",
+                                  "nvidia.com/gpu.shared=1", "nvidia.com/gpumem=2000",
+                                  "nvidia.com/mig-1g.10gb=2", "nvidia.com/gpu=1;cpu=2"]),
+    "tolerations": st.sampled_from(["", "Exists", "a=b:NoSchedule;c:Exists", "a:b", "=x"]),
+    "node_selector": st.sampled_from(["", "zone=a", "zone", "a=b;a=c"]),
 }
 
 

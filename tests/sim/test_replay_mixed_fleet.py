@@ -553,3 +553,40 @@ def test_toleration_and_selector_cells_mean_what_kubernetes_means():
     assert tolerates(parse_tolerations("f", 2, "Exists"), [Taint("x", "y", "NoExecute")])
     assert parse_tolerations("f", 2, "") == ()
     assert parse_node_selector("f", 2, "tier=x; zone=a") == (("tier", "x"), ("zone", "a"))
+
+
+_any = st.sampled_from([0, 1, -1, 2, 8, 9, "0-1", "1-0", "2-9", 1.5, None, "x", [], {}, True,
+                        10**9, "4"])
+_pool = st.fixed_dictionaries(
+    {"name": st.sampled_from(["p", "P", "a-b", ""]), "count": _any, "gpus": _any,
+     "model": st.sampled_from(["H100-SXM5-80GB", "A100-SXM4-80GB", "L40S", "G2", "Z", "", 5]),
+     "cpuMilli": _any, "memoryMiB": _any},
+    optional={"topology": st.sampled_from(["nvswitch", "pcie", "none", "ring", 1]),
+              "powerBudgetW": st.sampled_from([0, 100, -5, "x", 1e12]),
+              "labels": st.sampled_from([{"a": "b"}, {"a": 1}, [], "x"]),
+              "taints": st.sampled_from([[{"key": "k", "effect": "NoSchedule"}], [{"key": ""}],
+                                         "x", [{"key": "k", "effect": "Bad"}]]),
+              "devices": st.lists(st.fixed_dictionaries({}, optional={
+                  "index": _any, "mode": st.sampled_from(["mig", "soft", "timeslice", "mps",
+                                                          "exclusive", "bad", 3]),
+                  "layout": st.sampled_from([["7g.80gb"], ["1g.10gb+me"], ["3g.40gb"] * 2,
+                                             ["1g.6gb"], [], "x", [1]]),
+                  "replicas": _any}), max_size=3)})
+
+
+@settings(max_examples=150, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(pools=st.lists(_pool, min_size=1, max_size=2))
+def test_any_cluster_yaml_loads_or_is_refused_naming_the_file(tmp_path, pools):
+    from gpugov.model.cluster_spec import ClusterFileError
+    from gpugov.sim.fleet import load_fleet
+    from gpugov.sim.trace import TraceError
+
+    path = tmp_path / "cluster.yaml"
+    path.write_text(yaml.safe_dump({"nodePools": pools}))
+    try:
+        nodes = load_fleet(path)
+    except (ClusterFileError, TraceError) as exc:
+        assert str(exc).startswith(str(path)), exc
+        return
+    assert all(len(n.devices) == n.gpu_count for n in nodes)
