@@ -7,6 +7,9 @@ from __future__ import annotations
 import copy
 import json
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from gpugov.k8s.annotations import (
     INVENTORY,
     decode_allocation,
@@ -370,3 +373,61 @@ def test_bad_taints_and_tolerations_are_named_and_never_crash() -> None:
         and "'Sometimes'" in msgs["weird"][1]
     assert msgs["clash"][0] == INVALID and "zone=b" in msgs["clash"][1] \
         and "zone=a" in msgs["clash"][1]
+
+
+_KINDS = {
+    "whole": ({names.GPU_RESOURCE: "1"}, None),
+    "mig1": (MIG_1G, None),
+    "mig3": ({"nvidia.com/mig-3g.40gb": "1"}, None),
+    "slice": ({names.GPU_RESOURCE: "1", "nvidia.com/gpumem": "20000"}, None),
+    "ts": (None, {"v": 1, "count": 1, "mode": "timeslice", "memoryMiB": 16384}),
+}
+
+
+@settings(max_examples=25, deadline=None)
+@given(devices=st.lists(st.sampled_from(["mig", "soft", "timeslice", "exclusive"]),
+                        min_size=2, max_size=2), tainted=st.booleans(),
+       asks=st.lists(st.tuples(st.sampled_from(sorted(_KINDS)),
+                               st.sampled_from(["t-ext", "t-int", "t-tr"]), st.booleans()),
+                     min_size=1, max_size=14))
+def test_decisions_never_overcommit_any_mode(devices, tainted, asks) -> None:
+    groups = [{"index": str(k), "mode": m, **({"layout": ["3g.40gb", "2g.20gb", "1g.10gb",
+                                                         "1g.10gb"]} if m == "mig" else {}),
+               **({"replicas": 3} if m == "timeslice" else {})}
+              for k, m in enumerate(devices)]
+    taint = [{"key": "dedicated", "value": "x", "effect": "NoSchedule"}] if tainted else []
+    objs = nodes(pool("h", 2, groups, taints=taint), pool("free", 1, labels={"zone": "f"}))
+    inv = decode_inventory(objs[0]["metadata"]["annotations"][INVENTORY])
+    tenants_objs = [tenant("ext", "t-ext", "untrusted"), tenant("int", "t-int", "internal"),
+                    tenant("tr", "t-tr", "trusted")]
+    sched = state(objs, tenants_objs)
+    tol = [{"key": "dedicated", "operator": "Exists"}]
+    made = {}
+    for i, (kind, ns, tolerates) in enumerate(asks):
+        limits, req = _KINDS[kind]
+        ann = {names.ANN_REQUEST: json.dumps(req)} if req else {}
+        made[f"p{i}"] = pod(f"p{i}", ns, limits, ann, tolerations=tol if tolerates else [])
+    submit(sched, *made.values())
+    plan = sched.cycle(T0)
+    instances, replicas, tenants = set(), {}, {}
+    for b in plan.binds:
+        _, ns, tolerates = asks[int(b.name[1:])]
+        if b.node == "h-0":
+            assert tolerates or not tainted, f"{b.name} on a taint it does not tolerate"
+        for d in b.record.devices:
+            key = (b.node, d.index)
+            tenants.setdefault(key, set()).add(ns)
+            if d.mode is DeviceMode.MIG:
+                dev = inv.devices[d.index]
+                assert (d.mig_profile, d.mig_start) in {(m.profile, m.start) for m in dev.mig}
+                assert (key, d.mig_start) not in instances
+                instances.add((key, d.mig_start))
+            if d.mode is DeviceMode.TIMESLICE:
+                replicas[key] = replicas.get(key, 0) + 1
+                assert replicas[key] <= 3
+    for key, held in tenants.items():
+        assert "t-ext" not in held or held == {"t-ext"}, f"{key} shared with {held}"
+    bound = bind(sched, plan, made)
+    fresh = state(objs, tenants_objs)  # a restart counts every record back, no conflict
+    submit(fresh, *bound.values())
+    assert not fresh.cycle(T0 + 1).binds and fresh.errors["allocation"] == 0
