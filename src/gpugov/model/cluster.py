@@ -39,6 +39,7 @@ only for nodes whose `version` moved.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -47,6 +48,7 @@ import numpy as np
 from gpugov.model.catalog import MILLI_PER_GPU, get_model
 from gpugov.model.constraints import Taint, selects, tolerates
 from gpugov.model.devices import DeviceConfig, DeviceMode, DeviceTopology
+from gpugov.model.isolation import IsolationLevel
 from gpugov.model.mig import MIG_GEOMETRIES, layout_errors
 from gpugov.model.mig_table import has_mig, mig_table
 from gpugov.model.request import Allocation, PodRequest
@@ -222,6 +224,8 @@ class ClusterState:
         #: requests may then use the per-node summaries (the trace engine's fast path).
         #: the filter's view of the modes: padding columns are no device at all
         self._filter_mode = np.where(self.gpu_cap > 0, self.dev_mode, _NO_DEVICE).astype(np.int8)
+        #: devices a whole-GPU pod may take (exclusive or soft)
+        self._whole_ok = (self._filter_mode == _EXCL) | (self._filter_mode == _SOFT)
         self._slots = self._count_slots(slice(None))
         self.plain = bool((self.dev_mode == _SOFT).all()) and not self.has_taints \
             and not self.has_power
@@ -294,8 +298,9 @@ class ClusterState:
                 fits &= self.gpu_mem_free[nodes] >= req.gpu_memory_mib
             return fits
         if isinstance(nodes, int | np.integer):  # one node: its cached row when fresh
-            entry = self._general_entry(req, create=False)
-            if entry is not None and entry[2] is not None:
+            entry = self._fit_cache.get(_shape_key(req))
+            if entry is not None and entry[2] is not None and \
+                    entry[0][nodes] == self.version[nodes]:
                 return entry[2][nodes].copy()
         return self._steps_fit(req, nodes)
 
@@ -307,52 +312,66 @@ class ClusterState:
         return fits
 
     def _device_steps(self, req: PodRequest, nodes):
-        """(reason, device mask) of each device-level test, in `REASONS` order."""
+        """(reason, device mask) of each device-level test, in `REASONS` order (a test that
+        passes every device, e.g. an isolation floor of none, is left out)."""
         mode = req.slice_mode
-        dm = self._filter_mode[nodes]
-        free = self.gpu_free[nodes]
         if mode is DeviceMode.EXCLUSIVE:
-            yield "gpu-mode", (dm == _EXCL) | (dm == _SOFT)
+            yield "gpu-mode", self._whole_ok[nodes]
         else:
+            dm = self._filter_mode[nodes]
             yield "gpu-mode", dm == MODE_CODE[mode]
-        if mode is not DeviceMode.EXCLUSIVE:
-            yield "isolation", _MODE_ISO[dm] >= int(req.min_isolation)
-        tid = self.tenant_id(req.tenant)
-        pods = self.dev_pods[nodes]
-        own = (self.dev_owner[nodes] == tid) if tid >= 0 else np.zeros(pods.shape, bool)
-        if req.sealed:
-            yield "tenant-isolation", (pods == 0) | ((self.dev_sealed[nodes] > 0) & own)
-        elif self._sealed_pods:
-            yield "tenant-isolation", (self.dev_sealed[nodes] == 0) | own
-        mem_free = self.gpu_mem_free[nodes]
+            if req.min_isolation > IsolationLevel.NONE:
+                yield "isolation", _MODE_ISO[dm] >= int(req.min_isolation)
+        pods = None
+        if req.sealed or self._sealed_pods:
+            tid = self.tenant_id(req.tenant)
+            pods = self.dev_pods[nodes]
+            if tid >= 0:
+                own = self.dev_owner[nodes] == tid
+                if req.sealed:
+                    yield "tenant-isolation", (pods == 0) | ((self.dev_sealed[nodes] > 0) & own)
+                else:
+                    yield "tenant-isolation", (self.dev_sealed[nodes] == 0) | own
+            elif req.sealed:
+                yield "tenant-isolation", pods == 0
+            else:
+                yield "tenant-isolation", self.dev_sealed[nodes] == 0
         if mode is DeviceMode.MIG:
             yield "mig-slice", self._mig_fits(req.mig_profile, nodes)
         elif mode in (DeviceMode.TIMESLICE, DeviceMode.MPS):
-            rep_free = self.rep_free[nodes]
-            yield "replicas", rep_free > 0
-            cap = np.maximum(self.rep_cap[nodes], 1)
+            yield "replicas", self.rep_free[nodes] > 0
             if mode is DeviceMode.MPS:
+                cap = np.maximum(self.rep_cap[nodes], 1)
                 yield "gpu", req.gpu_milli <= self.gpu_cap[nodes] // cap
                 yield "gpu-memory", req.gpu_memory_mib <= self.gpu_mem_cap[nodes] // cap
             elif not req.oversubscribe:
                 need = req.gpu_memory_mib if req.gpu_memory_mib else self.gpu_mem_cap[nodes]
-                yield "gpu-memory", mem_free >= need
+                yield "gpu-memory", self.gpu_mem_free[nodes] >= need
         elif mode is DeviceMode.EXCLUSIVE:
-            yield "gpu", free == MILLI_PER_GPU
+            yield "gpu", self.gpu_free[nodes] == MILLI_PER_GPU
             if req.gpu_memory_mib:
                 yield "gpu-memory", self.gpu_mem_cap[nodes] >= req.gpu_memory_mib
         else:
-            yield "gpu", free >= req.gpu_milli
+            yield "gpu", self.gpu_free[nodes] >= req.gpu_milli
             if req.gpu_memory_mib:
-                yield "gpu-memory", mem_free >= req.gpu_memory_mib
+                yield "gpu-memory", self.gpu_mem_free[nodes] >= req.gpu_memory_mib
         if self.has_power:
-            slots = self._power_slots(nodes)
-            yield "power", (pods > 0) | (slots >= 1)
+            if pods is None:
+                pods = self.dev_pods[nodes]
+            yield "power", (pods > 0) | (self._power_slots(nodes) >= 1)
 
     def _power_slots(self, nodes) -> np.ndarray:
         """How many more devices each node may power up within its budget ([n, 1])."""
         slots = self._slots[nodes]
         return slots.reshape(-1, 1) if np.ndim(slots) else slots
+
+    def _node_slots(self, n: int) -> float:
+        """`_count_slots` of one node, in plain floats (the same arithmetic)."""
+        budget = float(self.power_budget[n])
+        tdp = float(self.dev_tdp[n])
+        if math.isinf(budget) or not tdp > 0:
+            return math.inf
+        return float(math.floor((budget - int(self.busy_gpus[n]) * tdp) / max(tdp, 1e-9)))
 
     def _count_slots(self, nodes) -> np.ndarray:
         """`_power_slots` from the budgets and busy devices (kept in `_slots` by allocate,
@@ -404,12 +423,18 @@ class ClusterState:
         return got
 
     def _node_mask(self, req: PodRequest) -> np.ndarray:
-        """Node-level tests that never change: GPU model, nodeSelector, taints."""
-        ok = self.model_mask(req.models) if req.gpu_milli > 0 else np.ones(len(self), bool)
-        if req.node_selector:
-            ok = ok & self.selector_mask(req)
-        if self.has_taints:
-            ok = ok & self.taint_mask(req)
+        """Node-level tests that never change: GPU model, nodeSelector, taints (cached per
+        request shape; read only)."""
+        key = ("node", req.models if req.gpu_milli > 0 else None, req.node_selector,
+               req.tolerations if self.has_taints else ())
+        ok = self._constraint_masks.get(key)
+        if ok is None:
+            ok = self.model_mask(req.models) if req.gpu_milli > 0 else np.ones(len(self), bool)
+            if req.node_selector:
+                ok = ok & self.selector_mask(req)
+            if self.has_taints:
+                ok = ok & self.taint_mask(req)
+            self._constraint_masks[key] = ok
         return ok
 
     def _gpu_fit(self, req: PodRequest) -> np.ndarray:
@@ -605,7 +630,7 @@ class ClusterState:
             self.dev_pods[n, devs] += 1
             if self.has_power:
                 self.busy_gpus[n] = int((self.dev_pods[n] > 0).sum())
-                self._slots[n] = self._count_slots(n)
+                self._slots[n] = self._node_slots(n)
         self.cpu_free[n] -= req.cpu_milli
         self.mem_free[n] -= req.memory_mib
         self.pod_count[n] += 1
@@ -645,7 +670,10 @@ class ClusterState:
         if mode is DeviceMode.MIG:
             d = devs[0]
             table = mig_table(self.nodes[n].model)
-            k = table.number(req.mig_profile, alloc.mig_start)
+            try:
+                k = table.number(req.mig_profile, alloc.mig_start)
+            except KeyError as e:
+                raise ValueError(f"{req.name}: {e.args[0]}") from None
             pl = table.placements[k]
             if self.mig_fixed[n, d]:
                 if not int(self.mig_layout_free[n, d]) >> k & 1:
@@ -713,7 +741,7 @@ class ClusterState:
             self.kind_count[n, pod_kind(req)] -= 1
             if self.has_power:
                 self.busy_gpus[n] = int((self.dev_pods[n] > 0).sum())
-                self._slots[n] = self._count_slots(n)
+                self._slots[n] = self._node_slots(n)
         self.cpu_free[n] += req.cpu_milli
         self.mem_free[n] += req.memory_mib
         self.pod_count[n] -= 1
