@@ -640,7 +640,8 @@ def replay_cmd(
                                "(--no-plots removes plots an earlier run left in --out)"),
     scenario: str | None = typer.Option(None, "--scenario", metavar="NAME",
                                         help="built-in scenario: tenants (the default with no "
-                                        "files) or mixed (memory slices, gangs, untrusted)"),
+                                        "files) or mixed (MIG, memory slices, time-slice, "
+                                        "gangs, taints, power, untrusted)"),
 ) -> None:
     """Replay jobs through queues over time; no arguments runs the built-in scenario."""
     from gpugov.sim.replay import ReplayOptions

@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 
 from gpugov.cli import app
 from gpugov.model.catalog import CATALOG
-from gpugov.model.mig import get_geometry
+from gpugov.model.mig import find_placement, get_geometry
 from gpugov.sim.mixed_scenario import MIXED_CLUSTER, MIXED_QUEUES
 
 runner = CliRunner()
@@ -356,12 +356,18 @@ def test_mixed_scenario_allocations_never_overcommit(tmp_path):
     assert {r["node"].rsplit("-", 1)[0] for r in gangs} == {"train"}  # node selector
     mem = [int(r["memory_mib"]) for r in rows if r["mode"] == "soft"]
     assert min(mem) >= 5 * 1024 and max(mem) <= 40 * 1024
+    # devices 0-3 lend only the instances mig-parted would create for their layout; the
+    # dynamic devices 4-7 create others where pods land
+    layout = find_placement(get_geometry("H100-SXM5-80GB"),
+                            ["3g.40gb", "2g.20gb", "1g.10gb", "1g.10gb"])
+    assert layout is not None
+    laid = {(i.profile, str(i.start)) for i in layout}
     fixed = {(r["mig_profile"], r["mig_start"]) for r in rows
              if r["mode"] == "mig" and int(r["device"]) < 4}
-    dynamic = {r["mig_start"] for r in rows if r["mode"] == "mig" and int(r["device"]) >= 4}
-    assert fixed <= {("3g.40gb", "4"), ("2g.20gb", "2"), ("1g.10gb", "0"), ("1g.10gb", "1")} \
-        or fixed  # the layout's placement (find_placement) is the state's choice
-    assert len(dynamic) > 1
+    dynamic = {(r["mig_profile"], r["mig_start"]) for r in rows
+               if r["mode"] == "mig" and int(r["device"]) >= 4}
+    assert fixed and fixed <= laid, fixed
+    assert dynamic - laid, dynamic
 
 
 BASE_POOL = ("nodePools:\n  - {name: gpu, count: 2, model: A100-SXM4-80GB, gpus: 4, "
