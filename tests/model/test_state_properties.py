@@ -34,7 +34,7 @@ from state_oracle import (
 from gpugov.model.catalog import MILLI_PER_GPU
 from gpugov.model.cluster import REASONS, ClusterState, NodeSpec, pod_kind
 from gpugov.model.constraints import Taint, Toleration, selects, tolerates
-from gpugov.model.devices import DeviceConfig, DeviceMode
+from gpugov.model.devices import DeviceConfig, DeviceMode, hgx_topology
 from gpugov.model.isolation import IsolationLevel
 from gpugov.model.mig import (
     MigInstance,
@@ -107,8 +107,11 @@ def node_specs(draw, i: int, plain: bool = False) -> NodeSpec:
     if gpus and draw(st.integers(0, 2)) == 0:
         watts = float(get_model_tdp(model))
         budget = draw(st.integers(0, gpus)) * watts + draw(st.sampled_from([0.0, watts / 2]))
+    topology = ()
+    if gpus > 1 and draw(st.booleans()):  # one NVLink domain, or two islands
+        topology = hgx_topology(gpus, domains=draw(st.sampled_from([1, 2])))
     return NodeSpec(f"n{i}", cpu, mem, gpus, model, devices=devices, labels=labels,
-                    taints=taints, power_budget_w=budget)
+                    taints=taints, power_budget_w=budget, topology=topology)
 
 
 def get_model_tdp(model: str) -> float:
