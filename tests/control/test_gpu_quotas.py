@@ -368,3 +368,47 @@ def test_gpumem_and_mig_caps_hold_and_the_ledger_is_what_allocations_charge(spec
                         holders = {o.request.tenant for o in running for b in o.allocations
                                    if b.node == a.node and d in b.devices}
                         assert holders == {j.request.tenant}
+
+
+def test_an_unlent_gpumem_reserve_stays_free_for_its_owner() -> None:
+    # a keeps all of its 80 GiB of GPU memory quota (lendingLimit 0); the cluster has two
+    # 80 GiB cards, so b's second whole GPU waits although a card is free
+    cp = plane([{"name": "a", "quota": {"gpumem": 80}, "lendingLimit": {"gpumem": 0}},
+                {"name": "b"}], nodes(1, gpus=2, model=A100))
+    b0, b1 = (submit(cp, f"b{i}", "b", whole_pod(f"b{i}")) for i in range(2))
+    cp.cycle(0)
+    assert b0.status == RUNNING and b1.status == PENDING and b1.blocked_by == "gpumem"
+    assert "+ 80 idle reserve that is never lent" in b1.detail
+    a0 = submit(cp, "a0", "a", whole_pod("a0"), submit_s=1)
+    cp.cycle(1)
+    assert a0.status == RUNNING  # the reserve was kept for it
+    snap = snapshot(cp, 1.0)
+    assert snap["queues"]["a"]["usage"]["gpumem"] == 80.0
+    assert snap["queues"]["a"]["quota"]["gpumem"] == 80.0
+
+
+def test_queue_status_and_explain_show_mig_instances() -> None:
+    cp = plane([{"name": "a", "quota": {"mig-1g.10gb": 2}}], mig_nodes(1))
+    for i in range(3):
+        submit(cp, f"m{i}", "a", mig_pod(f"m{i}"))
+    cp.cycle(0)
+    snap = snapshot(cp, 0.0)
+    q = snap["queues"]["a"]
+    assert q["usage"]["mig-1g.10gb"] == 3 and q["quota"]["mig-1g.10gb"] == 2
+    assert q["fair_share"]["mig-1g.10gb"] == 3  # it borrows what nobody else wants
+    assert snap["jobs"]["m0"]["demand"]["mig-1g.10gb"] == 1
+    assert any("3 x mig-1g.10gb" in line for line in explain(snap, "m0"))
+
+
+def test_a_higher_class_mig_pod_preempts_within_its_queue() -> None:
+    cp = plane([{"name": "a", "quota": {"gpu": 1}}], mig_nodes(1))
+    for i in range(7):
+        submit(cp, f"lo{i}", "a", mig_pod(f"lo{i}"), pclass="low", submit_s=i)
+    cp.cycle(0)
+    hi = submit(cp, "hi", "a", mig_pod("hi", "2g.20gb"), pclass="mid", submit_s=10)
+    res = cp.cycle(10)
+    assert hi.status == RUNNING and {e.kind for e in res.preempted} == {"preempt"}
+    # a 2g.20gb instance needs two adjacent free slices: the victims are the ones freeing them
+    assert len(res.preempted) == 2
+    freed = {cp.jobs[e.victim].name for e in res.preempted}
+    assert all(cp.jobs[n].status == PENDING for n in freed)
