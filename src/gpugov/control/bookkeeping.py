@@ -126,7 +126,7 @@ class Bookkeeping:
         if v is not None:
             job.blocked_by = v.resource
             return (f"its queues could not admit it even with nothing running: {v.describe()}"
-                    f"{reasons.quota_advice(v.resource)}")
+                    f"{reasons.quota_advice(v.resource, v.kind)}")
         return ""
 
     def _enqueue(self, job: Job) -> None:
@@ -247,7 +247,7 @@ def set_quota_reason(cp: Bookkeeping, job: Job, verdict: QuotaVerdict) -> None:
     res = cp.tree.resources
     c = max(res.column(verdict.resource), 0)
     job.blocked_by = verdict.resource
-    advice = reasons.quota_advice(verdict.resource)
+    advice = reasons.quota_advice(verdict.resource, verdict.kind)
     if verdict.kind == "capacity" and not _others_hold(cp, job.leaf, c):
         job.reason = reasons.NO_NODE
         job.detail = f"the cluster is full: {verdict.describe()}{advice}"

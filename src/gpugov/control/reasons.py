@@ -78,8 +78,13 @@ def node_words(code: str, req: PodRequest | None = None) -> str:
     return words
 
 
-def quota_advice(resource: str) -> str:
-    """What a user can change when queue `resource` blocked (appended to a quota reason)."""
+def quota_advice(resource: str, kind: str = "cap") -> str:
+    """What a user can change when queue `resource` blocked (appended to a quota reason);
+    `kind` is the rule (`QuotaVerdict.kind`): a full cluster is not fixed by a bigger quota."""
+    if kind == "capacity":
+        if resource == "gpumem" or resource.startswith("mig-"):
+            return f"; {resource} is what blocked: the cluster's is held"
+        return ""
     if resource == "gpumem":
         return ("; GPU memory (gpumem) is what blocked: ask for less GPU memory per device, "
                 "or raise the queue's gpumem quota/limit (a whole GPU charges its card's "
