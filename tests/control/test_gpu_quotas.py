@@ -412,3 +412,17 @@ def test_a_higher_class_mig_pod_preempts_within_its_queue() -> None:
     assert len(res.preempted) == 2
     freed = {cp.jobs[e.victim].name for e in res.preempted}
     assert all(cp.jobs[n].status == PENDING for n in freed)
+
+
+def test_every_blocked_job_names_its_dimension_even_when_the_answer_was_cached() -> None:
+    cp = plane([{"name": "a", "limit": {"gpumem": 60}}], nodes(1, gpus=2, model=A100))
+    for i in range(4):  # two fit the gpumem cap, two identical ones do not
+        submit(cp, f"a{i}", "a", slice_pod(f"a{i}", 30))
+    cp.cycle(0)
+    assert [cp.jobs[f"a{i}"].blocked_by for i in range(4)] == ["", "", "gpumem", "gpumem"]
+    cp = plane([{"name": "b"}], nodes(1, gpus=1, model=A100))
+    for i in range(3):  # the card's memory is gone after one 60 GiB slice
+        submit(cp, f"b{i}", "b", slice_pod(f"b{i}", 60))
+    cp.cycle(0)
+    assert [cp.jobs[f"b{i}"].blocked_by for i in range(3)] == ["", "gpu-memory", "gpu-memory"]
+    assert cp.jobs["b2"].detail == cp.jobs["b1"].detail

@@ -119,13 +119,13 @@ class _Allocator:
         self.owner_names: list[str] = []
         self.owner_keys: list[tuple] = []
         self.closed: list[np.ndarray] = []  # [k-1]: nodes of the first k owners
-        self.fail_cache: dict[tuple, tuple[str, str]] = {}
+        self.fail_cache: dict[tuple, tuple[str, str, str]] = {}  # reason, detail, blocked_by
         self.quota_cache: dict[tuple, QuotaVerdict] = {}
         self.reserved_leaves: set[int] = set()
         self.fast = cp.fast
         # fast path only, all valid until the next start (the ledger and state change then):
         self.quota_ok: set[tuple] = set()  # (leaf, shape, pinned) that passed the quota check
-        self.quota_words: dict[tuple, tuple[str, str]] = {}  # its failure's reason, detail
+        self.quota_words: dict[tuple, tuple[str, str, str]] = {}  # reason, detail, blocked_by
         self.no_reservation: set[tuple] = set()  # (shape, k) pick_reservation found no nodes for
 
     def _sync(self) -> None:
@@ -169,15 +169,15 @@ class _Allocator:
             words = self.quota_words.get(qkey) if self.fast else None
             if words is None:
                 set_quota_reason(cp, job, verdict)
-                self.quota_words[qkey] = (job.reason, job.detail)
+                self.quota_words[qkey] = (job.reason, job.detail, job.blocked_by)
             else:
-                job.reason, job.detail = words
+                job.reason, job.detail, job.blocked_by = words
             return False
         k = self.ahead(job)
         key = (job.shape_key(), k)  # placement depends on the shape and the closed nodes
         cached = self.fail_cache.get(key)
         if cached is not None:
-            job.reason, job.detail = cached
+            job.reason, job.detail, job.blocked_by = cached
             return False
         res = place_job(cp.placer, job, self.closed[k - 1] if k else None)
         if res.allocations is not None:
@@ -193,7 +193,7 @@ class _Allocator:
             self.no_reservation.clear()
             return True
         set_placement_reason(cp, job, res.placed, res.reason, self.owner_names[:k])
-        self.fail_cache[key] = (job.reason, job.detail)
+        self.fail_cache[key] = (job.reason, job.detail, job.blocked_by)
         return False
 
     def maybe_reserve(self, job: Job) -> None:
