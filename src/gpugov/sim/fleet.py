@@ -13,6 +13,8 @@ kwok dev cluster (`model.cluster_spec`) and becomes the one cluster state's `Nod
   `powerBudgetW` (hard: every device hosting a pod counts at its model's TDP) and `topology`
   (`nvswitch`: one NVLink domain per node; `pcie`: no NVLink, PCIe switches and NUMA nodes in
   index order; `none`: unknown).
+
+`FleetCards` checks a job's request against the fleet's cards before the replay runs.
 """
 
 from __future__ import annotations
