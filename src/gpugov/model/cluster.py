@@ -42,6 +42,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cache
 
 import numpy as np
 
@@ -591,20 +592,13 @@ class ClusterState:
                     return table.placements[k].start
             raise ValueError(f"{req.name}: no free {req.mig_profile} instance on device "
                              f"{device} of {self.names[node]}")
-        occ = int(self.mig_occ[node, device])
-        compute = int(self.mig_compute_free[node, device])
-        best: tuple[float, int] | None = None
-        for k in ks:
-            pl = table.placements[k]
-            if occ & pl.bits or pl.compute_slices > compute:
-                continue
-            after = _placeability(table, occ | pl.bits, compute - pl.compute_slices)
-            if best is None or after > best[0]:
-                best = (after, pl.start)
-        if best is None:
+        start = _best_start(self.nodes[node].model, req.mig_profile,
+                            int(self.mig_occ[node, device]),
+                            int(self.mig_compute_free[node, device]))
+        if start < 0:
             raise ValueError(f"{req.name}: no free {req.mig_profile} start on device {device} "
                              f"of {self.names[node]}")
-        return best[1]
+        return start
 
     # -- updates ---------------------------------------------------------------------------
     def allocate(self, req: PodRequest, alloc: Allocation) -> None:
@@ -789,6 +783,23 @@ def _shape_key(req: PodRequest) -> tuple:
     return (req.cpu_milli, req.memory_mib, req.gpu_count, req.gpu_milli, req.models,
             req.gpu_memory_mib, req.mode, req.mig_profile, int(req.min_isolation), req.tenant,
             req.sealed, req.node_selector, req.tolerations, req.oversubscribe)
+
+
+@cache
+def _best_start(model: str, profile: str, occ: int, compute: int) -> int:
+    """The valid free start of `profile` on a dynamic MIG device of `model` with occupied
+    slices `occ` and `compute` free compute slices that leaves the most placeability (lowest
+    start on ties); -1 when none is free."""
+    table = mig_table(model)
+    best: tuple[float, int] | None = None
+    for k in table.by_profile[profile]:
+        pl = table.placements[k]
+        if occ & pl.bits or pl.compute_slices > compute:
+            continue
+        after = _placeability(table, occ | pl.bits, compute - pl.compute_slices)
+        if best is None or after > best[0]:
+            best = (after, pl.start)
+    return -1 if best is None else best[1]
 
 
 def _placeability(table, occ: int, compute_free: int) -> float:
