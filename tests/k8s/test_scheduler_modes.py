@@ -431,3 +431,14 @@ def test_decisions_never_overcommit_any_mode(devices, tainted, asks) -> None:
     fresh = state(objs, tenants_objs)  # a restart counts every record back, no conflict
     submit(fresh, *bound.values())
     assert not fresh.cycle(T0 + 1).binds and fresh.errors["allocation"] == 0
+
+
+def test_a_toleration_added_to_a_pending_pod_is_seen() -> None:
+    (infer,) = nodes(pool("infer", 1, taints=[
+        {"key": "dedicated", "value": "infer", "effect": "NoSchedule"}]))
+    st_ = state([infer])
+    objs = submit(st_, pod("late"))
+    assert not st_.cycle(T0).binds
+    objs["late"]["spec"]["tolerations"] = [{"key": "dedicated", "operator": "Exists"}]
+    st_.set_pod(objs["late"])
+    assert [b.name for b in st_.cycle(T0 + 1).binds] == ["late"]

@@ -222,6 +222,8 @@ class SchedulerState:
         if old is not None and old.uid != info.uid:
             self.delete_pod(key)  # same name, new pod
             old = None
+        elif old is not None and info is not old and not info.node and key in self.job_of:
+            self.dirty = True  # a pending pod's request changed (e.g. a toleration added)
         self.pods[key] = info
         if info.error and prev_error != info.error:
             self._bad("pod", f"pod {key}: {info.error}")

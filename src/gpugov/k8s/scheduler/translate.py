@@ -320,7 +320,9 @@ class PodInfo:
     conditions: dict[str, tuple[str, str]] = field(default_factory=dict)
     queue_annotated: bool = False  # the webhook named the queue (else: from the Tenants)
     trust_annotated: bool = False
-    source: tuple = ()  # (annotations, containers, group) it was translated from
+    #: (annotations, containers, group, tolerations) it was translated from (tolerations
+    #: are the one part of a pod's spec that may grow after creation)
+    source: tuple = ()
     node_selector: tuple[tuple[str, str], ...] = ()  # beyond the GPU product (-> models)
     #: a required node affinity gpugov cannot express as a nodeSelector ("" = none)
     node_affinity: str = ""
@@ -373,7 +375,8 @@ def pod_info(obj: dict[str, Any], tenants: dict[str, tuple[str, TrustTier]],
     ann_all = meta.get("annotations") or {}
     if old is not None and old.uid == meta.get("uid", "") and \
             old.source == (_stable(ann_all), spec.get("containers"),
-                           (meta.get("labels") or {}).get(names.PODGROUP_LABEL)):
+                           (meta.get("labels") or {}).get(names.PODGROUP_LABEL),
+                           spec.get("tolerations")):
         text = ann_all.get(names.ANN_ALLOCATION)
         if text != old.allocation_text:
             old.allocation_text = text
@@ -460,7 +463,8 @@ def pod_info(obj: dict[str, Any], tenants: dict[str, tuple[str, TrustTier]],
         group=labels.get(names.PODGROUP_LABEL) or None, allocation=allocation,
         error="; ".join(errors), conditions=conditions,
         queue_annotated=names.ANN_QUEUE in ann, trust_annotated=bool(trust_text),
-        source=(_stable(ann), spec.get("containers"), labels.get(names.PODGROUP_LABEL)),
+        source=(_stable(ann), spec.get("containers"), labels.get(names.PODGROUP_LABEL),
+                spec.get("tolerations")),
         allocation_text=ann.get(names.ANN_ALLOCATION),
         node_selector=tuple(sorted(selector.items())), node_affinity=affinity,
         tolerations=tolerations)
