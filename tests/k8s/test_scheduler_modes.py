@@ -442,3 +442,25 @@ def test_a_toleration_added_to_a_pending_pod_is_seen() -> None:
     objs["late"]["spec"]["tolerations"] = [{"key": "dedicated", "operator": "Exists"}]
     st_.set_pod(objs["late"])
     assert [b.name for b in st_.cycle(T0 + 1).binds] == ["late"]
+
+
+def test_the_device_plugin_reads_every_record_as_written() -> None:
+    (obj,) = nodes(pool("h", 3, [{"index": "0", "mode": "soft"},
+                                 {"index": "1", "mode": "timeslice", "replicas": 2}]))
+    st_ = state([obj], [tenant("t", "team-a", "trusted")])
+    ts = {names.ANN_REQUEST: json.dumps({"v": 1, "count": 1, "mode": "timeslice",
+                                         "memoryMiB": 1000})}
+    objs = submit(st_, pod("whole", limits={names.GPU_RESOURCE: "2"}), pod("ts", ann=ts))
+    plan = st_.cycle(T0)
+    recs = {b.name: b.record for b in plan.binds}
+    # a whole GPU may take the free soft device: its record says soft, 1000 milli
+    assert sorted((d.index, d.mode.value, d.milli) for d in recs["whole"].devices) == [
+        (0, "soft", 1000), (2, "exclusive", 1000)]
+    assert [(d.index, d.mode.value) for d in recs["ts"].devices] == [(1, "timeslice")]
+    bound = bind(st_, plan, objs)
+    inv = decode_inventory(obj["metadata"]["annotations"][INVENTORY])
+    for resource, name, keys in (("nvidia.com/gpu", "whole", ("GPU-h-0-0", "GPU-h-0-2")),
+                                 ("nvidia.com/gpu.shared", "ts", ("GPU-h-0-1",))):
+        ids = {d.id for d in plugin_devices(inv)[resource]}
+        cands, rejected = candidates([bound[name]], "h-0", resource, inv, ids)
+        assert not rejected and [c.wanted for c in cands] == [keys]
