@@ -401,13 +401,9 @@ class SchedulerState:
     def _unplaceable(self, info: PodInfo) -> str:
         """Why a pending pod cannot be given to the engine ("" = it can)."""
         try:
-            preq = self.pod_request(info)
+            self.pod_request(info)
         except ValueError as e:
             return str(e)
-        if placement_request(preq, info.trust) is not preq:
-            return (f"an untrusted tenant's {preq.slice_mode.value} pod is rounded up to a "
-                    "whole device by the control plane, which has no MIG or replica modes: "
-                    "not placed by gpugov's scheduler yet (planned); ask for nvidia.com/gpu: 1")
         return ""
 
     def _new_job(self, name: str, info: PodInfo, pods: int) -> Job | None:
