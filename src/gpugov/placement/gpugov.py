@@ -26,6 +26,7 @@ Two paths, so the FGD study's numbers stay exact:
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass
 
 import numpy as np
@@ -41,6 +42,8 @@ from gpugov.placement.mig import placeability_table, start_loss_table
 from gpugov.placement.topology import nvlink_set
 
 _EXCLUSIVE = MODE_CODE[DeviceMode.EXCLUSIVE]
+#: request shapes whose device choices are kept (least recently used dropped)
+MAX_CACHED_CHOICES = 128
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,7 +88,12 @@ class GpugovPolicy(FgdPolicy):
                 taken = self._soft(state, req, nodes, state.device_fits(req, nodes))[1][0]
                 return (int(np.flatnonzero(taken)[0]),)
             return super().choose_devices(state, req, node)
-        taken = self.general(state, req, np.array([node]))[1][0]
+        versions, devices = self._taken_cache(state, req)
+        if versions[node] == state.version[node]:  # chosen while scoring, node unchanged
+            taken = devices[node]
+        else:  # the device choice is the mode's term alone
+            nodes = np.array([node])
+            taken = self._mode_term(state, req, nodes, state.device_fits(req, nodes))[1][0]
         chosen = tuple(int(i) for i in np.flatnonzero(taken))
         if len(chosen) != req.gpu_count:
             raise ValueError(f"{req.name}: needs {req.gpu_count} fitting devices on "
@@ -97,20 +105,64 @@ class GpugovPolicy(FgdPolicy):
                 ) -> tuple[np.ndarray, np.ndarray]:
         """Per node of `nodes` (all feasible): the score (int64, 0..100) and the devices
         gpugov would take there (bool [nodes, devices])."""
-        fits = state.device_fits(req, nodes)
+        primary, taken = self._mode_term(state, req, nodes, state.device_fits(req, nodes))
+        versions, devices = self._taken_cache(state, req)
+        versions[nodes] = state.version[nodes]
+        devices[nodes] = taken
+        w = self.weights
+        total = w.fragmentation * primary + w.energy * self._energy(state, nodes)
+        if w.topology and req.gpu_count > 1:
+            total += w.topology * _topology(state, nodes, taken)
+        else:
+            total += w.topology
+        if w.power:
+            total += w.power * _headroom(state, nodes, taken)
+        return np.minimum(np.maximum(truncate(100.0 * total), 0), 100), taken
+
+    def _taken_cache(self, state: ClusterState, req: PodRequest
+                     ) -> tuple[np.ndarray, np.ndarray]:
+        """Per request shape: the node versions and the devices chosen when they were last
+        scored, so choosing devices on the winning node does not compute them again."""
+        if getattr(self, "_taken_of", None) is not state:
+            self._taken: OrderedDict[tuple, tuple[np.ndarray, np.ndarray]] = OrderedDict()
+            self._taken_of = state
+        key = (req.cpu_milli, req.memory_mib, req.gpu_count, req.gpu_milli, req.models,
+               req.gpu_memory_mib, req.mode, req.mig_profile, req.min_isolation, req.tenant,
+               req.sealed, req.node_selector, req.tolerations, req.oversubscribe)
+        entry = self._taken.get(key)
+        if entry is None:
+            entry = (np.full(len(state), -1, dtype=np.int64),
+                     np.zeros(state.gpu_free.shape, dtype=bool))
+            self._taken[key] = entry
+            if len(self._taken) > MAX_CACHED_CHOICES:
+                self._taken.popitem(last=False)
+        else:
+            self._taken.move_to_end(key)
+        return entry
+
+    def _mode_term(self, state: ClusterState, req: PodRequest, nodes: np.ndarray,
+                   fits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The request mode's fragmentation term (0..1) per node and the devices it takes."""
         mode = req.slice_mode
         if mode is DeviceMode.MIG:
-            primary, taken = self._mig(state, req, nodes, fits)
-        elif mode in (DeviceMode.TIMESLICE, DeviceMode.MPS):
-            primary, taken = self._replicas(state, req, nodes, fits)
-        elif mode is DeviceMode.SOFT:
-            primary, taken = self._soft(state, req, nodes, fits)
-        else:
-            primary, taken = self._whole(state, req, nodes, fits)
-        w = self.weights
-        total = (w.fragmentation * primary + w.topology * _topology(state, req, nodes, taken)
-                 + w.power * _headroom(state, nodes, taken) + w.energy * _energy(state, nodes))
-        return np.clip(truncate(100.0 * total), 0, 100), taken
+            return self._mig(state, req, nodes, fits)
+        if mode in (DeviceMode.TIMESLICE, DeviceMode.MPS):
+            return self._replicas(state, req, nodes, fits)
+        if mode is DeviceMode.SOFT:
+            return self._soft(state, req, nodes, fits)
+        return self._whole(state, req, nodes, fits)
+
+    def _energy(self, state: ClusterState, nodes: np.ndarray) -> np.ndarray:
+        """The node model's perf-per-watt relative to the best in the cluster (unknown: 0.5;
+        per model, computed once per state)."""
+        if getattr(self, "_energy_of", None) is not state:
+            ppw = np.array([get_model(m).perf_per_watt or 0.0 for m in state.model_names]
+                           + [0.0])
+            best = ppw.max()
+            self._energy_by_model = np.where(ppw > 0, ppw / best, 0.5) if best > 0 \
+                else np.full(len(ppw), 0.5)
+            self._energy_of = state
+        return self._energy_by_model[state.model_idx[nodes]]
 
     def _gain(self, state: ClusterState, req: PodRequest, rows: np.ndarray,
               free: np.ndarray) -> np.ndarray:
@@ -169,18 +221,34 @@ class GpugovPolicy(FgdPolicy):
         free = np.where(taken, 0, state.gpu_free[nodes])
         return self._gain(state, req, nodes, free), taken
 
+    def _mig_losses(self, state: ClusterState, profile: str) -> np.ndarray:
+        """Per GPU model of `state` (row -1: none), occupied-slice mask and free compute
+        slices: the share of an empty card's placeability a new `profile` instance loses
+        (inf where it fits nowhere), stacked so many devices are looked up at once."""
+        if getattr(self, "_losses_of", None) is not state:
+            self._losses: dict[str, np.ndarray] = {}
+            self._losses_of = state
+        stacked = self._losses.get(profile)
+        if stacked is None:
+            names = [m for m in state.model_names if has_mig(m)]
+            shape = (1, 1)
+            if names:
+                shape = tuple(np.max([placeability_table(m).shape for m in names], axis=0))
+            stacked = np.full((len(state.model_names) + 1, *shape), np.inf)
+            for i, name in enumerate(state.model_names):
+                if has_mig(name):
+                    table = start_loss_table(name, profile)[0]
+                    empty = placeability_table(name)[0, -1]
+                    stacked[i, :table.shape[0], :table.shape[1]] = table / empty
+            self._losses[profile] = stacked
+        return stacked
+
     def _mig(self, state: ClusterState, req: PodRequest, nodes: np.ndarray, fits: np.ndarray
              ) -> tuple[np.ndarray, np.ndarray]:
-        loss = np.full(fits.shape, np.inf)
-        occ, compute = state.mig_occ[nodes], state.mig_compute_free[nodes]
-        models = state.model_idx[nodes]
-        for m in np.unique(models[fits.any(axis=1)]):
-            name = state.model_names[m] if m >= 0 else ""
-            if not has_mig(name):
-                continue
-            table, _ = start_loss_table(name, req.mig_profile)
-            rows = models == m
-            loss[rows] = table[occ[rows], compute[rows]] / placeability_table(name)[0, -1]
+        stacked = self._mig_losses(state, req.mig_profile)
+        occ = np.minimum(state.mig_occ[nodes], stacked.shape[1] - 1)
+        compute = np.minimum(state.mig_compute_free[nodes], stacked.shape[2] - 1)
+        loss = stacked[state.model_idx[nodes][:, None], occ, compute]
         loss = np.where(state.mig_fixed[nodes], 0.0, loss)  # a fixed instance is already cut
         loss = np.where(fits, loss, np.inf)
         col = loss.argmin(axis=1)
@@ -188,7 +256,7 @@ class GpugovPolicy(FgdPolicy):
         taken = np.zeros(fits.shape, dtype=bool)
         ok = np.isfinite(best)
         taken[np.flatnonzero(ok), col[ok]] = True
-        return np.where(ok, 1.0 - np.clip(best, 0.0, 1.0), 0.0), taken
+        return np.where(ok, 1.0 - np.minimum(np.maximum(best, 0.0), 1.0), 0.0), taken
 
     def _replicas(self, state: ClusterState, req: PodRequest, nodes: np.ndarray,
                   fits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -207,12 +275,9 @@ class GpugovPolicy(FgdPolicy):
         return np.where(ok, fill[rows, col], 0.0), taken
 
 
-def _topology(state: ClusterState, req: PodRequest, nodes: np.ndarray, taken: np.ndarray
-              ) -> np.ndarray:
-    """1 when a multi-GPU pod's devices share one NVLink domain (and for one-device pods),
-    0.5 when a device's domain is unknown, 0 when they span domains."""
-    if req.gpu_count < 2:
-        return np.ones(len(nodes))
+def _topology(state: ClusterState, nodes: np.ndarray, taken: np.ndarray) -> np.ndarray:
+    """1 when a multi-GPU pod's devices share one NVLink domain, 0.5 when a device's domain
+    is unknown, 0 when they span domains."""
     dom = state.dev_nvlink[nodes]
     unknown = (taken & (dom < 0)).any(axis=1)
     hi = np.where(taken, dom, np.iinfo(np.int64).min).max(axis=1)
@@ -224,23 +289,15 @@ def _headroom(state: ClusterState, nodes: np.ndarray, taken: np.ndarray) -> np.n
     """Power headroom left after the pod, as a share: of the budget on a node with one (its
     busy devices at TDP), of the node's devices without (idle devices draw nothing here).
     A device already hosting a pod costs nothing more."""
-    new = (taken & (state.dev_pods[nodes] == 0)).sum(axis=1)
+    idle = state.dev_pods[nodes] == 0
+    new = (taken & idle).sum(axis=1)
     gpus = np.maximum(state.gpu_count[nodes], 1)
-    share = 1.0 - ((state.dev_pods[nodes] > 0).sum(axis=1) + new) / gpus
-    budget = state.power_budget[nodes]
-    limited = np.isfinite(budget) & (budget > 0)
-    if limited.any():
-        head = budget - (state.busy_gpus[nodes] + new) * state.dev_tdp[nodes]
-        of_budget = np.clip(head / np.where(limited, budget, 1.0), 0.0, 1.0)
-        share = np.where(limited, np.minimum(share, of_budget), share)
-    return np.clip(share, 0.0, 1.0)
-
-
-def _energy(state: ClusterState, nodes: np.ndarray) -> np.ndarray:
-    """The node model's perf-per-watt relative to the best in the cluster (unknown: 0.5)."""
-    ppw = np.array([get_model(m).perf_per_watt or 0.0 for m in state.model_names] + [0.0])
-    best = ppw.max()
-    if best <= 0:
-        return np.full(len(nodes), 0.5)
-    rel = ppw[state.model_idx[nodes]] / best
-    return np.where(rel > 0, rel, 0.5)
+    share = (idle.sum(axis=1) - (state.gpu_cap[nodes] == 0).sum(axis=1) - new) / gpus
+    if state.has_power:
+        budget = state.power_budget[nodes]
+        limited = np.isfinite(budget) & (budget > 0)
+        if limited.any():
+            head = budget - (state.busy_gpus[nodes] + new) * state.dev_tdp[nodes]
+            of_budget = head / np.where(limited, budget, 1.0)
+            share = np.where(limited, np.minimum(share, of_budget), share)
+    return np.minimum(np.maximum(share, 0.0), 1.0)
