@@ -426,3 +426,45 @@ def test_every_blocked_job_names_its_dimension_even_when_the_answer_was_cached()
     cp.cycle(0)
     assert [cp.jobs[f"b{i}"].blocked_by for i in range(3)] == ["", "gpu-memory", "gpu-memory"]
     assert cp.jobs["b2"].detail == cp.jobs["b1"].detail
+
+
+def test_mig_capacity_counts_fixed_layouts_and_dynamic_devices() -> None:
+    from gpugov.model.mig import MigInstance
+
+    layout = (MigInstance(0, "3g.40gb"), MigInstance(4, "2g.20gb"), MigInstance(6, "1g.10gb"))
+    fixed = DeviceConfig(DeviceMode.MIG, mig_layout=layout)
+    node = NodeSpec("m", 64_000, 262_144, 3, A100,
+                    devices=(fixed, DeviceConfig(DeviceMode.MIG), DeviceConfig()))
+    cp = plane([{"name": "a", "limit": {"mig-1g.10gb": 100, "mig-3g.40gb": 100,
+                                        "mig-7g.80gb": 100}}], [node])
+    cap = {r: cp.capacity[c] for c, r in enumerate(cp.tree.resources.names)}
+    # the fixed device holds one 1g.10gb and one 3g.40gb; the dynamic one up to 7 and 2;
+    # the soft device none
+    assert (cap["mig-1g.10gb"], cap["mig-3g.40gb"], cap["mig-7g.80gb"]) == (8, 3, 1)
+    assert cap["gpumem"] == 3 * 80 * GIB
+
+
+def test_a_blocked_mig_job_reserves_a_node_that_can_hold_it() -> None:
+    # two MIG nodes full of 1g.10gb pods; a 7g.80gb job (a whole MIG device) waits with
+    # no-node-fits and reserves one node, so later 1g.10gb jobs cannot refill it
+    cp = plane([{"name": "a"}], mig_nodes(2))
+    for i in range(14):
+        submit(cp, f"s{i}", "a", mig_pod(f"s{i}"))
+    cp.cycle(0)
+    big = submit(cp, "big", "a", mig_pod("big", "7g.80gb"), submit_s=1)  # nothing to preempt
+    cp.cycle(1)
+    assert big.status == PENDING and big.reason == reasons.NO_NODE  # the cluster is full
+    assert len(cp.reservations["big"]) == 1
+    node = int(cp.reservations["big"][0])
+    for j in [j for j in cp.jobs.values() if j.status == RUNNING]:
+        if j.allocations[0].node == node:
+            cp.finish(j)
+            break
+    late = submit(cp, "late", "a", mig_pod("late"), submit_s=2)
+    cp.cycle(2)
+    assert late.status == PENDING and late.reason == reasons.PRIORITY
+    for j in [j for j in cp.jobs.values() if j.status == RUNNING]:
+        if j.allocations[0].node == node:
+            cp.finish(j)
+    cp.cycle(3)
+    assert big.status == RUNNING and big.allocations[0].node == node
