@@ -1,8 +1,9 @@
 """The built-in multi-tenant scenario (`gpugov replay` with no arguments).
 
 Three orgs on a 128-GPU cluster: research (two teams, bursty, with gangs), prod (serving,
-non-preemptible, fractional GPUs) and an external untrusted tenant. Arrivals come in bursts;
-priorities are mixed. Generated from a fixed seed, so every run prints the same numbers.
+non-preemptible, fractional GPUs) and an external untrusted tenant, whose trust tier allows
+only hard isolation: it asks for whole GPUs (this cluster has no MIG devices; a fraction
+would be refused with reason `isolation`). Arrivals come in bursts; priorities are mixed. Generated from a fixed seed, so every run prints the same numbers.
 """
 
 from __future__ import annotations
@@ -77,9 +78,9 @@ def scenario_jobs(seed: int = 7, hours: float = 48.0) -> list[JobSpec]:
         out.append(JobSpec(f"serving-{i:04d}", "ns-serving", "critical", round(float(t)),
                            round(float(rng.exponential(6 * 3600)) + 1800), 1, 1, milli,
                            4000, 16384))
-    for t in burst_times(30, 4):  # partner: untrusted, fractional requests
-        milli = int(rng.choice([300, 500, 1000]))
+    for t in burst_times(30, 4):  # partner: untrusted, so whole GPUs (hard isolation)
+        rng.choice([300, 500, 1000])  # the draw of its former fraction: keeps the stream
         out.append(JobSpec(f"partner-{len(out):04d}", "ns-partner", "scavenger", round(t),
-                           round(float(rng.exponential(3600)) + 300), 1, 1, milli, 4000,
+                           round(float(rng.exponential(3600)) + 300), 1, 1, 1000, 4000,
                            16384))
     return out
