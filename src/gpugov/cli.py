@@ -845,7 +845,7 @@ def scheduler_cmd(
     lease_duration: float = typer.Option(15.0, "--lease-duration", help="seconds"),
     renew_deadline: float = typer.Option(10.0, "--renew-deadline", help="seconds"),
     retry_period: float = typer.Option(2.0, "--retry-period", help="seconds"),
-    policy: str = typer.Option("bestfit", "--policy", help="placement policy"),
+    policy: str = typer.Option("gpugov", "--policy", help="placement policy"),
     concurrency: int = typer.Option(64, "--concurrency", help="API writes in flight"),
     events: bool = typer.Option(True, "--events/--no-events",
                                 help="post Events for unschedulable and preempted pods"),
@@ -889,7 +889,7 @@ def _label_pairs(text: str) -> tuple[tuple[str, str], ...]:
 def extender_cmd(
     kubeconfig: Path = typer.Option(..., "--kubeconfig", help="kubeconfig file"),
     listen: str = typer.Option("127.0.0.1:8888", "--listen", help="HOST:PORT"),
-    policy: str = typer.Option("bestfit", "--policy", help="placement policy"),
+    policy: str = typer.Option("gpugov", "--policy", help="placement policy"),
 ) -> None:
     """kube-scheduler extender (filter/prioritize/bind) placing GPUs with gpugov's engine."""
     import asyncio

@@ -283,7 +283,7 @@ def submit_all(cp: ControlPlane, jobs: Sequence[Job]) -> None:
         cp.submit(j)
 
 
-def new_control_plane(cfg: ControlConfig, nodes: Sequence, policy: str = "fgd", seed: int = 0,
+def new_control_plane(cfg: ControlConfig, nodes: Sequence, policy: str = "gpugov", seed: int = 0,
                       workload: Sequence | None = None) -> ControlPlane:
     """Wire state, placement policy and control plane as `run_experiment` does.
 

@@ -52,7 +52,7 @@ class ExtenderState:
     """Nodes and recorded allocations (watched) -> a `ClusterState` and `Placer`, rebuilt
     when a node or pod event arrived since the last request."""
 
-    def __init__(self, policy: str = "bestfit") -> None:
+    def __init__(self, policy: str = "gpugov") -> None:
         self.view = SchedulerState(policy=policy)
         self.policy_cls = get_policy(policy)
         self._version = -1
@@ -160,7 +160,7 @@ class ExtenderState:
 class Extender:
     """The HTTP handlers and the watches that keep `ExtenderState` current."""
 
-    def __init__(self, kube: Kube, policy: str = "bestfit") -> None:
+    def __init__(self, kube: Kube, policy: str = "gpugov") -> None:
         self.kube = kube
         self.st = ExtenderState(policy)
         self.bind_lock = asyncio.Lock()
@@ -271,7 +271,7 @@ def _filter_result(nodes_list: Any, items: list[dict[str, Any]], keep: list[str]
     return out
 
 
-async def serve(kubeconfig: Path | str, host: str, port: int, policy: str = "bestfit",
+async def serve(kubeconfig: Path | str, host: str, port: int, policy: str = "gpugov",
                 ready: asyncio.Event | None = None, stop: asyncio.Event | None = None) -> None:
     """Run the extender until `stop` is set (or forever)."""
     kube = await Kube.from_kubeconfig(kubeconfig)

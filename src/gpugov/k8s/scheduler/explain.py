@@ -23,7 +23,7 @@ class ExplainError(LookupError):
 
 
 async def explain_pod(kubeconfig: Path | str, namespace: str, name: str,
-                      policy: str = "bestfit", scheduler_name: str = names.SCHEDULER_NAME,
+                      policy: str = "gpugov", scheduler_name: str = names.SCHEDULER_NAME,
                       node_selector: dict[str, str] | None = None) -> list[str]:
     kube = await Kube.from_kubeconfig(kubeconfig)
     try:

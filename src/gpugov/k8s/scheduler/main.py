@@ -27,7 +27,7 @@ log = logging.getLogger("gpugov.scheduler")
 @dataclass(frozen=True)
 class SchedulerOptions:
     kubeconfig: Path
-    policy: str = "bestfit"
+    policy: str = "gpugov"
     leader_elect: bool = False
     lease_name: str = "gpugov-scheduler"
     lease_namespace: str = "kube-system"

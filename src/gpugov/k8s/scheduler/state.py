@@ -118,7 +118,7 @@ class _JobRec:
 class SchedulerState:
     """API objects by key, the control plane built from them, and the bookkeeping between."""
 
-    def __init__(self, policy: str = "bestfit", seed: int = 0, pdb_backoff: float = 30.0,
+    def __init__(self, policy: str = "gpugov", seed: int = 0, pdb_backoff: float = 30.0,
                  scheduler_name: str = names.SCHEDULER_NAME,
                  node_selector: dict[str, str] | None = None):
         self.policy, self.seed, self.pdb_backoff = policy, seed, pdb_backoff
