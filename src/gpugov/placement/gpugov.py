@@ -1,27 +1,31 @@
-"""`gpugov`, the production placement policy: FGD's fragmentation gradient descent with a
-memory-aware measure, extended to every device mode, NVLink topology and power.
+"""`gpugov`, the production placement policy (the scheduler's and the control plane's default):
+FGD's fragmentation gradient descent with a memory-aware measure, extended to every device
+mode, NVLink topology and power.
 
 Two paths, so the FGD study's numbers stay exact:
 
 - **Trace work** (every device soft, no taints or power budgets, requests without modes or
   constraints — `ClusterState._fast`): FGD over the memory-aware measure
   (`FragmentationModel.node_frag_memory`, over every typical shape when shapes name memory).
-  When no typical pod names GPU memory (the openb traces) it decides exactly as FGD does.
+  When no typical pod names GPU memory (the openb traces) it decides exactly as FGD does. A
+  sharing pod that names memory takes FGD's best-gain device; among equal gains, the device
+  whose free memory and free compute stay most in proportion (a two-dimensional fit).
 - **Everything else** (MIG, time-slice, MPS, exclusive devices, seals, taints, budgets; and
   multi-GPU pods where NVLink domains are known): a score in 0..100 from four terms,
   `WEIGHTS` (docs/placement-study.md has the measurements that chose them):
   - the mode's own fragmentation term: a soft slice or whole GPUs, the FGD gain of the
     memory-aware measure for the devices gpugov would take (a soft slice on the device with
-    the best gain, ties to the least GPU memory left: a two-dimensional best fit); a MIG
-    instance, the share of the card's MIG placeability the least-fragmenting valid start
-    loses (`placement.mig.start_loss_table`; a free instance of a fixed layout loses none);
-    a time-slice or MPS replica, how full the device already is (fill devices already in
-    that mode before starting fresh ones);
+    the best gain, ties as above); a MIG instance, the share of the card's MIG placeability
+    the least-fragmenting valid start loses (`placement.mig.start_loss_table`; a free
+    instance of a fixed layout loses none); a time-slice or MPS replica, how full the device
+    already is (fill devices already in that mode before starting fresh ones);
   - topology (multi-GPU pods): 1 when the devices share one NVLink domain, 0.5 unknown, 0
     split; the device set is then the best-fitting domain (`topology.nvlink_set`);
-  - power: the node's budget headroom after the pod (1 without a budget);
+  - power: the share of the node's budget (or, without one, of its devices) left after the
+    pod; a device already hosting a pod costs nothing more;
   - energy: the model's perf-per-watt relative to the best model in the cluster.
-  Whole-GPU pods prefer exclusive devices over fully free soft ones (those stay for slices).
+  Power and energy weigh half a point each: tie-breakers. Whole-GPU pods prefer exclusive
+  devices over fully free soft ones (those stay for slices).
 """
 
 from __future__ import annotations
