@@ -15,7 +15,7 @@ from gpugov.model.request import Allocation, PodRequest
 from gpugov.placement.base import PolicyContext
 from gpugov.placement.engine import Placer
 from gpugov.placement.fragmentation import FragmentationModel, TypicalPods
-from gpugov.placement.mig import start_loss_table
+from gpugov.placement.mig import placeability, start_loss_table
 from gpugov.placement.registry import get_policy
 from gpugov.placement.topology import nvlink_set
 from gpugov.sim.memory_workload import GIB, mixed_fleet_nodes, mixed_pods
@@ -80,6 +80,49 @@ def test_loss_table_start_is_the_start_the_state_picks() -> None:
         assert start[occ, compute] == state.mig_start(req, 0, 0)
         state.allocate(req, Allocation(0, (0,), req.gpu_milli, state.charge(req, 0, 0)[1],
                                        int(start[occ, compute])))
+
+
+def test_loss_table_agrees_with_the_instance_list_measure() -> None:
+    """The bitmask tables and `placement.mig.placeability` over instance lists are two
+    implementations of one measure: every reachable state of a few instances agrees."""
+    from gpugov.model.mig import get_geometry
+
+    geometry = get_geometry(A100)
+    state = ClusterState([NodeSpec("n", 64_000, 262_144, 1, A100, devices=(MIG,))])
+    instances: list[MigInstance] = []
+    for profile in ["2g.20gb", "1g.10gb", "3g.40gb", "1g.10gb", "1g.10gb"]:
+        occ, compute = int(state.mig_occ[0, 0]), int(state.mig_compute_free[0, 0])
+        loss, start = start_loss_table(A100, profile)
+        if start[occ, compute] < 0:
+            continue
+        before = placeability(geometry, instances)
+        after = placeability(geometry, [*instances, MigInstance(int(start[occ, compute]),
+                                                                profile)])
+        assert loss[occ, compute] == before - after
+        req = mig_pod(f"p{len(instances)}", profile)
+        state.allocate(req, Allocation(0, (0,), req.gpu_milli, state.charge(req, 0, 0)[1],
+                                       int(start[occ, compute])))
+        instances.append(MigInstance(int(start[occ, compute]), profile))
+    assert len(instances) >= 3
+
+
+def test_memory_naming_slice_keeps_memory_and_compute_in_proportion() -> None:
+    # two devices where the pod's FGD gain is the same: device 0 has 500 milli and 60 GiB
+    # free, device 1 500 milli and 20 GiB; a 250-milli 10 GiB pod leaves device 0 at
+    # 250 milli / 50 GiB (shares 0.25 vs 0.62) and device 1 at 250 / 10 GiB (0.25 vs 0.12):
+    # device 1 stays in proportion; FGD takes the lowest index
+    nodes = [NodeSpec("n", 64_000, 262_144, 2, A100)]
+    pods = [PodRequest("t", 1000, 1024, 1, 250, (), 10 * GIB)]
+    got = {}
+    for policy in ("gpugov", "fgd"):
+        p = placer(nodes, policy, pods=pods)
+        p.state.allocate(PodRequest("a", 1, 1, 1, 500, (), 20 * GIB),
+                         Allocation(0, (0,), 500, 20 * GIB))
+        p.state.allocate(PodRequest("b", 1, 1, 1, 500, (), 60 * GIB),
+                         Allocation(0, (1,), 500, 60 * GIB))
+        got[policy] = p.place(PodRequest("x", 1000, 1024, 1, 250, (), 10 * GIB)).allocation
+    assert got["gpugov"] is not None and got["gpugov"].devices == (1,)
+    assert got["fgd"] is not None and got["fgd"].devices == (0,)
 
 
 def test_time_slice_replicas_fill_a_used_device_before_a_fresh_one() -> None:
@@ -168,44 +211,65 @@ def test_on_the_mixed_fleet_multi_gpu_pods_keep_nvlink_without_losing_allocation
     assert np.mean([r["full"] for r in ours]) > np.mean([r["full"] for r in fgd]) - 1.0
 
 
+FIXED = DeviceConfig(DeviceMode.MIG, mig_layout=(MigInstance(0, "3g.40gb"),
+                                                  MigInstance(4, "2g.20gb"),
+                                                  MigInstance(6, "1g.10gb")))
+MPS = DeviceConfig(DeviceMode.MPS, replicas=2)
+CONFIGS = (SOFT, EXCL, MIG, TS, FIXED, MPS, SOFT, EXCL)
+
+
 def _fleet(draw_modes: list[int], budgets: list[bool]) -> list[NodeSpec]:
-    configs = (SOFT, EXCL, MIG, TS)
     nodes = []
     for i, (m, b) in enumerate(zip(draw_modes, budgets, strict=True)):
-        devices = tuple(configs[(m >> (2 * k)) & 3] for k in range(4))
+        devices = tuple(CONFIGS[(m >> (3 * k)) & 7] for k in range(4))
         nodes.append(NodeSpec(f"n{i}", 32_000, 131_072, 4, A100, devices=devices,
                               topology=pairs(4), power_budget_w=800.0 if b else None))
     return nodes
 
 
-pod_kinds = st.sampled_from(["soft", "whole", "two", "mig1", "mig3", "ts", "cpu"])
+pod_kinds = st.sampled_from(["soft", "whole", "two", "mig1", "mig3", "mig2", "ts", "mps",
+                             "cpu"])
+MAKE = {"soft": lambda i: PodRequest(f"p{i}", 1000, 1024, 1, 300, (), 20 * GIB),
+        "whole": lambda i: PodRequest(f"p{i}", 1000, 1024, 1, 1000),
+        "two": lambda i: PodRequest(f"p{i}", 1000, 1024, 2, 1000),
+        "mig1": lambda i: mig_pod(f"p{i}", "1g.10gb"),
+        "mig2": lambda i: mig_pod(f"p{i}", "2g.20gb"),
+        "mig3": lambda i: mig_pod(f"p{i}", "3g.40gb"),
+        "ts": lambda i: ts_pod(f"p{i}"),
+        "mps": lambda i: PodRequest(f"p{i}", 1000, 1024, 1, 400, (), 30 * GIB,
+                                    mode=DeviceMode.MPS),
+        "cpu": lambda i: PodRequest(f"p{i}", 1000, 1024)}
 
 
 @settings(max_examples=40, deadline=None)
-@given(st.lists(st.integers(0, 255), min_size=1, max_size=4),
+@given(st.lists(st.integers(0, 4095), min_size=1, max_size=4),
        st.lists(st.booleans(), min_size=4, max_size=4), st.lists(pod_kinds, max_size=40),
        st.integers(0, 3))
 def test_gpugov_decisions_are_always_accepted_and_deterministic(modes, budgets, kinds,
                                                                 seed) -> None:
     nodes = _fleet(modes, budgets[:len(modes)])
-    make = {"soft": lambda i: PodRequest(f"p{i}", 1000, 1024, 1, 300, (), 20 * GIB),
-            "whole": lambda i: PodRequest(f"p{i}", 1000, 1024, 1, 1000),
-            "two": lambda i: PodRequest(f"p{i}", 1000, 1024, 2, 1000),
-            "mig1": lambda i: mig_pod(f"p{i}", "1g.10gb"),
-            "mig3": lambda i: mig_pod(f"p{i}", "3g.40gb"),
-            "ts": lambda i: ts_pod(f"p{i}"),
-            "cpu": lambda i: PodRequest(f"p{i}", 1000, 1024)}
-    pods = [make[k](i) for i, k in enumerate(kinds)]
+    pods = [MAKE[k](i) for i, k in enumerate(kinds)]
     runs = []
     for _ in range(2):
         p = placer(nodes, pods=pods, priority=list(np.random.default_rng(seed)
                                                    .permutation(len(nodes))))
-        # allocate() raises on anything the state forbids: overcommit, modes, power, MIG
-        decisions = [p.place(pod) for pod in pods]
         s = p.state
+        decisions = []
+        for pod in pods:
+            d = p.decide(pod)
+            decisions.append(d)
+            if d.allocation is None:
+                assert d.reason  # a refusal names a reason the state knows
+                continue
+            a = d.allocation
+            if pod.gpu_count > 1:  # one NVLink domain whenever the node has one that fits
+                fits = s.device_fits(pod, np.array([a.node]))[0]
+                domains = s.dev_nvlink[a.node][fits]
+                if np.bincount(domains[domains >= 0]).max(initial=0) >= pod.gpu_count:
+                    assert len(set(s.dev_nvlink[a.node, list(a.devices)].tolist())) == 1
+            # allocate() raises on anything the state forbids: overcommit, modes, power, MIG
+            s.allocate(pod, a)
         assert (s.gpu_free >= 0).all() and (s.gpu_mem_free >= 0).all()
         assert (s.rep_free >= 0).all() and (s.mig_compute_free >= 0).all()
         runs.append([(d.allocation, d.reason) for d in decisions])
-        for d in decisions:  # a refusal names a reason the state knows
-            assert d.allocation is not None or d.reason
     assert runs[0] == runs[1]
