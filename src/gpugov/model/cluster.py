@@ -33,8 +33,8 @@ at its model's TDP.
 
 Plain trace work (soft devices, no taints, budgets or seals; requests without modes or
 constraints) keeps the original fast path of per-node summaries; everything else goes
-through the per-device filter, whose node masks are cached per request shape and refreshed
-only for nodes whose `version` moved.
+through the per-device filter, whose node masks and device fits are cached per request shape
+and refreshed only for nodes whose `version` moved.
 """
 
 from __future__ import annotations
