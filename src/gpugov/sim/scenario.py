@@ -3,7 +3,8 @@
 Three orgs on a 128-GPU cluster: research (two teams, bursty, with gangs), prod (serving,
 non-preemptible, fractional GPUs) and an external untrusted tenant, whose trust tier allows
 only hard isolation: it asks for whole GPUs (this cluster has no MIG devices; a fraction
-would be refused with reason `isolation`). Arrivals come in bursts; priorities are mixed. Generated from a fixed seed, so every run prints the same numbers.
+would be refused with reason `isolation`). Arrivals come in bursts; priorities are mixed.
+Generated from a fixed seed, so every run prints the same numbers.
 """
 
 from __future__ import annotations
