@@ -67,7 +67,13 @@ WEIGHTS = Weights()
 class GpugovPolicy(FgdPolicy):
     name = "gpugov"
     label = "07-gpugov"
-    memory_aware = True
+
+    @property
+    def memory_aware(self) -> bool:  # FgdPolicy's switch, per workload
+        """The memory-aware measure where typical shapes name GPU memory; otherwise it is
+        FGD's measure exactly, so FGD's faster path computes it (the same integers)."""
+        return self.ctx.fragmentation.names_memory
+
     #: the general path's weights; a bench may try others on an instance
     weights: Weights = WEIGHTS
 
