@@ -21,8 +21,8 @@ Two paths, so the FGD study's numbers stay exact:
     already is (fill devices already in that mode before starting fresh ones);
   - topology (multi-GPU pods): 1 when the devices share one NVLink domain, 0.5 unknown, 0
     split; the device set is then the best-fitting domain (`topology.nvlink_set`);
-  - power: the share of the node's budget (or, without one, of its devices) left after the
-    pod; a device already hosting a pod costs nothing more;
+  - power: the share of the node's devices still idle after the pod, on a node with a power
+    budget the smaller of that and the budget's share left; a busy device costs nothing more;
   - energy: the model's perf-per-watt relative to the best model in the cluster.
   Power and energy weigh half a point each: tie-breakers. Whole-GPU pods prefer exclusive
   devices over fully free soft ones (those stay for slices).
