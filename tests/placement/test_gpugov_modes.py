@@ -273,3 +273,31 @@ def test_gpugov_decisions_are_always_accepted_and_deterministic(modes, budgets, 
         assert (s.rep_free >= 0).all() and (s.mig_compute_free >= 0).all()
         runs.append([(d.allocation, d.reason) for d in decisions])
     assert runs[0] == runs[1]
+
+
+def test_the_control_plane_places_with_gpugov_by_default() -> None:
+    """A control plane built without naming a policy is gpugov's: a 2-GPU job gets one
+    NVLink pair although the lowest free devices span two, and a MIG pod joins the card that
+    is already cut."""
+    from gpugov.control.config import parse_config
+    from gpugov.control.cycle import new_control_plane
+    from gpugov.control.workload import Job
+
+    cfg = parse_config({"queues": [{"name": "q", "quota": {"gpu": 8}}],
+                        "priorityClasses": [{"name": "p", "value": 1}]})
+    nodes = [NodeSpec("pcie", 64_000, 262_144, 4, "H100-PCIE-80GB", topology=pairs(4)),
+             NodeSpec("mig", 64_000, 262_144, 2, A100, devices=(MIG, MIG))]
+    cp = new_control_plane(cfg, nodes)
+    assert cp.placer.policy.name == "gpugov"
+    leaf, trust = cp.tree.resolve("q")
+    pclass = cfg.priority_class("p")
+    cp.state.allocate(PodRequest("s", 1000, 1024, 1, 500), Allocation(0, (0,), 500))
+    big = mig_pod("big", "3g.40gb")
+    cp.state.allocate(big, Allocation(1, (1,), 428, cp.state.charge(big, 1, 1)[1], 0))
+    two = cp.submit(Job("two", leaf, pclass, 0.0, 1, PodRequest("two", 1000, 1024, 2, 1000),
+                        trust))
+    small = cp.submit(Job("small", leaf, pclass, 0.0, 1, mig_pod("small", "1g.10gb"), trust))
+    cp.cycle(0.0)
+    assert two.allocations and two.allocations[0].devices == (2, 3)
+    assert small.allocations and small.allocations[0].node == 1
+    assert small.allocations[0].devices == (1,) and small.allocations[0].mig_start == 6
