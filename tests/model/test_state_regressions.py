@@ -66,3 +66,14 @@ def test_cpu_only_pod_keeps_its_node_selector_when_allocated() -> None:
     assert all(np.array_equal(v, before[k]) for k, v in s.snapshot().items())
     s.allocate(req, Allocation(0, (), 0))
     assert s.cpu_free.tolist() == [7000, 8000]
+
+
+def test_mig_allocation_at_a_start_the_profile_lacks_is_refused() -> None:
+    """A replayed allocation naming a start the profile does not have (3g.40gb starts at 0
+    or 4) is a ValueError like every other refusal, and changes nothing."""
+    s = ClusterState([NodeSpec("a", 8000, 8192, 1, "A100-SXM4-80GB", devices=(MIG,))])
+    req = mig_pod("p", "3g.40gb")
+    before = s.snapshot()
+    with pytest.raises(ValueError, match="3g.40gb"):
+        s.allocate(req, Allocation(0, (0,), 428, s.charge(req, 0, 0)[1], 3))
+    assert all(np.array_equal(v, before[k]) for k, v in s.snapshot().items())
