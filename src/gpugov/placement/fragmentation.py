@@ -223,13 +223,19 @@ class FragmentationModel:
         states before. A GPU stays big enough for the shapes with milli <= free - milli and
         stops being big enough for those with free - milli < milli_m <= free."""
         free = np.asarray(free).reshape(-1, 1)
+        after = free - milli
+        was = self._milli <= free  # [C, M]
+        still = self._milli <= after
+        lost = was ^ still  # `still` implies `was`
+        # what the GPUs add to big_sum before minus after: free where big, minus after where
+        # still big
+        drop = was * free - still * after
+        if isinstance(taken, int) and taken == 1:  # one device (sharing pods): no products
+            return self.frag_from_parts(free_total - milli, fit_count - lost, big_sum - drop,
+                                        cpu_after, model_idx)
         taken = np.asarray(taken).reshape(-1, 1)
-        still = self._milli <= free - milli  # [C, M]
-        lost = (self._milli <= free) & ~still
-        fit_count = fit_count - taken * lost
-        big_sum = big_sum - taken * (still * milli + lost * free)
-        return self.frag_from_parts(free_total - taken[:, 0] * milli, fit_count, big_sum,
-                                    cpu_after, model_idx)
+        return self.frag_from_parts(free_total - taken[:, 0] * milli, fit_count - taken * lost,
+                                    big_sum - taken * drop, cpu_after, model_idx)
 
     def node_frag_memory(self, gpu_free: np.ndarray, cpu_free: np.ndarray,
                          model_idx: np.ndarray, mem_free: np.ndarray, mem_cap: np.ndarray
