@@ -36,7 +36,13 @@ class DeviceUse:
 
     @property
     def sealed(self) -> list[PodRequest]:
-        return [p for p in self.pods if p.sealed]
+        """Sealed pods that mark the device: a sealed whole GPU holds all of it, so it
+        needs no mark (nobody else fits) and leaves the fast path open."""
+        return [p for p in self.pods if marks(p)]
+
+
+def marks(p: PodRequest) -> bool:
+    return p.sealed and p.slice_mode is not DeviceMode.EXCLUSIVE
 
 
 def tdp(spec: NodeSpec) -> float:
@@ -135,7 +141,7 @@ def device_steps(specs: Sequence[NodeSpec], live: Live, use: dict, req: PodReque
     if req.sealed:
         out["tenant-isolation"] = not u.pods or (
             bool(sealed) and req.tenant != "" and sealed[0].tenant == req.tenant)
-    elif any(p.sealed for p, _ in live):
+    elif any(marks(p) for p, _ in live):
         out["tenant-isolation"] = not sealed or (req.tenant != ""
                                                  and sealed[0].tenant == req.tenant)
     if mode is DeviceMode.MIG:

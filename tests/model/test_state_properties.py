@@ -242,7 +242,7 @@ def check_device(state: ClusterState, spec: NodeSpec, n: int, d: int, u) -> None
             delivered = cfg.mode.isolation
         assert delivered >= r.min_isolation
     # a sealed pod shares its device with its own tenant's pods only
-    for s in u.sealed:
+    for s in (p for p in u.pods if p.sealed):
         assert all(r is s or (s.tenant and r.tenant == s.tenant) for r in u.pods), u.pods
     # MIG instances at valid starts, never overlapping; fixed layouts: only their instances
     if cfg.mode is DeviceMode.MIG:

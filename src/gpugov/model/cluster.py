@@ -299,7 +299,7 @@ class ClusterState:
                 fits &= self.gpu_mem_free[nodes] >= req.gpu_memory_mib
             return fits
         if isinstance(nodes, int | np.integer):  # one node: its cached row when fresh
-            entry = self._fit_cache.get(_shape_key(req))
+            entry = self._fit_cache.get(shape_key(req))
             if entry is not None and entry[2] is not None and \
                     entry[0][nodes] == self.version[nodes]:
                 return entry[2][nodes].copy()
@@ -461,7 +461,7 @@ class ClusterState:
     def _general_entry(self, req: PodRequest, create: bool = True):
         """(node versions, node mask, device fits or None) of `req`'s shape, refreshed for
         the nodes whose version moved since; None when not cached and not `create`."""
-        key = _shape_key(req)
+        key = shape_key(req)
         entry = self._fit_cache.get(key)
         if entry is None:
             if not create:
@@ -687,7 +687,7 @@ class ClusterState:
         else:
             self.gpu_mem_free[n, devs] -= alloc.memory_mib
         self.gpu_free[n, devs] -= alloc.milli
-        if req.sealed:
+        if _seals(req):
             self.dev_sealed[n, devs] += 1
             self._sealed_pods += 1
         tid = self.tenant_id(req.tenant)
@@ -726,7 +726,7 @@ class ClusterState:
                     self.mig_layout_free[n, d] |= 1 << k
             elif mode in (DeviceMode.TIMESLICE, DeviceMode.MPS):
                 self.rep_free[n, devs] += 1
-            if req.sealed:
+            if _seals(req):
                 self.dev_sealed[n, devs] -= 1
                 self._sealed_pods -= 1
             self.dev_pods[n, devs] -= 1
@@ -778,7 +778,14 @@ class ClusterState:
             self._slots = self._count_slots(slice(None))
 
 
-def _shape_key(req: PodRequest) -> tuple:
+def _seals(req: PodRequest) -> bool:
+    """A sealed pod marks its devices only when it could share them: a whole GPU is never
+    shared (it holds all of the device), so a sealed whole-GPU pod leaves the fast path
+    open to everyone else."""
+    return req.sealed and req.slice_mode is not DeviceMode.EXCLUSIVE
+
+
+def shape_key(req: PodRequest) -> tuple:
     """Everything of a request the filter reads (not its name)."""
     return (req.cpu_milli, req.memory_mib, req.gpu_count, req.gpu_milli, req.models,
             req.gpu_memory_mib, req.mode, req.mig_profile, int(req.min_isolation), req.tenant,

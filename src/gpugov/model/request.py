@@ -91,11 +91,15 @@ class PodRequest:
 
     @property
     def is_plain(self) -> bool:
-        """True for a request the trace engine's fast path serves: whole or soft slices,
-        no isolation floor above soft, no tenant seal, no node constraints."""
-        return (self.mode in (None, DeviceMode.EXCLUSIVE, DeviceMode.SOFT)
-                and self.min_isolation <= IsolationLevel.SOFT and not self.sealed
-                and not self.node_selector and not self.tolerations)
+        """True for a request the trace engine's fast path serves: whole GPUs (hard
+        isolation, never shared, so a floor or a seal changes nothing), or soft slices with
+        no isolation floor above soft and no tenant seal; no node constraints."""
+        if self.mode not in (None, DeviceMode.EXCLUSIVE, DeviceMode.SOFT):
+            return False
+        if self.node_selector or self.tolerations:
+            return False
+        return self.slice_mode is DeviceMode.EXCLUSIVE or (
+            self.min_isolation <= IsolationLevel.SOFT and not self.sealed)
 
     @property
     def total_gpu_milli(self) -> int:

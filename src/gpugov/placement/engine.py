@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpugov.model.catalog import MILLI_PER_GPU
-from gpugov.model.cluster import ClusterState
+from gpugov.model.cluster import ClusterState, shape_key
 from gpugov.model.request import Allocation, PodRequest
 from gpugov.placement.base import Policy
 from gpugov.placement.fragmentation import typical_key
@@ -60,7 +60,10 @@ class Placer:
         """Policy scores of `nodes` (all feasible for `req`), served from cache when fresh."""
         if not self.policy.cacheable:
             return self.policy.score(self.state, req, nodes)
-        key = (typical_key(req), req.gpu_memory_mib, req.mode, req.mig_profile)
+        # plain requests: the study's shape; any other: everything the filter reads (a
+        # score may depend on which devices fit, e.g. a tenant's seal or isolation floor)
+        key = ((typical_key(req), req.gpu_memory_mib) if self.state._fast(req)
+               else shape_key(req))
         cache = self._caches.get(key)
         if cache is None:
             cache = _ScoreCache(len(self.state))
