@@ -624,9 +624,10 @@ def replay_cmd(
                                      help="job file, or an openb pod CSV"),
     queues: Path | None = typer.Option(None, "--queues", metavar="FILE",
                                        help="queues/tenants YAML"),
-    policy: str = typer.Option("fgd", "--policy", metavar="NAME",
-                               help="placement policy (random, dotprod, gpuclustering, "
-                               "gpupacking, bestfit, fgd)"),
+    policy: str = typer.Option("gpugov", "--policy", metavar="NAME",
+                               help="placement policy: gpugov (the scheduler's default), or "
+                               "one of the study's random, dotprod, gpuclustering, "
+                               "gpupacking, bestfit, fgd"),
     out: Path | None = typer.Option(None, "--out", metavar="DIR",
                                     help="output folder (default: none)"),
     seed: int = typer.Option(0, "--seed", metavar="N", help="seed of the policy's random "

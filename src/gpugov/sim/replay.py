@@ -79,7 +79,7 @@ class _Allocations:
 
 @dataclass
 class ReplayOptions:
-    policy: str = "fgd"
+    policy: str = "gpugov"
     seed: int = 0
     period: float = 0.0  # extra cycles every `period` s while work is pending (0 = off)
     until: float | None = None  # stop the clock here (a mid-trace snapshot)
