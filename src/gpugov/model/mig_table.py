@@ -14,11 +14,6 @@ from functools import cache
 from gpugov.model.catalog import MILLI_PER_GPU
 from gpugov.model.mig import MIG_GEOMETRIES, MigGeometry, MigInstance, get_geometry
 
-#: at most this many starts per profile (8-slice geometries: 1g at 0..6).
-MAX_STARTS = 8
-#: a slice mask no device can have free: pads the starts of a profile that has fewer.
-NEVER = 1 << 62
-
 
 @dataclass(frozen=True, slots=True)
 class Placement:
