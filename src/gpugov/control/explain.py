@@ -174,7 +174,10 @@ def explain(snap: dict[str, Any], job: str) -> list[str]:
     if j.get("wait_s") is not None and j["status"] != REJECTED:
         lines.append(f"waited {j['wait_s']:g} s in total (time pending, over all its "
                      "episodes)")
-    lines.append(f"asks for: {j['pods']} pod(s), in total {_fmt(j['demand'])}")
+    # before placement a job's GPU memory is a lower bound (a whole GPU is charged the card
+    # it gets): control.resources.demand_estimate
+    lines.append(f"asks for: {j['pods']} pod(s), in total "
+                 f"{_fmt(j['demand'], least=j['status'] != RUNNING)}")
     lines.append(f"queue {j['queue']}: uses {_fmt(q['usage'])}; fair share "
                  f"{_fmt(q['fair_share'])}; quota {_fmt(q['quota'])}")
     if j["preemptions"]:
@@ -183,10 +186,10 @@ def explain(snap: dict[str, Any], job: str) -> list[str]:
     return lines
 
 
-def _fmt(res: Mapping[str, float]) -> str:
+def _fmt(res: Mapping[str, float], least: bool = False) -> str:
     out = f"{res['gpu']:g} GPU, {res['cpu']:g} cores, {res['memory']:g} GiB"
     if res.get("gpumem"):
-        out += f", {res['gpumem']:g} GiB GPU memory"
+        out += f", {'at least ' if least else ''}{res['gpumem']:g} GiB GPU memory"
     for r, v in res.items():
         if r.startswith("mig-") and v:
             out += f", {v:g} x {r}"
