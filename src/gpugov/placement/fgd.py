@@ -18,7 +18,7 @@ from collections import OrderedDict
 import numpy as np
 
 from gpugov.model.catalog import MILLI_PER_GPU
-from gpugov.model.cluster import ClusterState
+from gpugov.model.cluster import ClusterState, shape_key
 from gpugov.model.request import PodRequest
 from gpugov.placement.base import (
     Policy,
@@ -46,15 +46,18 @@ class FgdPolicy(Policy):
         super().__init__(ctx)
         self._devices_of: ClusterState | None = None
         #: per shape: (node version, best device) for sharing pods, as last scored
-        self._devices: OrderedDict[tuple[int, int, int], tuple[np.ndarray, np.ndarray]] = \
-            OrderedDict()
+        self._devices: OrderedDict[tuple, tuple[np.ndarray, np.ndarray]] = OrderedDict()
 
     def _device_cache(self, state: ClusterState, req: PodRequest
                       ) -> tuple[np.ndarray, np.ndarray]:
         if self._devices_of is not state:
             self._devices_of = state
             self._devices.clear()
-        key = (req.cpu_milli, req.gpu_milli, req.gpu_memory_mib)
+        # what the score reads: on the trace engine's fast path CPU, milli and memory; off it
+        # the device filter reads the whole request (mode, floor, seal...), as the engine's
+        # score cache keys it
+        key = ((req.cpu_milli, req.gpu_milli, req.gpu_memory_mib) if state._fast(req)
+               else shape_key(req))
         entry = self._devices.get(key)
         if entry is None:
             entry = (np.full(len(state), -1, dtype=np.int64),
