@@ -610,18 +610,22 @@ class ClusterState:
         devs = list(alloc.devices)
         if len(set(devs)) != len(devs) or len(devs) != req.gpu_count:
             raise ValueError(f"{req.name}: needs {req.gpu_count} distinct devices, got {devs}")
-        if not devs and not self._fast(req) and not self._node_mask(req)[n]:
+        fast = self._fast(req)
+        if not devs and not fast and not self._node_mask(req)[n]:
             raise ValueError(f"{req.name}: node {self.names[n]} breaks the pod's nodeSelector "
                              "or taints")
         if devs:
             if max(devs) >= self.gpu_count[n] or min(devs) < 0:
                 raise ValueError(f"{req.name}: devices {devs} are not on {self.names[n]}")
-            if self._fast(req):
+            if fast:
                 self._allocate_plain(req, alloc, n, devs)
             else:
                 self._allocate_general(req, alloc, n, devs)
             self.kind_count[n, pod_kind(req)] += 1
-            self.dev_pods[n, devs] += 1
+            if len(devs) == 1:  # scalar indexing: the trace engine's hot path
+                self.dev_pods[n, devs[0]] += 1
+            else:
+                self.dev_pods[n, devs] += 1
             if self.has_power:
                 self.busy_gpus[n] = int((self.dev_pods[n] > 0).sum())
                 self._slots[n] = self._node_slots(n)
@@ -632,6 +636,17 @@ class ClusterState:
 
     def _allocate_plain(self, req: PodRequest, alloc: Allocation, n: int,
                         devs: list[int]) -> None:
+        if len(devs) == 1 and alloc.milli < MILLI_PER_GPU:  # a sharing pod: scalar updates
+            d = devs[0]
+            if self.gpu_free[n, d] < alloc.milli:
+                raise ValueError(f"{req.name}: device {d} on {self.names[n]} lacks capacity")
+            if alloc.memory_mib:
+                if self.gpu_mem_free[n, d] < alloc.memory_mib:
+                    raise ValueError(
+                        f"{req.name}: device {d} on {self.names[n]} lacks GPU memory")
+                self.gpu_mem_free[n, d] -= alloc.memory_mib
+            self.gpu_free[n, d] -= alloc.milli
+            return
         if (self.gpu_free[n, devs] < alloc.milli).any():
             raise ValueError(f"{req.name}: devices {devs} on {self.names[n]} lack capacity")
         if alloc.milli >= MILLI_PER_GPU:

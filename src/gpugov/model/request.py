@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from gpugov.model.catalog import MILLI_PER_GPU
@@ -48,6 +49,8 @@ class PodRequest:
     node_selector: tuple[tuple[str, str], ...] = ()
     tolerations: tuple[Toleration, ...] = ()
     oversubscribe: bool = False
+    #: `is_plain`, computed once at construction (not an argument; not compared)
+    plain: bool = dataclasses.field(init=False, repr=False, compare=False, default=True)
 
     def __post_init__(self) -> None:
         for field in ("cpu_milli", "memory_mib", "gpu_count", "gpu_milli", "gpu_memory_mib"):
@@ -81,6 +84,7 @@ class PodRequest:
                              f"gpu_count={self.gpu_count}")
         if self.mode is DeviceMode.EXCLUSIVE and self.gpu_milli != MILLI_PER_GPU:
             raise ValueError("an exclusive request takes whole GPUs (gpu_milli=1000)")
+        object.__setattr__(self, "plain", self._is_plain())
 
     @property
     def slice_mode(self) -> DeviceMode:
@@ -93,7 +97,11 @@ class PodRequest:
     def is_plain(self) -> bool:
         """True for a request the trace engine's fast path serves: whole GPUs (hard
         isolation, never shared, so a floor or a seal changes nothing), or soft slices with
-        no isolation floor above soft and no tenant seal; no node constraints."""
+        no isolation floor above soft and no tenant seal; no node constraints. Computed once
+        (`plain`): the engine asks several times per pod."""
+        return self.plain
+
+    def _is_plain(self) -> bool:
         if self.mode not in (None, DeviceMode.EXCLUSIVE, DeviceMode.SOFT):
             return False
         if self.node_selector or self.tolerations:
