@@ -105,9 +105,12 @@ class FgdPolicy(Policy):
                                      req.gpu_milli, cpu_after, models)
             return self._to_score(before - after), np.full(len(nodes), -1, dtype=np.int64)
         free = state.gpu_free[nodes]
-        fits = free >= req.gpu_milli
-        # a device with the same free milli as a lower-index one gives the same state
-        same = (free[:, :, None] == free[:, None, :]) & _EARLIER[:free.shape[1], :free.shape[1]]
+        # off the fast path only devices the filter accepts (mode, floor, seal...) count
+        fits = free >= req.gpu_milli if state._fast(req) else state.device_fits(req, nodes)
+        # a device with the same free milli as a lower-index one that also fits gives the
+        # same state (off the fast path the lower one may not fit: another mode)
+        same = ((free[:, :, None] == free[:, None, :]) & fits[:, None, :]
+                & _EARLIER[:free.shape[1], :free.shape[1]])
         rows, cols = np.nonzero(fits & ~same.any(axis=2))
         after = model.frag_after(free_total[rows], fit_count[rows], big_sum[rows], 1,
                                  free[rows, cols], req.gpu_milli, cpu_after[rows], models[rows])
@@ -146,7 +149,8 @@ class FgdPolicy(Policy):
         if self.memory_aware:
             mem_free, mem_cap = state.gpu_mem_free[nodes], state.gpu_mem_cap[nodes]
         if req.is_sharing:
-            fits = state.device_fits(req, nodes) if req.gpu_memory_mib else free >= req.gpu_milli
+            fits = (state.device_fits(req, nodes) if req.gpu_memory_mib or not state._fast(req)
+                    else free >= req.gpu_milli)
             rows, cols = np.nonzero(fits)
             cand = free[rows].copy()
             cand[np.arange(len(rows)), cols] -= req.gpu_milli
@@ -161,7 +165,7 @@ class FgdPolicy(Policy):
         after_mem = mem_free.copy() if self.memory_aware else mem_free
         if req.is_gpu:
             # whole GPUs: the k lowest-index fully free devices become empty
-            full = (state.device_fits(req, nodes) if req.gpu_memory_mib
+            full = (state.device_fits(req, nodes) if req.gpu_memory_mib or not state._fast(req)
                     else free == MILLI_PER_GPU)
             taken = full & (np.cumsum(full, axis=1) <= req.gpu_count)
             after_free[taken] = 0
