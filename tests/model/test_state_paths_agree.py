@@ -1,6 +1,6 @@
 """On a plain cluster (every device soft, no taints or budgets) the per-node summaries (the
 trace engine's fast path) and the per-device filter must decide alike: the general path is
-forced by shadowing `ClusterState._fast` on one instance, and a workload with departures is
+forced by shadowing `ClusterState.fast_path` on one instance, and a workload with departures is
 run through both, comparing every decision, every refusal reason and the final arrays.
 """
 
@@ -47,7 +47,7 @@ def placer_for(nodes: list[NodeSpec], pods: list[PodRequest], policy: str, gener
     state = ClusterState(nodes)
     assert state.plain
     if general:
-        state._fast = lambda req: False  # the hook: this instance never takes the fast path
+        state.fast_path = lambda req: False  # the hook: this instance never takes the fast path
     ctx = PolicyContext(FragmentationModel(TypicalPods.from_requests(pods), state),
                         np.random.default_rng(5))
     return Placer(state, get_policy(policy)(ctx), np.random.default_rng(11).permutation(len(state)))

@@ -375,7 +375,7 @@ def forge(data, state: ClusterState, specs: list[NodeSpec], live: list,
     req = data.draw(st.sampled_from(reqs), label="forged request")
     n = data.draw(st.integers(0, len(specs) - 1), label="forged node")
     spec = specs[n]
-    if req.gpu_count > spec.gpu_count or state._fast(req):
+    if req.gpu_count > spec.gpu_count or state.fast_path(req):
         return  # (the trace engine's fast path trusts its own allocations; not forged)
     devs = tuple(data.draw(st.permutations(range(spec.gpu_count)),
                            label="forged devices")[:req.gpu_count])

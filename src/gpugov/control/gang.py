@@ -69,7 +69,7 @@ def pods_per_node(state: ClusterState, req: PodRequest, free: bool) -> np.ndarra
     Exact for the trace engine's requests (whole GPUs and soft slices on soft devices); for
     any other request or cluster a lower bound: one pod per `gpu_count` devices that could
     take it (a MIG device or a replica device may hold more)."""
-    if not state._fast(req):
+    if not state.fast_path(req):
         return _general_pods_per_node(state if free else empty_twin(state), req)
     cpu = state.cpu_free if free else state.cpu_cap
     mem = state.mem_free if free else state.mem_cap
@@ -116,7 +116,7 @@ def empty_cluster_fit(state: ClusterState, job: Job) -> tuple[int, str]:
     first that does not fit, "" when all do). Whole GPUs and soft slices on soft devices:
     exact; other modes: first fit on an empty copy of the cluster."""
     req = job.request
-    if state._fast(req):
+    if state.fast_path(req):
         fit = int(pods_per_node(state, req, free=False).sum())
         if fit >= job.pods:
             return job.pods, ""

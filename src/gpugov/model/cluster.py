@@ -278,8 +278,10 @@ class ClusterState:
             self._constraint_masks[key] = mask
         return mask
 
-    def _fast(self, req: PodRequest) -> bool:
-        """True when the per-node summaries answer for `req` (see module doc)."""
+    def fast_path(self, req: PodRequest) -> bool:
+        """True when the per-node summaries answer for `req` (see module doc): every device
+        soft, no taints or budgets, no sealed slice live, and a plain request. Policies use it
+        to keep the study's exact arithmetic on trace work."""
         return self.plain and self._sealed_pods == 0 and req.is_plain
 
     def device_fits(self, req: PodRequest, nodes: np.ndarray | int | slice = slice(None)
@@ -287,7 +289,7 @@ class ClusterState:
         """Which devices of `nodes` could take `req` on their own: its mode, isolation floor,
         tenant seal, replicas or MIG slices, free milli and GPU memory, and power (whole
         GPUs: fully free devices whose memory is large enough)."""
-        if self._fast(req):
+        if self.fast_path(req):
             free = self.gpu_free[nodes]
             if req.gpu_milli >= MILLI_PER_GPU:
                 fits = free == MILLI_PER_GPU
@@ -450,7 +452,7 @@ class ClusterState:
         """Boolean mask of nodes where `req` fits: CPU, memory, GPU model, node constraints
         and, per device, mode, isolation, tenant, MIG slices or replicas, compute, GPU memory
         and power."""
-        if self._fast(req):
+        if self.fast_path(req):
             ok = (self.cpu_free >= req.cpu_milli) & (self.mem_free >= req.memory_mib)
             if req.gpu_milli > 0:
                 ok &= self.model_mask(req.models)
@@ -498,7 +500,7 @@ class ClusterState:
         """Why `req` fits nowhere, naming the first constraint no node can satisfy, one of
         `REASONS`: e.g. `gpu-model`, `taint`, `isolation`, `mig-slice`, `gpu` (compute),
         `gpu-memory`, `power`, `cpu` or `memory` (host memory)."""
-        if self._fast(req):
+        if self.fast_path(req):
             return self._fast_failure_reason(req)
         ok = np.ones(len(self), dtype=bool)
         if req.gpu_milli > 0:
@@ -610,7 +612,7 @@ class ClusterState:
         devs = list(alloc.devices)
         if len(set(devs)) != len(devs) or len(devs) != req.gpu_count:
             raise ValueError(f"{req.name}: needs {req.gpu_count} distinct devices, got {devs}")
-        fast = self._fast(req)
+        fast = self.fast_path(req)
         if not devs and not fast and not self._node_mask(req)[n]:
             raise ValueError(f"{req.name}: node {self.names[n]} breaks the pod's nodeSelector "
                              "or taints")

@@ -58,7 +58,7 @@ class Policy(ABC):
         """Devices for `req` on `node`: lowest-index free GPUs, best fit for sharing pods."""
         if not req.is_gpu:
             return ()
-        if not state._fast(req):
+        if not state.fast_path(req):
             return general_devices(state, req, node)
         if req.is_sharing:
             fits = state.device_fits(req, node) if req.gpu_memory_mib else None

@@ -62,7 +62,7 @@ class Placer:
             return self.policy.score(self.state, req, nodes)
         # plain requests: the study's shape; any other: everything the filter reads (a
         # score may depend on which devices fit, e.g. a tenant's seal or isolation floor)
-        key = ((typical_key(req), req.gpu_memory_mib) if self.state._fast(req)
+        key = ((typical_key(req), req.gpu_memory_mib) if self.state.fast_path(req)
                else shape_key(req))
         cache = self._caches.get(key)
         if cache is None:
@@ -114,7 +114,7 @@ def allocation_for(state: ClusterState, req: PodRequest, node: int,
     whole GPU holds its device's memory)."""
     if not devices:
         return Allocation(node, (), 0)
-    if not state._fast(req):
+    if not state.fast_path(req):
         milli, memory = state.charge(req, node, devices[0])
         start = state.mig_start(req, node, devices[0]) if req.mig_profile else -1
         return Allocation(node, devices, milli, memory, start)

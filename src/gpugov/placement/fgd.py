@@ -56,7 +56,7 @@ class FgdPolicy(Policy):
         # what the score reads: on the trace engine's fast path CPU, milli and memory; off it
         # the device filter reads the whole request (mode, floor, seal...), as the engine's
         # score cache keys it
-        key = ((req.cpu_milli, req.gpu_milli, req.gpu_memory_mib) if state._fast(req)
+        key = ((req.cpu_milli, req.gpu_milli, req.gpu_memory_mib) if state.fast_path(req)
                else shape_key(req))
         entry = self._devices.get(key)
         if entry is None:
@@ -106,7 +106,7 @@ class FgdPolicy(Policy):
             return self._to_score(before - after), np.full(len(nodes), -1, dtype=np.int64)
         free = state.gpu_free[nodes]
         # off the fast path only devices the filter accepts (mode, floor, seal...) count
-        fits = free >= req.gpu_milli if state._fast(req) else state.device_fits(req, nodes)
+        fits = free >= req.gpu_milli if state.fast_path(req) else state.device_fits(req, nodes)
         # a device with the same free milli as a lower-index one that also fits gives the
         # same state (off the fast path the lower one may not fit: another mode)
         same = ((free[:, :, None] == free[:, None, :]) & fits[:, None, :]
@@ -149,7 +149,7 @@ class FgdPolicy(Policy):
         if self.memory_aware:
             mem_free, mem_cap = state.gpu_mem_free[nodes], state.gpu_mem_cap[nodes]
         if req.is_sharing:
-            fits = (state.device_fits(req, nodes) if req.gpu_memory_mib or not state._fast(req)
+            fits = (state.device_fits(req, nodes) if req.gpu_memory_mib or not state.fast_path(req)
                     else free >= req.gpu_milli)
             rows, cols = np.nonzero(fits)
             cand = free[rows].copy()
@@ -165,7 +165,7 @@ class FgdPolicy(Policy):
         after_mem = mem_free.copy() if self.memory_aware else mem_free
         if req.is_gpu:
             # whole GPUs: the k lowest-index fully free devices become empty
-            full = (state.device_fits(req, nodes) if req.gpu_memory_mib or not state._fast(req)
+            full = (state.device_fits(req, nodes) if req.gpu_memory_mib or not state.fast_path(req)
                     else free == MILLI_PER_GPU)
             taken = full & (np.cumsum(full, axis=1) <= req.gpu_count)
             after_free[taken] = 0
@@ -184,7 +184,7 @@ class FgdPolicy(Policy):
         return self._scores(state, req, nodes)[0]
 
     def choose_devices(self, state: ClusterState, req: PodRequest, node: int) -> tuple[int, ...]:
-        if req.is_gpu and not state._fast(req):  # device modes, seals, constraints
+        if req.is_gpu and not state.fast_path(req):  # device modes, seals, constraints
             return general_devices(state, req, node)
         if req.is_sharing:
             version, device = self._device_cache(state, req)

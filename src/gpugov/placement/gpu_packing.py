@@ -22,7 +22,7 @@ class GpuPackingPolicy(Policy):
         idle_score = np.maximum(33 - full, full)
         if req.is_sharing:
             free = state.gpu_free[nodes]
-            fits = (state.device_fits(req, nodes) if req.gpu_memory_mib or not state._fast(req)
+            fits = (state.device_fits(req, nodes) if req.gpu_memory_mib or not state.fast_path(req)
                     else free >= req.gpu_milli)
             tightest = np.where(fits, free, MILLI_PER_GPU + 1).min(axis=1)
             shared = np.maximum(100 - tightest // 100, 50)

@@ -5,7 +5,7 @@ mode, NVLink topology and power.
 Two paths, so the FGD study's numbers stay exact:
 
 - **Trace work** (every device soft, no taints or power budgets, requests without modes or
-  constraints — `ClusterState._fast`): FGD over the memory-aware measure
+  constraints — `ClusterState.fast_path`): FGD over the memory-aware measure
   (`FragmentationModel.node_frag_memory`, over every typical shape when shapes name memory).
   When no typical pod names GPU memory (the openb traces) it decides exactly as FGD does. A
   sharing pod that names memory takes FGD's best-gain device; among equal gains, the device
@@ -82,7 +82,7 @@ class GpugovPolicy(FgdPolicy):
         pods, and everything but multi-GPU pods on nodes whose NVLink domains are known."""
         if not req.is_gpu:
             return True
-        if not state._fast(req):
+        if not state.fast_path(req):
             return False
         return req.gpu_count == 1 or not bool((state.dev_nvlink >= 0).any())
 

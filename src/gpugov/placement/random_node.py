@@ -21,7 +21,7 @@ class RandomPolicy(Policy):
         return scores
 
     def choose_devices(self, state: ClusterState, req: PodRequest, node: int) -> tuple[int, ...]:
-        if req.is_gpu and not state._fast(req):  # device modes, seals, constraints
+        if req.is_gpu and not state.fast_path(req):  # device modes, seals, constraints
             return general_devices(state, req, node)
         if req.is_sharing:
             fitting = np.flatnonzero(state.device_fits(req, node))

@@ -65,7 +65,7 @@ class Kube:
         rest = self.api.rest_client
         if self._fast_ok and not (getattr(rest, "proxy", None)
                                   or getattr(rest, "server_hostname", None)):
-            return await self._fast(method, path, body, query, content_type, timeout)
+            return await self.fast_path(method, path, body, query, content_type, timeout)
         resp = await self.api.call_api(
             path, method, query_params=query or [],
             header_params={"Content-Type": content_type, "Accept": JSON}, body=body,
@@ -81,7 +81,7 @@ class Kube:
             parsed = {"message": data[:200].decode("utf-8", "replace")}
         return resp.status, parsed
 
-    async def _fast(self, method: str, path: str, body: Any,
+    async def fast_path(self, method: str, path: str, body: Any,
                     query: list[tuple[str, str]] | None, content_type: str,
                     timeout: float | None) -> tuple[int, Any]:
         """The same request on the ApiClient's own session (TLS, client certificate) and
