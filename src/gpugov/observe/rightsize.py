@@ -66,7 +66,9 @@ def _up(x: float, step: float) -> float:
 def recommend(obs: Observed, headroom: float = 0.2) -> Advice:
     if headroom < 0:
         raise ValueError(f"headroom must be >= 0, got {headroom}")
-    memory = _up(max(obs.peak_memory, obs.p95_memory * (1 + headroom)), MEMORY_STEP)
+    # whole bytes first: the step's float tolerance must never round a fractional byte above
+    # a step boundary down below the peak
+    memory = _up(math.ceil(max(obs.peak_memory, obs.p95_memory * (1 + headroom))), MEMORY_STEP)
     compute = _up(max(obs.peak_compute, obs.p95_compute * (1 + headroom)), COMPUTE_STEP)
     return Advice(obs, max(memory, MEMORY_STEP), max(round(compute, 4), COMPUTE_STEP))
 
