@@ -56,6 +56,10 @@ def _run(prom_url: str, work):  # type: ignore[no-untyped-def]
 
 def test_rightsize_advises_the_oversized_pod_down_and_keeps_the_leak_above_its_peak(stack):
     stack.prom.wait_for("rate(gpugov_pod_device_time_seconds_total[2s]) > 0")
+    # the 20 s window must hold the workload running, not the stack's start-up (this test
+    # may run first, on a stack started a moment ago)
+    stack.prom.wait_for("time() - min_over_time(timestamp(gpugov_pod_device_time_seconds_total)"
+                        "[40s:1s]) > 22", timeout=60)
     observed = _run(stack.prom.url, lambda p: rightsize.observe(p, "20s", "250ms", "2s"))
     advice = {o.workload: rightsize.recommend(o, 0.2) for o in observed}
     big = advice["oversized"]
