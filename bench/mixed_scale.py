@@ -24,6 +24,7 @@ from collections import Counter
 
 import numpy as np
 
+import control_cycle  # bench/ is on sys.path when this script runs
 from gpugov.control.config import parse_config
 from gpugov.control.cycle import new_control_plane
 from gpugov.control.workload import Job
@@ -139,18 +140,9 @@ def mixed_pods(rng: np.random.Generator, depth: int) -> tuple[list[PodRequest], 
     return pods, trust
 
 
-def config(orgs: int = 20, teams: int = 10, gpus: int = NODES * GPUS) -> dict:
-    """200 leaf queues (20 orgs x 10 teams), as bench/control_cycle.py."""
-    queues = []
-    per_org = gpus // orgs
-    for o in range(orgs):
-        queues.append({"name": f"org{o}", "quota": {"gpu": per_org}, "weight": 1 + o % 3})
-        for t in range(teams):
-            queues.append({"name": f"org{o}-t{t}", "parent": f"org{o}",
-                           "quota": {"gpu": per_org // teams}, "weight": 1 + t % 2})
-    return {"queues": queues, "priorityClasses": [
-        {"name": "high", "value": 1000, "preemptible": True},
-        {"name": "low", "value": 10, "preemptible": True}]}
+def config(gpus: int = NODES * GPUS) -> dict:
+    """200 leaf queues (20 orgs x 10 teams): bench/control_cycle.py's tree for this fleet."""
+    return control_cycle.config(gpus=gpus)
 
 
 def run(nodes: list[NodeSpec], pods: list[PodRequest], trust: list[TrustTier], policy: str,

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpugov.model.catalog import MILLI_PER_GPU, get_model
-from gpugov.model.cluster import MODE_CODE, ClusterState
+from gpugov.model.cluster import MODE_CODE, ClusterState, shape_key
 from gpugov.model.devices import DeviceMode
 from gpugov.model.mig_table import has_mig
 from gpugov.model.request import PodRequest
@@ -136,9 +136,7 @@ class GpugovPolicy(FgdPolicy):
         if getattr(self, "_taken_of", None) is not state:
             self._taken: OrderedDict[tuple, tuple[np.ndarray, np.ndarray]] = OrderedDict()
             self._taken_of = state
-        key = (req.cpu_milli, req.memory_mib, req.gpu_count, req.gpu_milli, req.models,
-               req.gpu_memory_mib, req.mode, req.mig_profile, req.min_isolation, req.tenant,
-               req.sealed, req.node_selector, req.tolerations, req.oversubscribe)
+        key = shape_key(req)
         entry = self._taken.get(key)
         if entry is None:
             entry = (np.full(len(state), -1, dtype=np.int64),
