@@ -40,7 +40,7 @@ and refreshed only for nodes whose `version` moved.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cache
 
@@ -260,21 +260,19 @@ class ClusterState:
 
     def selector_mask(self, req: PodRequest) -> np.ndarray:
         """Nodes whose labels carry the request's nodeSelector."""
-        key = ("sel", req.node_selector)
-        mask = self._constraint_masks.get(key)
-        if mask is None:
-            mask = np.array([selects(req.node_selector, dict(s.labels)) for s in self.nodes],
-                            dtype=bool)
-            self._constraint_masks[key] = mask
-        return mask
+        return self._per_node(("sel", req.node_selector),
+                              lambda s: selects(req.node_selector, dict(s.labels)))
 
     def taint_mask(self, req: PodRequest) -> np.ndarray:
         """Nodes whose NoSchedule/NoExecute taints the request tolerates."""
-        key = ("tol", req.tolerations)
+        return self._per_node(("tol", req.tolerations),
+                              lambda s: tolerates(req.tolerations, s.taints))
+
+    def _per_node(self, key: tuple, test: Callable[[NodeSpec], bool]) -> np.ndarray:
+        """A node mask that never changes (specs are fixed), computed once per key."""
         mask = self._constraint_masks.get(key)
         if mask is None:
-            mask = np.array([tolerates(req.tolerations, s.taints) for s in self.nodes],
-                            dtype=bool)
+            mask = np.array([test(s) for s in self.nodes], dtype=bool)
             self._constraint_masks[key] = mask
         return mask
 
