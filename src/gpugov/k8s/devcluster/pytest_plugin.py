@@ -81,6 +81,15 @@ class DevCluster:
         out = self.workdir / f"kubeconfig-{namespace}-{component}"
         return await apply_component_rbac(self.kubeconfig, component, namespace, out)
 
+    async def tenant_kubeconfig(self, namespace: str, name: str = "tenant") -> Path:
+        """A kubeconfig acting as a tenant: a real ServiceAccount `name` in `namespace`
+        holding only the built-in `edit` ClusterRole there (a RoleBinding), with a
+        TokenRequest token: exactly what a team member of a namespace usually has."""
+        from gpugov.k8s.devcluster.rbac import tenant_edit_kubeconfig
+
+        out = self.workdir / f"kubeconfig-tenant-{namespace}-{name}"
+        return await tenant_edit_kubeconfig(self.kubeconfig, namespace, name, out)
+
     async def unique_namespace(self, prefix: str = "t",
                                labels: dict[str, str] | None = None) -> str:
         """Create a fresh namespace (name unique in this session) and return its name."""

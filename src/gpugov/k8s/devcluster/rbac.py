@@ -81,10 +81,16 @@ async def apply_component_rbac(kubeconfig: Path, component: str, namespace: str,
             await _ignore_conflict(rbac.create_namespaced_role_binding(
                 namespace, {"metadata": {"name": name}, "subjects": subject, "roleRef": {
                     "apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name}}))
-        token = (await core.create_namespaced_service_account_token(
-            name, namespace, {"spec": {"expirationSeconds": token_seconds}})).status.token
-        server = api.configuration.host
-        ca = base64.b64encode(Path(api.configuration.ssl_ca_cert).read_bytes()).decode()
+        return await _token_kubeconfig(api, name, namespace, out, token_seconds)
+
+
+async def _token_kubeconfig(api: client.ApiClient, name: str, namespace: str, out: Path,
+                            token_seconds: int) -> Path:
+    """A kubeconfig holding a TokenRequest token of ServiceAccount `namespace/name`."""
+    token = (await client.CoreV1Api(api).create_namespaced_service_account_token(
+        name, namespace, {"spec": {"expirationSeconds": token_seconds}})).status.token
+    server = api.configuration.host
+    ca = base64.b64encode(Path(api.configuration.ssl_ca_cert).read_bytes()).decode()
     out.write_text(yaml.safe_dump({
         "apiVersion": "v1", "kind": "Config", "current-context": name,
         "clusters": [{"name": "cluster", "cluster": {"server": server,
@@ -93,3 +99,20 @@ async def apply_component_rbac(kubeconfig: Path, component: str, namespace: str,
         "contexts": [{"name": name, "context": {"cluster": "cluster", "user": name}}]}))
     out.chmod(0o600)
     return out
+
+
+async def tenant_edit_kubeconfig(kubeconfig: Path, namespace: str, name: str, out: Path,
+                                 token_seconds: int = 3600) -> Path:
+    """ServiceAccount `namespace/name` bound to the built-in `edit` ClusterRole in its own
+    namespace only; a token kubeconfig for it in `out` (the tenant of the threat model)."""
+    async with api_client(kubeconfig) as api:
+        core, rbac = client.CoreV1Api(api), client.RbacAuthorizationV1Api(api)
+        await _ignore_conflict(core.create_namespace({"metadata": {"name": namespace}}))
+        await _ignore_conflict(core.create_namespaced_service_account(
+            namespace, {"metadata": {"name": name}}))
+        await _ignore_conflict(rbac.create_namespaced_role_binding(namespace, {
+            "metadata": {"name": f"{name}-edit"},
+            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}],
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                        "name": "edit"}}))
+        return await _token_kubeconfig(api, name, namespace, out, token_seconds)
