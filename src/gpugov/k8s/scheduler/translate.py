@@ -17,7 +17,7 @@ import dataclasses
 import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from typing import Any
 
 from gpugov.control.config import (
@@ -37,6 +37,7 @@ from gpugov.k8s.annotations import (
     decode_inventory,
     decode_request,
 )
+from gpugov.k8s.quantity import parse_decimal
 from gpugov.k8s.resources import RequestError, model_from_product_label, translate
 from gpugov.k8s.scheduler import names
 from gpugov.model.catalog import CATALOG
@@ -48,28 +49,15 @@ from gpugov.model.isolation import TrustTier, required_isolation
 from gpugov.model.mig import MigInstance
 from gpugov.model.request import PodRequest
 
-_SUFFIX = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
-           "n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"), "": 1,
-           "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18}
-_QUANTITY = re.compile(
-    r"^([+-]?[0-9.]+(?:[eE][+-]?[0-9]+)?)(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E)?$")
 #: the model a GPU node gets when neither the product label nor the inventory names one.
 UNKNOWN_MODEL = "unknown-gpu"
 
 
 def parse_quantity(value: Any) -> Decimal:
-    """A Kubernetes quantity ("500m", "16Gi", "2", 3) as a Decimal; ValueError if not one."""
-    if isinstance(value, bool):
-        raise ValueError(f"{value!r} is not a quantity")
-    if isinstance(value, int | float):
-        return Decimal(str(value))
-    m = _QUANTITY.match(str(value).strip())
-    if not m:
-        raise ValueError(f"{value!r} is not a Kubernetes quantity (e.g. 500m, 16Gi, 2)")
-    try:
-        return Decimal(m.group(1)) * Decimal(_SUFFIX[m.group(2) or ""])
-    except InvalidOperation:
-        raise ValueError(f"{value!r} is not a Kubernetes quantity") from None
+    """A Kubernetes quantity ("500m", "16Gi", "2", 3) as a Decimal; ValueError if not one or
+    out of range (`gpugov.k8s.quantity`: bounded before any arithmetic, so `1e400` is an
+    error on its pod, never an overflow in the cycle)."""
+    return parse_decimal(value)
 
 
 def _milli(value: Any) -> int:
