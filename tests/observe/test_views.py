@@ -175,3 +175,26 @@ def test_one_bad_queue_object_does_not_hide_the_other_quotas() -> None:
     assert "gone" in problems[0]
     tree, problems = tree_from_queues([q("a", quota={"gpu": 1})])
     assert tree.names == ["a"] and problems == []
+
+
+def test_a_pod_is_charged_to_its_namespaces_tenant_not_to_the_queue_its_annotations_claim(
+        ) -> None:
+    """Chargeback trusts the Tenant objects, never a pod's annotations (issue 18): a pod of
+    team-a that claims team-b's queue is still charged to team-a, and the claim is reported."""
+    from gpugov.observe.cluster import Tenancy
+
+    forged = pod("sneaky", request={"count": 1}, devices=[device("GPU-1")])
+    forged["metadata"]["annotations"].update({"gpugov.io/queue": "team-b",
+                                              "gpugov.io/tenant": "team-b"})
+    honest = pod("fine", request={"count": 1}, devices=[device("GPU-2")])
+    tenancy = Tenancy(
+        tenants=[{"metadata": {"name": "a"}, "spec": {"namespaces": ["team-a"], "queue": "qa"}},
+                 {"metadata": {"name": "b"}, "spec": {"namespaces": ["team-b"], "queue": "qb"}}],
+        queues={"qa": None, "qb": None}, labels={})
+    recs, _, _ = records([forged, honest], [node("node-1", ["GPU-1", "GPU-2"])], tenancy.owner)
+    by_name = {r.name: r for r in recs}
+    assert (by_name["sneaky"].tenant, by_name["sneaky"].queue) == ("a", "qa")
+    assert (by_name["fine"].tenant, by_name["fine"].queue) == ("a", "qa")
+    assert any("charged to the Tenant's" in p for p in by_name["sneaky"].problems)
+    # a namespace no Tenant claims is charged to nobody's queue, whatever it says
+    assert Tenancy([], {}, {}).owner("team-c") == ("unknown", "unknown")

@@ -19,7 +19,14 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
-from gpugov.observe.cluster import ClusterError, api_client, read_cluster, read_queues
+from gpugov.observe.cluster import (
+    ClusterError,
+    Tenancy,
+    api_client,
+    read_cluster,
+    read_queues,
+    read_tenancy,
+)
 from gpugov.observe.metrics import ReconcilerMetrics
 from gpugov.observe.promapi import Prometheus, PrometheusError
 from gpugov.observe.usage import read_used
@@ -50,16 +57,23 @@ class Options:
     max_pods: int = 5000
 
 
-def records(pods: list[dict[str, Any]], nodes: list[dict[str, Any]]
+def records(pods: list[dict[str, Any]], nodes: list[dict[str, Any]],
+            owners: Callable[[str], tuple[str, str] | None] | None = None
             ) -> tuple[list[PodRecord], list[NodeRecord], list[str]]:
-    """Pod and node records from API JSON, plus node problems (pure)."""
-    out = [r for r in (pod_record(p) for p in pods) if r is not None]
+    """Pod and node records from API JSON, plus node problems (pure). `owners(namespace)`
+    gives the (tenant, queue) each pod is charged to (`cluster.Tenancy.owner`)."""
+    out = [r for r in (pod_record(p, owners(_namespace(p)) if owners else None)
+                       for p in pods) if r is not None]
     node_recs, problems = [], []
     for n in nodes:
         rec, probs = node_record(n)
         node_recs.append(rec)
         problems += probs
     return out, node_recs, problems
+
+
+def _namespace(pod: dict[str, Any]) -> str:
+    return str((pod.get("metadata") or {}).get("namespace") or "")
 
 
 class Reconciler:
@@ -77,6 +91,9 @@ class Reconciler:
         self._said: set[str] = set()
         self._last_cycle: float | None = None
         self._cluster: tuple[list[dict[str, Any]], list[dict[str, Any]]] | None = None
+        #: Tenants decide whom a pod is charged to (None: the webhook's annotations)
+        self.tenancy_source: Callable[[], Awaitable[Tenancy | None]] | None = None
+        self._tenancy: Tenancy | None = None
 
     def _say(self, message: str) -> None:
         if message not in self._said:  # once per distinct problem, not once per cycle
@@ -92,7 +109,15 @@ class Reconciler:
             self.metrics.error("kubernetes-unreachable")
             self._say(f"{e}; keeping the last cluster view")
         pods, nodes = self._cluster or ([], [])
-        pod_recs, node_recs, node_problems = records(pods, nodes)
+        owners = None
+        if self.tenancy_source is not None:
+            try:
+                self._tenancy = await self.tenancy_source()
+            except ClusterError as e:
+                self.metrics.error("kubernetes-unreachable")
+                self._say(f"{e}; keeping the last Tenants")
+            owners = self._tenancy.owner if self._tenancy is not None else None
+        pod_recs, node_recs, node_problems = records(pods, nodes, owners)
         tree = self.tree
         if tree is None and self.queue_source is not None:
             tree = await self._queue_tree()
@@ -173,6 +198,10 @@ class Reconciler:
             async def source() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
                 return await read_cluster(api)
 
+            async def tenancy() -> Tenancy | None:
+                return await read_tenancy(api)
+            if self.tenancy_source is None:
+                self.tenancy_source = tenancy
             if self.tree is None and self.queue_source is None:
                 async def queues() -> list[dict[str, Any]] | None:
                     return await read_queues(api)

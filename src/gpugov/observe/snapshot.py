@@ -139,13 +139,19 @@ def from_reconciliation(rec: Reconciliation, source: str,
 async def from_cluster(api: Any, prom: Prometheus | None, tree: Any | None,
                        window: str = "5m") -> Snapshot:
     """The reconciler's join run here: cluster objects, plus the used view if `prom`."""
-    from gpugov.observe.cluster import read_cluster, read_queues
+    from gpugov.observe.cluster import ClusterError, read_cluster, read_queues, read_tenancy
     from gpugov.observe.reconciler import records, tree_from_queues
     from gpugov.observe.usage import read_used
     from gpugov.observe.views import reconcile
 
     pods, nodes = await read_cluster(api)
-    pod_recs, node_recs, problems = records(pods, nodes)
+    try:
+        tenancy, tenancy_note = await read_tenancy(api), ""
+    except ClusterError as e:  # e.g. RBAC: this user may list pods but not Tenants
+        tenancy, tenancy_note = None, f"{e}; tenants and queues from pod annotations"
+    pod_recs, node_recs, problems = records(pods, nodes,
+                                            tenancy.owner if tenancy is not None else None)
+    problems += [tenancy_note] if tenancy_note else []
     if tree is None:
         objs = await read_queues(api)
         if objs:

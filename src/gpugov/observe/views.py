@@ -228,11 +228,17 @@ def _gpu_limit(pod: Mapping[str, Any]) -> int:
     return total
 
 
-def pod_record(pod: Mapping[str, Any]) -> PodRecord | None:
+def pod_record(pod: Mapping[str, Any], owner: tuple[str, str] | None = None
+               ) -> PodRecord | None:
     """One pod's declared and allocated views; None for pods that involve no GPU at all and
     for finished pods (Succeeded, Failed: they hold nothing and ask for nothing any more).
 
-    Never raises on a malformed pod: what cannot be read is left out and said in `problems`.
+    `owner` is the (tenant, queue) the pod's namespace belongs to by the Tenant objects: when
+    given it is what the pod is charged to, whatever its annotations say (they are gpugov's
+    explanations; a pod in a namespace exempt from the webhook could carry anything), and a
+    disagreement is said in `problems`. Without it (no Tenant can be read) the webhook's
+    annotations are used. Never raises on a malformed pod: what cannot be read is left out
+    and said in `problems`.
     """
     meta = pod.get("metadata", {}) or {}
     ann = meta.get("annotations") or {}
@@ -263,8 +269,14 @@ def pod_record(pod: Mapping[str, Any]) -> PodRecord | None:
             problems.append(f"pod {ns}/{name}: {e}; allocated view left out")
     if declared is None and not devices and not limit and ANN_REQUEST not in ann:
         return None
-    return PodRecord(ns, name, phase, node, str(ann.get(ANN_TENANT) or UNKNOWN),
-                     str(ann.get(ANN_QUEUE) or UNKNOWN), declared, devices, tuple(problems))
+    tenant, queue = str(ann.get(ANN_TENANT) or UNKNOWN), str(ann.get(ANN_QUEUE) or UNKNOWN)
+    if owner is not None:
+        if ANN_QUEUE in ann and (tenant, queue) != owner:
+            problems.append(f"pod {ns}/{name}: its annotations name tenant {tenant!r}, queue "
+                            f"{queue!r}, but namespace {ns} belongs to Tenant {owner[0]!r}, "
+                            f"queue {owner[1]!r}; charged to the Tenant's")
+        tenant, queue = owner
+    return PodRecord(ns, name, phase, node, tenant, queue, declared, devices, tuple(problems))
 
 
 def node_record(node: Mapping[str, Any]) -> tuple[NodeRecord, list[str]]:
