@@ -891,20 +891,57 @@ def extender_cmd(
     kubeconfig: Path = typer.Option(..., "--kubeconfig", help="kubeconfig file"),
     listen: str = typer.Option("127.0.0.1:8888", "--listen", help="HOST:PORT"),
     policy: str = typer.Option("gpugov", "--policy", help="placement policy"),
+    tls_cert: Path | None = typer.Option(None, "--tls-cert", help="serving certificate (PEM)"),
+    tls_key: Path | None = typer.Option(None, "--tls-key", help="serving key (PEM)"),
+    client_ca: Path | None = typer.Option(
+        None, "--client-ca", help="CA (PEM) that signs the client certificate kube-scheduler "
+                                  "presents (its extender tlsConfig certFile); others are refused"),
+    scheduler_name: str = typer.Option(
+        "gpugov", "--scheduler-name",
+        help="bind only pods with this schedulerName (the kube-scheduler profile using it)"),
+    health_listen: str = typer.Option(
+        "", "--health-listen", help="HOST:PORT serving only /healthz over plain HTTP (probes)"),
+    insecure_http: bool = typer.Option(
+        False, "--insecure-http",
+        help="serve plain HTTP without authentication: local debugging only"),
 ) -> None:
-    """kube-scheduler extender (filter/prioritize/bind) placing GPUs with gpugov's engine."""
+    """kube-scheduler extender (filter/prioritize/bind) placing GPUs with gpugov's engine.
+
+    HTTPS with a client certificate signed by --client-ca is required; it binds only pods of
+    --scheduler-name that it filtered, onto a node it accepted, within their queue's limits."""
     import asyncio
     import contextlib
     import logging
 
-    from gpugov.k8s.extender import serve
+    from gpugov.k8s.extender import TlsFiles, serve
 
     host, port = _listen(listen)
+    health = _listen(health_listen) if health_listen else None
     path = _kubeconfig_file(kubeconfig)
     name = _policy_name(policy)
+    tls = None
+    given = {"--tls-cert": tls_cert, "--tls-key": tls_key, "--client-ca": client_ca}
+    if insecure_http:
+        if any(given.values()):
+            raise _fail("--insecure-http cannot be combined with --tls-cert/--tls-key/"
+                        "--client-ca")
+    else:
+        missing = [k for k, v in given.items() if v is None]
+        if missing:
+            raise _fail(f"the extender serves HTTPS and authenticates its caller: give "
+                        f"{', '.join(missing)} (or --insecure-http for local debugging only)")
+        for option, file in given.items():
+            if not file.is_file():  # type: ignore[union-attr]
+                raise _fail(f"{option} {file}: no such file")
+        tls = TlsFiles(tls_cert, tls_key, client_ca)  # type: ignore[arg-type]
+        try:
+            tls.context()
+        except (OSError, ValueError) as e:  # ssl.SSLError is an OSError
+            raise _fail(f"--tls-cert/--tls-key/--client-ca: {e}") from None
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(serve(path, host, port, name))
+        asyncio.run(serve(path, host, port, name, tls=tls, insecure_http=insecure_http,
+                          scheduler_name=scheduler_name, health=health))
 
 
 # --- Kubernetes: local dev cluster, CRDs, admission webhook (gpugov.k8s) ---
@@ -1025,11 +1062,17 @@ def crd_convert_cmd(
 def webhook_cmd(
     cert: Path = typer.Option(..., "--cert", help="serving certificate (PEM)"),
     key: Path = typer.Option(..., "--key", help="serving key (PEM)"),
-    listen: str = typer.Option("0.0.0.0:8443", "--listen", help="HOST:PORT"),
+    listen: str = typer.Option("127.0.0.1:8443", "--listen",
+                               help="HOST:PORT (in a pod: 0.0.0.0:8443, as the chart sets)"),
     kubeconfig: Path | None = typer.Option(None, "--kubeconfig",
                                            help="kubeconfig file (default: in-cluster)"),
     scheduler_name: str = typer.Option("gpugov", "--scheduler-name",
                                        help="schedulerName set on GPU pods ('' = leave it)"),
+    client_ca: Path | None = typer.Option(None, "--client-ca", help="require TLS client "
+                                          "certificates signed by this CA (the apiserver's)"),
+    system_namespace: str = typer.Option("gpugov-system", "--system-namespace",
+                                         help="namespace of gpugov's component "
+                                         "ServiceAccounts (they may write what gpugov owns)"),
 ) -> None:
     """The admission webhook: translate GPU requests, resolve tenancy, refuse clearly."""
     import asyncio
@@ -1039,14 +1082,15 @@ def webhook_cmd(
     from gpugov.k8s.webhook.server import serve
 
     host, port = _listen(listen)
-    for name, path in (("--cert", cert), ("--key", key)):
-        if not path.is_file():
+    for name, path in (("--cert", cert), ("--key", key), ("--client-ca", client_ca)):
+        if path is not None and not path.is_file():
             raise _fail(f"{name} {path}: no such file")
     if kubeconfig is not None and not kubeconfig.is_file():
         raise _fail(f"--kubeconfig {kubeconfig}: no such file")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(serve(cert, key, host, port, kubeconfig, scheduler_name))
+        asyncio.run(serve(cert, key, host, port, kubeconfig, scheduler_name,
+                          client_ca=client_ca, system_namespace=system_namespace))
 
 
 node_app = typer.Typer(help="Node-side components: NVML discovery, node agent, exporter.",

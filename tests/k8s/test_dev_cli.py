@@ -63,6 +63,10 @@ def test_dev_up_serves_gpu_pods_and_down_leaves_nothing(tmp_path):
                                                                  {"nvidia.com/gpu": "64"}))
                 queues = await client.CustomObjectsApi(api).list_cluster_custom_object(
                     "gpugov.io", "v1alpha1", "queues")
+                reg = client.AdmissionregistrationV1Api(api)
+                vaps = {v.metadata.name for v in
+                        (await reg.list_validating_admission_policy()).items}
+                assert {"gpugov-pod-ownership", "gpugov-node-scope"} <= vaps
                 # gpugov's scheduler, running under the chart's RBAC, binds one and explains
                 # the other on its status (bind, status patch: allowed verbs)
                 for _ in range(300):
@@ -105,6 +109,22 @@ def test_dev_up_refuses_a_bad_cluster_file_before_starting_anything(tmp_path):
     assert out.returncode == 2
     assert f"{nodes}: invalid cluster file" in out.stderr
     assert "nodePools[0].model: unknown GPU model 'Z80'" in out.stderr
+    assert not (tmp_path / "dev" / "state.json").exists()
+
+
+def test_dev_up_refuses_to_start_without_the_rbac_rules(tmp_path, monkeypatch):
+    """No silent admin fallback: without loadable rules nothing starts, and the error says
+    why."""
+    from typer.testing import CliRunner
+
+    from gpugov.cli import app
+    from gpugov.k8s.devcluster import rbac
+
+    monkeypatch.setattr(rbac, "rules_file", lambda: tmp_path / "gone" / "rbac.yaml")
+    out = CliRunner().invoke(app, ["dev", "up", "--dir", str(tmp_path / "dev")])
+    assert out.exit_code == 2, out.output
+    assert "cannot load gpugov's RBAC rules from" in out.output
+    assert "does not run them as the admin" in out.output
     assert not (tmp_path / "dev" / "state.json").exists()
 
 

@@ -1,6 +1,8 @@
 """Extender mode with the real kube-scheduler: it calls `gpugov extender` (filter, prioritize,
-bind) for pods requesting managed GPU resources, and the pods end up bound with allocation
-records on distinct devices, by the same engine as `gpugov scheduler`."""
+bind) over HTTPS with a client certificate (its extender `tlsConfig`) for pods requesting
+managed GPU resources, and the pods end up bound with allocation records on distinct devices,
+by the same engine as `gpugov scheduler`, within their queue's limit. The extender runs as the
+chart's scheduler ServiceAccount."""
 
 from __future__ import annotations
 
@@ -10,6 +12,8 @@ from pathlib import Path
 
 import yaml
 
+from gpugov.k8s.devcluster.dev import install_crds
+from gpugov.k8s.devcluster.pki import CertificateAuthority
 from gpugov.k8s.devcluster.processes import free_port
 from gpugov.k8s.scheduler import names
 from gpugov.k8s.scheduler.harness import (
@@ -41,22 +45,62 @@ def _healthy(url: str) -> bool:
         return False
 
 
-def test_kube_scheduler_places_gpus_through_the_extender(k8s_control_plane) -> None:
+def tls_files(folder: Path) -> dict[str, Path]:
+    """A CA, the extender's serving pair (127.0.0.1) and kube-scheduler's client pair."""
+    ca = CertificateAuthority("gpugov-extender-ca")
+    out = {name: folder / f"{name}.pem" for name in (
+        "ca", "server-cert", "server-key", "client-cert", "client-key")}
+    out["ca"].write_bytes(ca.pair.cert)
+    ca.serving("gpugov-extender").write(out["server-cert"], out["server-key"])
+    ca.client("kube-scheduler").write(out["client-cert"], out["client-key"])
+    return out
+
+
+def extender_args(tls: dict[str, Path], port: int, health: int) -> list[str]:
+    return ["--listen", f"127.0.0.1:{port}", "--health-listen", f"127.0.0.1:{health}",
+            "--tls-cert", str(tls["server-cert"]), "--tls-key", str(tls["server-key"]),
+            "--client-ca", str(tls["ca"])]
+
+
+def test_kube_scheduler_places_gpus_through_the_extender(k8s_control_plane, tmp_path) -> None:
     cluster = k8s_control_plane
     plane = cluster.plane
     tag = f"ext{free_port() % 10000}"
     profile = f"gpugov-extender-{tag}"
-    ext_port = free_port()
+    ext_port, health = free_port(), free_port()
+    tls = tls_files(tmp_path)
+    asyncio.run(install_crds(cluster.kubeconfig))
+    queue = f"{tag}-q"
+    ns = asyncio.run(cluster.unique_namespace("ext"))
+
+    async def config() -> None:
+        kube = await Kube.from_kubeconfig(cluster.kubeconfig)
+        try:
+            await create_all(kube, f"/apis/{names.GROUP}/{names.VERSION}/{names.QUEUES}", [{
+                "apiVersion": "gpugov.io/v1alpha1", "kind": "Queue",
+                "metadata": {"name": queue}, "spec": {"weight": 1}}])
+            await create_all(kube, f"/apis/{names.GROUP}/{names.VERSION}/{names.TENANTS}", [{
+                "apiVersion": "gpugov.io/v1alpha1", "kind": "Tenant",
+                "metadata": {"name": f"{tag}-t"},
+                "spec": {"namespaces": [ns], "queue": queue, "trust": "internal"}}])
+        finally:
+            await kube.close()
+
+    asyncio.run(config())
+    sa = asyncio.run(cluster.component_kubeconfig("scheduler"))
     plane.start_process(f"extender-{tag}", _gpugov(
-        "extender", "--kubeconfig", str(cluster.kubeconfig), "--listen", f"127.0.0.1:{ext_port}"),
-        ready=lambda: _healthy(f"http://127.0.0.1:{ext_port}/healthz"), timeout=120)
+        "extender", "--kubeconfig", str(sa), "--scheduler-name", profile,
+        *extender_args(tls, ext_port, health)),
+        ready=lambda: _healthy(f"http://127.0.0.1:{health}/healthz"), timeout=120)
     cfg = {
         "apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration",
         "clientConnection": {"kubeconfig": str(cluster.kubeconfig), "qps": 200, "burst": 400},
         "leaderElection": {"leaderElect": False},
         "profiles": [{"schedulerName": profile}],
         "extenders": [{
-            "urlPrefix": f"http://127.0.0.1:{ext_port}", "filterVerb": "filter",
+            "urlPrefix": f"https://127.0.0.1:{ext_port}", "filterVerb": "filter",
+            "tlsConfig": {"certFile": str(tls["client-cert"]), "keyFile": str(tls["client-key"]),
+                          "caFile": str(tls["ca"])},
             "prioritizeVerb": "prioritize", "bindVerb": "bind", "weight": 1,
             "nodeCacheCapable": True, "ignorable": False, "httpTimeout": "30s",
             "managedResources": [
@@ -78,7 +122,6 @@ def test_kube_scheduler_places_gpus_through_the_extender(k8s_control_plane) -> N
         try:
             await create_all(kube, "/api/v1/nodes",
                              [gpu_node(node_names[0], 2, label), gpu_node(node_names[1], 4, label)])
-            ns = await cluster.unique_namespace("ext")
             whole = [gpu_pod(f"w{i}", ns, profile, node_selector=label) for i in range(5)]
             slices = [gpu_pod(f"s{i}", ns, profile, node_selector=label,
                               limits={names.GPU_RESOURCE: "1", "nvidia.com/gpumem": "40960"})

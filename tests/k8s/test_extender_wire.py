@@ -18,6 +18,13 @@ def _ready(node: dict) -> dict:
     return node
 
 
+def _queue(view, name: str = "q", **spec) -> None:
+    """A Queue and a Tenant sending namespace `ns` to it (the extender applies queues)."""
+    view.set_object("queue", {"metadata": {"name": name}, "spec": spec})
+    view.set_object("tenant", {"metadata": {"name": "t"}, "spec": {
+        "namespaces": ["ns"], "queue": name, "trust": "internal"}})
+
+
 def _record(node: str, index: int) -> str:
     return json.dumps({"v": 1, "node": node, "isolation": "hard", "devices": [
         {"index": index, "uuid": "", "mode": "exclusive", "milli": 1000, "memoryMiB": 81920}]})
@@ -34,8 +41,10 @@ async def _serve(ext: Extender):
 
 def test_filter_and_prioritize_speak_go_field_names() -> None:
     async def main() -> None:
-        ext = Extender(kube=None)  # type: ignore[arg-type]  # filter/prioritize read no API
+        ext = Extender(kube=None, scheduler_name="default-scheduler")  # type: ignore[arg-type]
+        # filter/prioritize read no API
         view = ext.st.view
+        _queue(view)
         view.set_node(_ready(gpu_node("small", 1)))
         view.set_node(_ready(gpu_node("big", 4)))
         busy = gpu_pod("busy", "ns", "default-scheduler")
@@ -64,7 +73,7 @@ def test_filter_and_prioritize_speak_go_field_names() -> None:
                     prio = await r.json()
                 assert [p["Host"] for p in prio] == ["small", "big"]
                 assert all(0 <= p["Score"] <= 10 for p in prio) and prio[0]["Score"] == 0
-                bad = gpu_pod("bad", "ns", "x", limits={"nvidia.com/gpumem": "-5"})
+                bad = gpu_pod("bad", "ns", "default-scheduler", limits={"nvidia.com/gpumem": "-5"})
                 async with http.post(f"{url}/filter",
                                      json={"Pod": bad, "NodeNames": ["big"]}) as r:
                     res = await r.json()
@@ -82,7 +91,8 @@ def test_filter_and_prioritize_speak_go_field_names() -> None:
 def test_extender_counts_recorded_gpu_memory_and_allocates_memory() -> None:
     from gpugov.k8s.extender import ExtenderState
 
-    st = ExtenderState()
+    st = ExtenderState(scheduler_name="default-scheduler")
+    _queue(st.view)
     st.view.set_node(_ready(gpu_node("one", 1)))  # one 80 GiB card
     slice_limits = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": str(60 * 1024),
                     "nvidia.com/gpucores": "10"}
@@ -106,3 +116,53 @@ def test_extender_counts_recorded_gpu_memory_and_allocates_memory() -> None:
     assert st.filter(small, ["one"])[0] == ["one"]
     alloc = st.choose(small, "one")
     assert alloc is not None and (alloc.devices, alloc.memory_mib) == ((0,), 16 * 1024)
+
+
+def test_filter_refuses_other_schedulers_pods_and_pods_over_their_queue_cap() -> None:
+    from gpugov.k8s.extender import ExtenderState
+
+    st = ExtenderState(scheduler_name="gpugov")
+    _queue(st.view, limit={"gpu": 1})
+    st.view.set_node(_ready(gpu_node("n", 4)))
+    other = gpu_pod("o", "ns", "default-scheduler")
+    adm, why = st.admit(other)
+    assert adm is None and "schedulerName 'default-scheduler' is not 'gpugov'" in why
+    two = gpu_pod("two", "ns", "gpugov", limits={"nvidia.com/gpu": "2"})
+    adm, why = st.admit(two)
+    assert adm is None and "above its cap 1" in why
+    one = gpu_pod("one", "ns", "gpugov")
+    adm, why = st.admit(one)
+    assert adm is not None, why
+    # a bound pod of the queue holds its cap: the next one is refused
+    busy = gpu_pod("busy", "ns", "gpugov")
+    busy["spec"]["nodeName"] = "n"
+    busy["metadata"]["uid"] = "busy-uid"
+    busy["metadata"]["annotations"][ALLOCATION] = _record("n", 0)
+    st.view.set_pod(busy)
+    adm, why = st.admit(one)
+    assert adm is None and "quota: queue q would hold 2" in why
+
+
+def test_no_queue_config_no_placement() -> None:
+    from gpugov.k8s.extender import ExtenderState
+
+    st = ExtenderState(scheduler_name="gpugov")
+    st.view.set_node(_ready(gpu_node("n", 4)))
+    adm, why = st.admit(gpu_pod("p", "ns", "gpugov"))
+    assert adm is None and why.startswith("no-queue-config")
+
+
+def test_decisions_remember_only_what_filter_accepted_bounded() -> None:
+    from gpugov.k8s.extender import Decisions
+
+    d = Decisions(limit=3, ttl=10.0)
+    d.remember("u1", "ns/a", ["n1", "n2"], now=0.0)
+    assert d.problem("u1", "ns/a", "n1", now=1.0) == ""
+    assert "was not accepted" in d.problem("u1", "ns/a", "n3", now=1.0)
+    assert "not filtered" in d.problem("u2", "ns/b", "n1", now=1.0)
+    assert "not filtered" in d.problem("u1", "ns/other", "n1", now=1.0)  # another pod's UID
+    assert "not filtered" in d.problem("u1", "ns/a", "n1", now=11.0)  # too old
+    assert "not filtered" in d.problem("", "ns/a", "n1", now=1.0)
+    for i in range(10):
+        d.remember(f"x{i}", f"ns/x{i}", ["n1"], now=2.0)
+    assert len(d) == 3 and "not filtered" in d.problem("u1", "ns/a", "n1", now=3.0)

@@ -1,16 +1,36 @@
 """The chart's RBAC against the real apiserver, with real ServiceAccount tokens: each component
-may do what it needs and nothing else (no Secrets, no deletes, its own Lease only)."""
+may do what it needs and nothing else (no Secrets, no deletes, its own Lease only). The rules
+ship inside the package (a wheel carries them, identical to the chart's), and the chart renders
+the node-scope admission policy `gpugov.k8s.node_policy` generates."""
 
 from __future__ import annotations
 
 import asyncio
+import re
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
 
+import pytest
+import yaml
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.rest import ApiException
 
+from gpugov.k8s import node_policy
+from gpugov.k8s.devcluster import build
 from gpugov.k8s.devcluster.client import api_client
 from gpugov.k8s.devcluster.dev import install_crds
+from gpugov.k8s.devcluster.rbac import (
+    RulesError,
+    chart_rules_file,
+    load_rules,
+    rules_file,
+)
 from gpugov.observe.cluster import read_cluster, read_queues
+
+REPO = Path(__file__).resolve().parents[2]
+CHART = REPO / "deploy" / "helm" / "gpugov"
 
 NS = "gpugov-rbac"
 
@@ -79,3 +99,80 @@ def test_components_get_least_privilege(k8s_control_plane):
         "reconciler reads its views": 200, "reconciler list secrets": 403,
         "reconciler patch pod": 403,
     }
+
+
+def test_packaged_rules_are_the_charts() -> None:
+    assert rules_file().read_bytes() == chart_rules_file().read_bytes(), (
+        "src/gpugov/k8s/data/rbac.yaml differs from deploy/helm/gpugov/files/rbac.yaml; "
+        "run: python -m gpugov.k8s.devcluster.rbac --sync")
+    assert set(load_rules()) == {"scheduler", "webhook", "node", "reconciler"}
+
+
+def test_unloadable_rules_are_a_clear_error(tmp_path) -> None:
+    missing = tmp_path / "none.yaml"
+    with pytest.raises(RulesError, match="cannot load gpugov's RBAC rules from"):
+        load_rules(missing)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("scheduler: {clusterRules: []}\n")
+    with pytest.raises(RulesError, match="component 'webhook' has no clusterRules list"):
+        load_rules(bad)
+
+
+def test_a_wheel_ships_the_rules_and_loads_them_outside_the_checkout(tmp_path) -> None:
+    out = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", str(REPO),
+                          "-w", str(tmp_path / "dist")], capture_output=True, text=True,
+                         check=False, timeout=600)
+    assert out.returncode == 0, out.stderr
+    wheel = next((tmp_path / "dist").glob("gpugov-*.whl"))
+    with zipfile.ZipFile(wheel) as z:
+        assert z.read("gpugov/k8s/data/rbac.yaml") == chart_rules_file().read_bytes()
+        z.extractall(tmp_path / "site")  # what installing the wheel puts in site-packages
+    probe = ("import gpugov.k8s.devcluster.rbac as r, gpugov.k8s.devcluster.dev as d; "
+             "d.check_rules(); print(r.rules_file()); print(sorted(r.load_rules()))")
+    run = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                         check=False, cwd=tmp_path,
+                         env={"PYTHONPATH": str(tmp_path / "site"), "PATH": "/usr/bin:/bin"})
+    assert run.returncode == 0, run.stderr
+    path, components = run.stdout.splitlines()
+    assert Path(path).is_relative_to(tmp_path / "site")
+    assert components == "['node', 'reconciler', 'scheduler', 'webhook']"
+
+
+def test_chart_node_scope_file_is_generated() -> None:
+    assert (CHART / "files" / "node-scope.yaml").read_text() == node_policy.chart_file_text(), (
+        f"run: python -m gpugov.k8s.node_policy {node_policy.CHART_FILE}")
+
+
+def test_node_scope_allows_exactly_the_labels_the_agent_owns() -> None:
+    from gpugov.node import labels
+
+    allowed = set(node_policy.NODE_LABELS)
+    assert labels.OWNED_KEYS | {labels.MIG_CONFIG_STATE} == allowed
+    assert labels._OWNED_MIG.pattern == node_policy.NODE_LABEL_PATTERN
+    assert labels.MIG_CONFIG not in allowed  # the user's input, never the agent's to change
+    assert re.match(node_policy.NODE_LABEL_PATTERN, "nvidia.com/mig-1g.10gb.count")
+
+
+@pytest.fixture(scope="module")
+def helm() -> Path:
+    if build.missing(("helm",)) and build.go_binary() is None:
+        pytest.skip("needs helm, built from its Go module, and Go is not installed")
+    build.ensure_binaries((), include_helm=True)
+    return build.bin_dir() / "helm"
+
+
+def test_chart_renders_the_node_scope_policy(helm) -> None:
+    out = subprocess.run([str(helm), "template", "rel", str(CHART), "--namespace", "gpu-ops",
+                          "--kube-version", build.K8S_VERSION], capture_output=True, text=True,
+                         check=False)
+    assert out.returncode == 0, out.stderr
+    docs = [d for d in yaml.safe_load_all(out.stdout) if d]
+    want = node_policy.node_scope_policies("gpu-ops", "rel-gpugov", "rel-gpugov-node-scope")
+    got = [d for d in docs if d["kind"].startswith("ValidatingAdmissionPolicy")
+           and d["metadata"]["name"] == "rel-gpugov-node-scope"]
+    assert len(got) == 2
+    for g, w in zip(got, want, strict=True):
+        assert g["kind"] == w["kind"] and g["spec"] == w["spec"]
+    sa = next(d for d in docs if d["kind"] == "ServiceAccount"
+              and d["metadata"]["name"] == "rel-gpugov-node")
+    assert sa["metadata"]["namespace"] == "gpu-ops"

@@ -1,10 +1,13 @@
 """`gpugov dev up / down`: a local cluster for users, made of the same parts as the tests.
 
 `up` builds the binaries (once), starts the control plane with kube-scheduler (for pods that are
-not gpugov's), creates fake GPU nodes from a cluster file, installs gpugov's CRDs, starts the
-admission webhook and registers it, starts `gpugov scheduler` when this gpugov has it, and
-creates a default Queue and a catch-all Tenant so a GPU pod in any namespace is admitted.
-Every process is recorded in the work dir's state file; `down` stops exactly those.
+not gpugov's), creates fake GPU nodes from a cluster file, installs gpugov's CRDs and the
+in-apiserver admission policies (pod ownership, node scope), starts the admission webhook and
+registers it, starts `gpugov scheduler` when this gpugov has it, and creates a default Queue
+and a catch-all Tenant so a GPU pod in any namespace is admitted. Every gpugov component runs
+as the chart's ServiceAccount under the chart's RBAC (packaged with gpugov, so this holds from
+any install); when those rules cannot be loaded `up` refuses to start, never falling back to
+the admin. Every process is recorded in the work dir's state file; `down` stops exactly those.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from gpugov.k8s.devcluster.client import api_client, create_nodes, wait_nodes_re
 from gpugov.k8s.devcluster.cluster_file import load_cluster_file, node_objects
 from gpugov.k8s.devcluster.plane import LocalControlPlane, StartError, probe
 from gpugov.k8s.devcluster.processes import STATE_FILE, ProcessSet, free_port
-from gpugov.k8s.devcluster.rbac import apply_component_rbac, rules_file
+from gpugov.k8s.devcluster.rbac import RulesError, apply_component_rbac, load_rules
 from gpugov.k8s.webhook import registration
 
 DEFAULT_QUEUE = "default"
@@ -158,15 +161,39 @@ def start_webhook(plane: LocalControlPlane, timeout: float = 30.0,
     return f"https://127.0.0.1:{port}"
 
 
+def check_rules() -> None:
+    """StartError unless the packaged RBAC rules load: gpugov's components never run as the
+    admin."""
+    try:
+        load_rules()
+    except RulesError as e:
+        raise StartError(f"{e}; gpugov's components would have no ServiceAccount rules, and "
+                         "`dev up` does not run them as the admin: reinstall gpugov") from None
+
+
 def _component_kubeconfig(plane: LocalControlPlane, component: str,
                           say: Callable[[str], None]) -> Path:
-    """gpugov's own processes run as the chart's ServiceAccounts, under the chart's RBAC (read
-    from the source checkout); without the chart's rules file they run as the admin."""
-    if not rules_file().is_file():
-        say(f"no {rules_file()}: {component} runs as the admin")
-        return plane.kubeconfig
+    """gpugov's own processes run as the chart's ServiceAccounts, under the chart's RBAC (the
+    packaged copy); StartError when it cannot be loaded."""
+    check_rules()
+    say(f"{component}: ServiceAccount {SYSTEM_NAMESPACE}/gpugov-{component}")
     return asyncio.run(apply_component_rbac(plane.kubeconfig, component, SYSTEM_NAMESPACE,
                                             plane.workdir / f"kubeconfig-gpugov-{component}"))
+
+
+def admission_policies() -> list[dict[str, Any]]:
+    """The in-apiserver policies `up` installs: pod ownership (gpugov's annotations) and
+    node scope (node agents change only their own node and its pods)."""
+    from gpugov.k8s.node_policy import node_scope_policies
+    from gpugov.k8s.webhook.policy import pod_ownership_policies
+
+    return [*pod_ownership_policies(SYSTEM_NAMESPACE), *node_scope_policies(SYSTEM_NAMESPACE)]
+
+
+async def install_policies(kubeconfig: Path) -> None:
+    from gpugov.k8s.webhook.policy import apply_policies
+
+    await apply_policies(kubeconfig, admission_policies())
 
 
 def up(workdir: Path, nodes: Path | None = None,
@@ -177,6 +204,7 @@ def up(workdir: Path, nodes: Path | None = None,
         raise StartError(f"a dev cluster is already running in {workdir}; "
                          f"run `gpugov dev down --dir {workdir}` first")
     cluster = load_cluster_file(nodes) if nodes is not None else None
+    check_rules()  # before anything starts
     t0 = time.monotonic()
     build.ensure_binaries(progress=say)
     plane = LocalControlPlane(workdir, scheduler_config=True, progress=say)
@@ -184,6 +212,8 @@ def up(workdir: Path, nodes: Path | None = None,
     try:
         say("installing CRDs")
         asyncio.run(install_crds(plane.kubeconfig))
+        say("installing admission policies (pod ownership, node scope)")
+        asyncio.run(install_policies(plane.kubeconfig))
         say("starting the admission webhook")
         webhook_kc = _component_kubeconfig(plane, "webhook", say)
         url = start_webhook(plane, kubeconfig=webhook_kc)

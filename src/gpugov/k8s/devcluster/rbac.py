@@ -1,15 +1,21 @@
 """Run a component under the RBAC the Helm chart ships, with a real ServiceAccount token.
 
-The chart's rules live in deploy/helm/gpugov/files/rbac.yaml (one block per component:
-ClusterRole rules and namespace Role rules). `apply_component_rbac` creates the same
-ServiceAccount, (Cluster)Roles and bindings the chart renders (names `gpugov-<component>`) and
-returns a kubeconfig holding a TokenRequest token for that ServiceAccount, so tests exercise
-exactly what a deployed component may do.
+The rules (one block per component: ClusterRole rules and namespace Role rules) ship inside
+the package, gpugov/k8s/data/rbac.yaml, so `gpugov dev up` finds them from any install; the
+chart's deploy/helm/gpugov/files/rbac.yaml is the same file (tests/k8s/test_rbac.py fails when
+they differ; `python -m gpugov.k8s.devcluster.rbac --sync` copies the chart's over the
+package's). `apply_component_rbac` creates the same ServiceAccount, (Cluster)Roles and
+bindings the chart renders (names `gpugov-<component>`) and returns a kubeconfig holding a
+TokenRequest token for that ServiceAccount, so tests exercise exactly what a deployed
+component may do. `node_token_kubeconfig` gives the node ServiceAccount a token bound to one
+Node, as the node agent's pod has (see `gpugov.k8s.node_policy`).
 """
 
 from __future__ import annotations
 
 import base64
+import sys
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -22,14 +28,38 @@ from gpugov.k8s.devcluster.client import api_client
 COMPONENTS = ("scheduler", "webhook", "node", "reconciler")
 
 
+class RulesError(Exception):
+    """The RBAC rules cannot be loaded: components must not run (never as the admin)."""
+
+
 def rules_file() -> Path:
-    """deploy/helm/gpugov/files/rbac.yaml of the source checkout this package runs from."""
+    """The packaged rules, gpugov/k8s/data/rbac.yaml (package data, from any install)."""
+    return Path(str(resources.files("gpugov.k8s").joinpath("data").joinpath("rbac.yaml")))
+
+
+def chart_rules_file() -> Path:
+    """deploy/helm/gpugov/files/rbac.yaml of a source checkout (the chart's copy)."""
     return Path(__file__).resolve().parents[4] / "deploy" / "helm" / "gpugov" / "files" / \
         "rbac.yaml"
 
 
 def load_rules(path: Path | None = None) -> dict[str, dict[str, list[dict[str, Any]]]]:
-    return yaml.safe_load((path or rules_file()).read_text())
+    """Every component's rules; RulesError (naming the file and the problem) when the file
+    is missing, unreadable, or lacks a component's `clusterRules` list."""
+    path = path or rules_file()
+    try:
+        rules = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as e:
+        raise RulesError(f"cannot load gpugov's RBAC rules from {path}: {e}") from None
+    if not isinstance(rules, dict):
+        raise RulesError(f"{path}: expected a mapping of component -> rules")
+    for component in COMPONENTS:
+        block = rules.get(component)
+        if not isinstance(block, dict) or not isinstance(block.get("clusterRules"), list):
+            raise RulesError(f"{path}: component {component!r} has no clusterRules list")
+        if not isinstance(block.get("namespaceRules") or [], list):
+            raise RulesError(f"{path}: component {component!r}: namespaceRules is not a list")
+    return rules
 
 
 async def _ignore_conflict(coro) -> None:
@@ -85,10 +115,15 @@ async def apply_component_rbac(kubeconfig: Path, component: str, namespace: str,
 
 
 async def _token_kubeconfig(api: client.ApiClient, name: str, namespace: str, out: Path,
-                            token_seconds: int) -> Path:
-    """A kubeconfig holding a TokenRequest token of ServiceAccount `namespace/name`."""
+                            token_seconds: int,
+                            bound_to: dict[str, str] | None = None) -> Path:
+    """A kubeconfig holding a TokenRequest token of ServiceAccount `namespace/name`
+    (`bound_to`: the token's boundObjectRef, e.g. a Node)."""
+    spec: dict[str, Any] = {"expirationSeconds": token_seconds}
+    if bound_to is not None:
+        spec["boundObjectRef"] = bound_to
     token = (await client.CoreV1Api(api).create_namespaced_service_account_token(
-        name, namespace, {"spec": {"expirationSeconds": token_seconds}})).status.token
+        name, namespace, {"spec": spec})).status.token
     server = api.configuration.host
     ca = base64.b64encode(Path(api.configuration.ssl_ca_cert).read_bytes()).decode()
     out.write_text(yaml.safe_dump({
@@ -116,3 +151,33 @@ async def tenant_edit_kubeconfig(kubeconfig: Path, namespace: str, name: str, ou
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
                         "name": "edit"}}))
         return await _token_kubeconfig(api, name, namespace, out, token_seconds)
+
+
+async def node_token_kubeconfig(kubeconfig: Path, node: str, namespace: str, out: Path,
+                                token_seconds: int = 3600, release: str = "gpugov") -> Path:
+    """The node ServiceAccount (`apply_component_rbac`) with a TokenRequest token bound to
+    Node `node`: the apiserver adds `authentication.kubernetes.io/node-name` to its user
+    info, as it does for the node agent pod's projected token."""
+    await apply_component_rbac(kubeconfig, "node", namespace, out.with_suffix(".unbound"),
+                               token_seconds, release)
+    async with api_client(kubeconfig) as api:
+        uid = (await client.CoreV1Api(api).read_node(node)).metadata.uid
+        return await _token_kubeconfig(api, f"{release}-node", namespace, out, token_seconds,
+                                       {"kind": "Node", "apiVersion": "v1", "name": node,
+                                        "uid": uid})
+
+
+def sync_rules() -> bool:
+    """Copy the chart's rules over the packaged ones (a source checkout); True if changed."""
+    src, dst = chart_rules_file(), rules_file()
+    text = src.read_bytes()
+    if dst.is_file() and dst.read_bytes() == text:
+        return False
+    dst.write_bytes(text)
+    return True
+
+
+if __name__ == "__main__":  # python -m gpugov.k8s.devcluster.rbac --sync
+    if sys.argv[1:] != ["--sync"]:
+        sys.exit("usage: python -m gpugov.k8s.devcluster.rbac --sync")
+    print(f"{rules_file()}: {'updated' if sync_rules() else 'already the chart copy'}")
