@@ -52,17 +52,122 @@ def test_kai_annotation_alone_asks_for_a_gpu():
     assert req.milli == 500
 
 
+def no_tenancy(ns):
+    raise AssertionError("tenancy must not be consulted")
+
+
 def test_pod_without_gpu_is_not_touched_and_needs_no_tenant():
-    def no_tenancy(ns):
-        raise AssertionError("tenancy must not be consulted")
     out = admission.mutate(review(pod({"cpu": "1"})), no_tenancy)
     assert out["response"] == {"uid": "u1", "allowed": True}
 
 
-def test_explicit_other_scheduler_is_kept():
-    out = admission.mutate(review(pod({"nvidia.com/gpu": 1}, schedulerName="volcano")),
-                           lambda ns: INTERNAL)
+@pytest.mark.parametrize("limits", [{"nvidia.com/gpu": 0}, {"nvidia.com/gpu": "0"},
+                                    {"nvidia.com/gpu": "0", "nvidia.com/gpumem": "0k"}])
+def test_zero_gpus_is_no_gpu(limits):
+    out = admission.mutate(review(pod(limits)), no_tenancy)
+    assert out["response"] == {"uid": "u1", "allowed": True}
+    assert admission.validate(review(pod(limits)))["response"]["allowed"]
+
+
+def test_forged_owned_keys_are_removed_from_a_pod_without_gpu():
+    p = pod({"cpu": "1"}, {ann.REQUEST: '{"v":1,"count":8,"mode":"exclusive"}',
+                           ann.QUEUE: "victim", ann.TRUST_TIER: "trusted", "keep": "me"})
+    p["metadata"]["labels"] = {ann.MANAGED_LABEL: "true", "app": "x"}
+    out = admission.mutate(review(p), no_tenancy)["response"]
+    assert out["allowed"]
+    ops = json.loads(base64.b64decode(out["patch"]))
+    assert ops == [{"op": "remove", "path": "/metadata/annotations/gpugov.io~1request"},
+                   {"op": "remove", "path": "/metadata/annotations/gpugov.io~1queue"},
+                   {"op": "remove", "path": "/metadata/annotations/gpugov.io~1trust-tier"},
+                   {"op": "remove", "path": "/metadata/labels/gpugov.io~1managed"}]
+    assert "removed gpugov.io/request, gpugov.io/queue" in out["warnings"][0]
+
+
+def test_preset_node_name_is_refused_unless_gpugov_created_the_pod():
+    p = pod({"nvidia.com/gpu": 1}, nodeName="gpu-node-1")
+    out = admission.mutate(review(p), lambda ns: INTERNAL)["response"]
+    assert out["allowed"] is False and out["status"]["code"] == 403
+    assert "spec.nodeName is set ('gpu-node-1')" in out["status"]["message"]
+    assert "let the gpugov scheduler place it" in out["status"]["message"]
+    assert not admission.validate(review(p))["response"]["allowed"]
+    admin = {**review(p), "userInfo": {"username": "me", "groups": ["system:masters"]}}
+    assert admission.mutate(admin, lambda ns: INTERNAL)["response"]["allowed"]
+
+
+def test_ignore_label_on_a_gpu_pod_only_warns():
+    p = pod({"nvidia.com/gpu": 1})
+    p["metadata"]["labels"] = {ann.IGNORE_LABEL: "true"}
+    out = admission.mutate(review(p), lambda ns: INTERNAL)["response"]
+    assert out["allowed"] and "/metadata/annotations/gpugov.io~1request" in patch_of(
+        {"response": out})
+    assert out["warnings"] == ["the pod label gpugov.io/ignore has no effect: exemption from "
+                               "gpugov is a namespace label an admin sets (gpugov.io/ignore=true "
+                               "on the namespace)"]
+
+
+TENANT_SA = {"username": "system:serviceaccount:team-a:tenant",
+             "groups": ["system:serviceaccounts", "system:authenticated"]}
+SCHEDULER_SA = {"username": "system:serviceaccount:gpugov-system:gpugov-scheduler",
+                "groups": ["system:serviceaccounts"]}
+OWNED_POD = pod({"nvidia.com/gpu": 1}, {ann.REQUEST: "r", ann.QUEUE: "mine",
+                                        ann.TRUST_TIER: "untrusted"})
+
+
+def update(old: dict, new: dict, user: dict) -> dict:
+    return {**review(new, op="UPDATE"), "oldObject": old, "userInfo": user}
+
+
+@pytest.mark.parametrize("key,value", [(ann.QUEUE, "theirs"), (ann.TRUST_TIER, "trusted"),
+                                       (ann.REQUEST, "other"), (ann.ALLOCATION, "{}"),
+                                       (ann.TENANT, "t2"), (ann.ALLOCATED, "{}"),
+                                       (ann.QUEUE, None)])
+def test_tenant_cannot_add_change_or_remove_an_owned_annotation(key, value):
+    new = json.loads(json.dumps(OWNED_POD))
+    if value is None:
+        del new["metadata"]["annotations"][key]
+    else:
+        new["metadata"]["annotations"][key] = value
+    out = admission.validate(update(OWNED_POD, new, TENANT_SA))["response"]
+    assert out["allowed"] is False and out["status"]["code"] == 403
+    assert out["status"]["message"] == (
+        f"{key}: this pod annotation is owned by gpugov; only gpugov's components may add, "
+        "change or remove it")
+    assert admission.validate(update(OWNED_POD, new, SCHEDULER_SA))["response"]["allowed"]
+
+
+def test_owned_label_and_pinned_namespace():
+    new = json.loads(json.dumps(OWNED_POD))
+    new["metadata"]["labels"] = {ann.MANAGED_LABEL: "false"}
+    out = admission.validate(update(OWNED_POD, new, TENANT_SA))["response"]
+    assert "gpugov.io/managed: this pod label is owned by gpugov" in out["status"]["message"]
+    # a ServiceAccount named like gpugov's in the tenant's own namespace is not gpugov
+    fake = {"username": "system:serviceaccount:team-a:gpugov-scheduler", "groups": []}
+    assert not admission.validate(update(OWNED_POD, new, fake))["response"]["allowed"]
+    other_ns = admission.validate(update(OWNED_POD, new, SCHEDULER_SA),
+                                  system_namespace="elsewhere")
+    assert not other_ns["response"]["allowed"]
+
+
+def test_tenant_updates_that_leave_owned_keys_alone_pass():
+    new = json.loads(json.dumps(OWNED_POD))
+    new["metadata"]["labels"] = {"app": "x"}
+    new["metadata"]["annotations"]["note"] = "mine"
+    assert admission.validate(update(OWNED_POD, new, TENANT_SA))["response"]["allowed"]
+
+
+def test_other_scheduler_is_refused_unless_the_tenant_lists_it():
+    p = pod({"nvidia.com/gpu": 1}, schedulerName="volcano")
+    out = admission.mutate(review(p), lambda ns: INTERNAL)["response"]
+    assert out["allowed"] is False and out["status"]["code"] == 403
+    assert ("schedulerName 'volcano' is not allowed for GPU pods of Tenant 't' (allowed: gpugov)"
+            in out["status"]["message"])
+    listed = Resolution("t", "q", TrustTier.INTERNAL, ("volcano",))
+    out = admission.mutate(review(p), lambda ns: listed)
     assert "/spec/schedulerName" not in patch_of(out)
+    # extender mode (`--scheduler-name ''`): pods keep default-scheduler
+    ext = admission.mutate(review(pod({"nvidia.com/gpu": 1})), lambda ns: INTERNAL,
+                           scheduler_name="")
+    assert ext["response"]["allowed"] and "/spec/schedulerName" not in patch_of(ext)
 
 
 @pytest.mark.parametrize("limits,annots,needle", [
@@ -72,14 +177,34 @@ def test_explicit_other_scheduler_is_kept():
     ({"nvidia.com/gpucores": 150}, {}, "150 % is more than one GPU"),
     ({"nvidia.com/mig-9g.99gb": 1}, {}, "no GPU in the catalog has a MIG profile '9g.99gb'"),
     ({"nvidia.com/tpu": 1}, {}, "nvidia.com/tpu: is not a GPU resource gpugov knows"),
-    ({"nvidia.com/gpu": 1}, {"gpugov.io/allocation": "{}"},
-     "gpugov.io/allocation: only gpugov's scheduler writes it"),
+    ({"nvidia.com/gpu": "1e400"}, {}, "'1e400' is out of range (exponent beyond ±30)"),
+    ({"nvidia.com/gpu": "1e8000000"}, {}, "'1e8000000' is out of range"),
+    ({"nvidia.com/gpu": 1, "cpu": "1e400"}, {}, "cpu: '1e400' is out of range"),
+    ({"nvidia.com/gpu": "9" * 5000}, {}, "is not a quantity gpugov reads (longer than 64"),
+    ({"nvidia.com/gpu": 10**30}, {}, "is out of range"),
+    ({}, {"gpu-fraction": "1e400"}, "gpu-fraction: '1e400' is not a finite number"),
+    ({}, {"gpu-fraction": "nan"}, "gpu-fraction: 'nan' is not a finite number"),
+    ({}, {"gpu-memory": "9" * 100}, "is not a plain integer (MiB)"),
 ])
 def test_impossible_or_ambiguous_requests_are_refused_with_what_to_write(limits, annots, needle):
     out = admission.mutate(review(pod(limits, annots)), lambda ns: INTERNAL)
     assert out["response"]["allowed"] is False
     assert needle in out["response"]["status"]["message"]
     assert out["response"]["status"]["code"] == 422
+
+
+@pytest.mark.parametrize("annots", [{"gpugov.io/allocation": "{}"},
+                                    {"gpugov.io/allocated": "{}"}])
+@pytest.mark.parametrize("limits", [{"nvidia.com/gpu": 1}, {"cpu": "1"}])
+def test_allocation_records_are_refused_at_create_for_every_pod(limits, annots):
+    for check in (admission.mutate(review(pod(limits, annots)), lambda ns: INTERNAL),
+                  admission.validate(review(pod(limits, annots)))):
+        out = check["response"]
+        assert out["allowed"] is False and out["status"]["code"] == 403
+        key = next(iter(annots))
+        assert out["status"]["message"] == (
+            f"{key}: only gpugov's scheduler writes it (through the Binding); remove it from "
+            "the pod")
 
 
 def test_two_gpu_containers_are_refused():
@@ -164,18 +289,42 @@ def test_fractional_quantity_is_refused():
     assert "'500m' is not a plain integer (GPUs)" in out["response"]["status"]["message"]
 
 
+@pytest.mark.parametrize("name,parent,queues,cycle", [
+    ("a", "a", {}, "a -> a"),
+    ("a", "b", {"b": "a"}, "a -> b -> a"),
+    ("a", "b", {"b": "c", "c": "a", "a": None}, "a -> b -> c -> a"),
+])
+def test_queue_cycles_are_refused(name, parent, queues, cycle):
+    req = {"uid": "u", "kind": {"kind": "Queue"}, "operation": "UPDATE", "object": {
+        "metadata": {"name": name}, "spec": {"parent": parent}}}
+    out = admission.review_tenancy(req, queues)["response"]
+    assert out["allowed"] is False
+    assert f"Queue {name}: spec.parent {parent!r} makes a cycle ({cycle})" in \
+        out["status"]["message"]
+
+
+def test_queue_chains_without_a_cycle_through_it_are_admitted():
+    ok = {"uid": "u", "kind": {"kind": "Queue"}, "object": {
+        "metadata": {"name": "a"}, "spec": {"parent": "b"}}}
+    assert admission.review_tenancy(ok, {"b": "root", "root": None})["response"]["allowed"]
+    # a cycle elsewhere (x <-> y) does not block an unrelated queue
+    assert admission.review_tenancy(ok, {"b": "x", "x": "y", "y": "x"})["response"]["allowed"]
+    deep = {f"q{i}": f"q{i + 1}" for i in range(20000)}
+    assert admission.review_tenancy(ok, {"b": "q0", **deep})["response"]["allowed"]
+
+
 def test_tenant_and_queue_reviews_only_warn():
     queues = {"root": None, "leaf": "root"}
     tenant = {"uid": "u", "kind": {"kind": "Tenant"}, "object": {
         "metadata": {"name": "t"}, "spec": {"namespaces": ["a"], "queue": "root"}}}
-    out = admission.tenancy_warnings(tenant, queues)["response"]
+    out = admission.review_tenancy(tenant, queues)["response"]
     assert out["allowed"] is True
     assert out["warnings"] == ["Tenant t: queue 'root' has child queues (leaf); only leaf "
                                "queues take work"]
     queue = {"uid": "u", "kind": {"kind": "Queue"}, "object": {
         "metadata": {"name": "q"}, "spec": {"parent": "nope"}}}
-    assert admission.tenancy_warnings(queue, queues)["response"]["warnings"] == [
+    assert admission.review_tenancy(queue, queues)["response"]["warnings"] == [
         "Queue q: parent 'nope' does not exist"]
     ok = {"uid": "u", "kind": {"kind": "Tenant"}, "object": {
         "metadata": {"name": "t"}, "spec": {"namespaces": ["a"], "queue": "leaf"}}}
-    assert "warnings" not in admission.tenancy_warnings(ok, queues)["response"]
+    assert "warnings" not in admission.review_tenancy(ok, queues)["response"]

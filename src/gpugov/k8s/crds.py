@@ -9,8 +9,9 @@ deploy/helm/gpugov/crds/ is `generate()`'s output (a test fails when it is stale
 generate` rewrites it. `config_to_objects` / `objects_to_config` convert between the two forms.
 
 - `Queue` (cluster-scoped): one node of the quota tree; `metadata.name` is the queue name.
-- `Tenant` (cluster-scoped): namespaces (a list, or a label selector) -> leaf queue + trust tier.
-  The config's one `namespace` becomes `namespaces: [namespace]`.
+- `Tenant` (cluster-scoped): namespaces (a list, or a label selector) -> leaf queue + trust tier,
+  and `schedulers`: the other schedulers its GPU pods may name (default: gpugov only; the
+  webhook refuses any other). The config's one `namespace` becomes `namespaces: [namespace]`.
 - `PriorityPolicy` (cluster-scoped): extends the Kubernetes PriorityClass of the same name with
   `preemptible` and `minRuntime`; the value stays on the PriorityClass.
 """
@@ -143,6 +144,12 @@ def tenant_crd() -> dict[str, Any]:
                     "operator": {"type": "string",
                                  "enum": ["In", "NotIn", "Exists", "DoesNotExist"]},
                     "values": {"type": "array", "items": {"type": "string"}}}}}}}
+    spec["properties"]["schedulers"] = {
+        "type": "array", "maxItems": 16, "x-kubernetes-list-type": "set",
+        "items": {"type": "string", "minLength": 1, "maxLength": 253},
+        "description": "schedulers besides gpugov's that GPU pods of this tenant may name in "
+        "spec.schedulerName (default: none; gpugov's admission refuses any other, since a pod "
+        "placed by another scheduler escapes gpugov's queues and quotas)"}
     spec["x-kubernetes-validations"] = [{
         "rule": "has(self.namespaces) != has(self.namespaceSelector)",
         "message": "set exactly one of namespaces and namespaceSelector"}]

@@ -19,6 +19,9 @@ control-plane-anchors.md §1.8 for KAI):
 
 Anything contradictory or impossible raises `RequestError`, whose message says what to write
 instead. Like HAMi (`defaultGPUNum`), a soft-slice request without `nvidia.com/gpu` means 1 GPU.
+A container whose GPU resources are all zero (`nvidia.com/gpu: 0`) asks for no GPU, as it
+does for the kubelet. Values are tenant input: numbers are bounded (`MAX_INT`, `MAX_TEXT`) and
+must be finite before any arithmetic, so a hostile value is a RequestError, never a crash.
 """
 
 from __future__ import annotations
@@ -48,6 +51,11 @@ ANN_ISOLATION = "gpugov.io/isolation"
 ANN_TOPOLOGY = "gpugov.io/topology"
 OUR_ANNOTATIONS = (ANN_MODEL, ANN_ISOLATION, ANN_TOPOLOGY)
 TOPOLOGY_VALUES = ("none", "preferred", "required")
+#: largest integer a spelling accepts (GPU counts, MiB, %): far beyond any real request
+MAX_INT = 2**31 - 1
+#: longest number text read
+MAX_TEXT = 64
+_ZERO = re.compile(r"[+-]?(0+\.?0*|\.0+)([eE][+-]?\d{1,4}|[numkMGTPE]i?)?")
 _KNOWN_NVIDIA = (GPU, GPUMEM, GPUMEM_PCT, GPUCORES, SHARED, f"{MIG_PREFIX}<profile>",
                  f"{MIG_PREFIX}<profile>.shared")
 
@@ -62,23 +70,50 @@ class RequestError(ValueError):
         super().__init__(f"{spelling}: {problem}; instead, {instead}")
 
 
+def _short(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:40] + "…"
+
+
 def _int(spelling: str, value: object, unit: str, example: str) -> int:
     if isinstance(value, bool):
         raise RequestError(spelling, f"{value!r} is not a number", f"write {example}")
     if isinstance(value, int):
-        return value
-    text = str(value).strip()
-    if re.fullmatch(r"\d+", text):
-        return int(text)
-    raise RequestError(spelling, f"{value!r} is not a plain integer ({unit})",
-                       f"write {example}")
+        number = value
+    else:
+        text = str(value).strip()
+        if len(text) > MAX_TEXT or not re.fullmatch(r"\d+", text):
+            raise RequestError(spelling, f"{_short(value)} is not a plain integer ({unit})",
+                               f"write {example}")
+        number = int(text)
+    if abs(number) > MAX_INT:
+        raise RequestError(spelling, f"{_short(value)} is out of range (at most {MAX_INT})",
+                           f"write {example}")
+    return number
 
 
 def _float(spelling: str, value: object, example: str) -> float:
+    text = str(value).strip()
     try:
-        return float(str(value).strip())
+        if len(text) > MAX_TEXT:
+            raise ValueError
+        number = float(text)
     except ValueError:
-        raise RequestError(spelling, f"{value!r} is not a number", f"write {example}") from None
+        raise RequestError(spelling, f"{_short(value)} is not a number",
+                           f"write {example}") from None
+    if not math.isfinite(number):
+        raise RequestError(spelling, f"{_short(value)} is not a finite number", f"write {example}")
+    return number
+
+
+def is_zero(value: object) -> bool:
+    """A quantity that is exactly zero (`0`, `"0"`, `"0k"`, `"0e3"`): asks for nothing."""
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, int | float):
+        return value == 0
+    text = str(value).strip()
+    return len(text) <= MAX_TEXT and _ZERO.fullmatch(text) is not None
 
 
 def model_from_product_label(label: str) -> tuple[str | None, str | None]:
@@ -129,6 +164,8 @@ def translate(limits: Mapping[str, object], annotations: Mapping[str, str] | Non
     ann = dict(annotations or {})
     sel = dict(node_selector or {})
     gpu_keys = {k: v for k, v in limits.items() if k.startswith("nvidia.com/")}
+    if gpu_keys and all(is_zero(v) for v in gpu_keys.values()):
+        gpu_keys = {}  # `nvidia.com/gpu: 0`: no GPU (the kubelet reads it the same way)
     for k in gpu_keys:
         if not (k in (GPU, GPUMEM, GPUMEM_PCT, GPUCORES, SHARED) or k.startswith(MIG_PREFIX)):
             raise RequestError(k, "is not a GPU resource gpugov knows",

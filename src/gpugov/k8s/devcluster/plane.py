@@ -4,6 +4,11 @@ as plain processes on 127.0.0.1 — what envtest does, plus controllers, a sched
 Ports are picked at run time, every process runs in its own process group with its log in the
 work dir, pids go to the work dir's state file, and `stop()` stops exactly what `start()`
 started. A start failure raises `StartError` with the tail of the failing component's log.
+
+kube-apiserver authenticates to admission webhooks with a client certificate signed by the
+plane's CA (`--admission-control-config-file`, a WebhookAdmissionConfiguration whose
+kubeconfig presents it to every webhook), so a webhook started with `--client-ca <pki>/ca.crt`
+accepts the apiserver and refuses unauthenticated callers at TLS.
 """
 
 from __future__ import annotations
@@ -25,6 +30,8 @@ from gpugov.k8s.devcluster.processes import ProcessSet, free_port, log_tail
 
 SERVICE_CIDR = "10.0.0.0/24"
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
+#: the user name in the client certificate kube-apiserver presents to admission webhooks
+WEBHOOK_CLIENT_USER = "gpugov-apiserver-webhook-client"
 
 
 class StartError(RuntimeError):
@@ -112,6 +119,12 @@ class LocalControlPlane:
         _write_kubeconfig(path, self.server, self.ca.pair.cert, pair, user)
         return path
 
+    @property
+    def webhook_client_ca(self) -> Path:
+        """The CA that signs the certificate kube-apiserver presents to webhooks (a webhook's
+        `--client-ca`)."""
+        return self.pki_dir / "ca.crt"
+
     def ssl_context(self) -> ssl.SSLContext:
         """Verifies the apiserver and presents the admin certificate."""
         ctx = ssl.create_default_context(cafile=str(self.pki_dir / "ca.crt"))
@@ -152,6 +165,25 @@ class LocalControlPlane:
         admin.write(self.pki_dir / "admin.crt", self.pki_dir / "admin.key")
         pki.service_account_keys().write(self.pki_dir / "sa.pub", self.pki_dir / "sa.key")
         self._admin = admin
+        self._write_admission_config()
+
+    def _write_admission_config(self) -> None:
+        """kube-apiserver's AdmissionConfiguration: both webhook plugins present the client
+        certificate `WEBHOOK_CLIENT_USER` (signed by the CA) to every webhook (`name: '*'`)."""
+        assert self.ca is not None
+        pair = self.ca.client(WEBHOOK_CLIENT_USER)
+        kc = self.pki_dir / "webhook-client.kubeconfig"
+        kc.write_text(yaml.safe_dump({
+            "apiVersion": "v1", "kind": "Config",
+            "users": [{"name": "*", "user": {"client-certificate-data": _b64(pair.cert),
+                                            "client-key-data": _b64(pair.key)}}]}))
+        kc.chmod(0o600)
+        cfg = {"apiVersion": "apiserver.config.k8s.io/v1", "kind": "WebhookAdmissionConfiguration",
+               "kubeConfigFile": str(kc)}
+        (self.pki_dir / "admission.yaml").write_text(yaml.safe_dump({
+            "apiVersion": "apiserver.config.k8s.io/v1", "kind": "AdmissionConfiguration",
+            "plugins": [{"name": name, "configuration": cfg}
+                        for name in ("ValidatingAdmissionWebhook", "MutatingAdmissionWebhook")]}))
 
     def _start_etcd(self, timeout: float) -> None:
         self.say("starting etcd")
@@ -190,6 +222,7 @@ class LocalControlPlane:
             f"--service-account-key-file={p / 'sa.pub'}",
             f"--service-account-signing-key-file={p / 'sa.key'}",
             f"--cert-dir={p / 'apiserver-generated'}",
+            f"--admission-control-config-file={p / 'admission.yaml'}",
             *self.extra_args.get("kube-apiserver", [])])
         _write_kubeconfig(self.kubeconfig, self.server, self.ca.pair.cert, self._admin,
                           "gpugov-admin")

@@ -1,14 +1,19 @@
 """AdmissionReview v1 for pods: translate GPU requests, resolve tenancy, or refuse clearly.
 
-Pure logic (no I/O): `mutate` and `validate` take the AdmissionReview request and the tenancy
-inputs and return the AdmissionReview response. The server (`webhook.server`) reads Tenants and
-Queues from the API and calls these.
+Pure logic (no I/O): `mutate`, `validate` and `review_tenancy` take the AdmissionReview request
+and the tenancy inputs and return the AdmissionReview response. The server (`webhook.server`)
+reads Tenants and Queues from the API and calls these off its event loop.
 
 Mutation of a pod that asks for a GPU (any spelling `k8s.resources.translate` knows):
 `gpugov.io/request` (canonical JSON), `gpugov.io/tenant`, `gpugov.io/queue`,
 `gpugov.io/trust-tier`, the label `gpugov.io/managed: "true"`, and `schedulerName` (when unset
-or `default-scheduler`). Refusals (HTTP 200, `allowed: false`, code 422) carry the message the
-user sees in kubectl, which says what to write instead.
+or `default-scheduler`). A pod without a GPU keeps nothing gpugov owns: forged owned
+annotations and labels are removed. Refusals (HTTP 200, `allowed: false`, code 422 or 403)
+carry the message the user sees in kubectl, which says what to write instead.
+
+Ownership (`policy.py` holds the same rules in the apiserver): on UPDATE only gpugov's
+identities (`identities.is_gpugov`, from `request.userInfo`) may add, change or remove an
+owned key; on CREATE nobody sets the allocation records.
 """
 
 from __future__ import annotations
@@ -19,16 +24,27 @@ from collections.abc import Mapping
 from typing import Any
 
 from gpugov.k8s import annotations as ann
-from gpugov.k8s.quantity import plain
+from gpugov.k8s import identities
+from gpugov.k8s.quantity import parse_quantity, plain
 from gpugov.k8s.resources import RequestError, translate
+from gpugov.k8s.webhook.policy import (
+    FORBIDDEN_AT_CREATE,
+    OWNED_ANNOTATIONS,
+    OWNED_LABELS,
+    create_message,
+    owner_message,
+)
 from gpugov.k8s.webhook.tenancy import Resolution, TenancyError
 from gpugov.model.gpu_request import GpuRequest
 from gpugov.model.isolation import MIN_ISOLATION
 
 #: annotations only gpugov's components may write; stripped before translating
-OWNED = (ann.REQUEST, ann.QUEUE, ann.TENANT, ann.TRUST_TIER, ann.ALLOCATION, ann.ALLOCATED)
-#: annotations a user must never set at create time (they would steer the device plugin)
-FORBIDDEN_AT_CREATE = (ann.ALLOCATION, ann.ALLOCATED)
+OWNED = OWNED_ANNOTATIONS
+#: the scheduler kube-scheduler answers to; with `scheduler_name=""` (extender mode) GPU pods
+#: keep it
+DEFAULT_SCHEDULER = "default-scheduler"
+#: longest queue chain walked when looking for a cycle (Queues are few)
+MAX_QUEUE_DEPTH = 10_000
 
 
 class ReviewError(ValueError):
@@ -41,6 +57,8 @@ def parse_review(body: bytes) -> dict[str, Any]:
         review = json.loads(body)
     except (ValueError, UnicodeDecodeError) as exc:
         raise ReviewError(f"body is not JSON: {exc}") from None
+    except RecursionError:
+        raise ReviewError("body is not JSON gpugov reads: nested too deeply") from None
     if not isinstance(review, dict):
         raise ReviewError("body is not a JSON object")
     if review.get("apiVersion") != "admission.k8s.io/v1" or review.get("kind") != "AdmissionReview":
@@ -56,8 +74,8 @@ def response(uid: str, allowed: bool = True, message: str = "", patch: list | No
              code: int = 422, warnings: list[str] | None = None) -> dict[str, Any]:
     resp: dict[str, Any] = {"uid": uid, "allowed": allowed}
     if not allowed:
-        resp["status"] = {"code": code, "reason": "Invalid" if code == 422 else "InternalError",
-                          "message": message}
+        reason = {422: "Invalid", 403: "Forbidden", 400: "BadRequest"}.get(code, "InternalError")
+        resp["status"] = {"code": code, "reason": reason, "message": message}
     if patch:
         resp["patchType"] = "JSONPatch"
         resp["patch"] = base64.b64encode(json.dumps(patch).encode()).decode()
@@ -76,11 +94,19 @@ def _containers(pod: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
     return out
 
 
-def _limits(c: Mapping[str, Any]) -> dict[str, Any]:
-    """requests overlaid by limits; GPU quantities in plain numbers (`20k` -> 20000)."""
+def _limits(where: str, c: Mapping[str, Any]) -> dict[str, Any]:
+    """requests overlaid by limits; GPU quantities in plain numbers (`20k` -> 20000).
+    RequestError for a quantity out of any real range (`1e400`), checked before arithmetic."""
     res = c.get("resources") or {}
     merged = dict(res.get("requests") or {})
     merged.update(res.get("limits") or {})
+    for k, v in merged.items():
+        try:
+            parse_quantity(v)
+        except ValueError as exc:
+            if "out of range" in str(exc) or "longer than" in str(exc):
+                raise RequestError(f"{where}: {k}", str(exc),
+                                   f"ask for a real amount, e.g. {k}: 1") from None
     return {k: plain(v) if k.startswith("nvidia.com/") else v for k, v in merged.items()}
 
 
@@ -93,7 +119,7 @@ def pod_request(pod: Mapping[str, Any]) -> GpuRequest | None:
     meta = pod.get("metadata") or {}
     annots = {k: v for k, v in (meta.get("annotations") or {}).items() if k not in OWNED}
     sel = (pod.get("spec") or {}).get("nodeSelector") or {}
-    limits = [(where, _limits(c)) for where, c in _containers(pod)]
+    limits = [(where, _limits(where, c)) for where, c in _containers(pod)]
     gpu = [(w, lim) for w, lim in limits if any(k.startswith("nvidia.com/") for k in lim)]
     if len(gpu) > 1:
         raise RequestError(", ".join(w for w, _ in gpu),
@@ -101,6 +127,52 @@ def pod_request(pod: Mapping[str, Any]) -> GpuRequest | None:
                            "put the GPU work in one container (gpugov gives one GPU request "
                            "per pod)")
     return translate(gpu[0][1] if gpu else {}, annots, sel)
+
+
+def _user(req: Mapping[str, Any]) -> tuple[str, list[str]]:
+    info = req.get("userInfo")
+    if not isinstance(info, Mapping):
+        return "", []
+    user = info.get("username")
+    groups = info.get("groups")
+    return (user if isinstance(user, str) else "",
+            [g for g in groups if isinstance(g, str)] if isinstance(groups, list) else [])
+
+
+def is_gpugov_request(req: Mapping[str, Any],
+                      system_namespace: str = identities.SYSTEM_NAMESPACE) -> bool:
+    """The review's author is one of gpugov's components or a cluster admin."""
+    user, groups = _user(req)
+    return identities.is_gpugov(user, groups, system_namespace)
+
+
+def _strings(meta: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+    value = meta.get(key)
+    return value if isinstance(value, Mapping) else {}
+
+
+def owned_changes(req: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """(key, "annotation" | "label") of every owned key an UPDATE adds, changes or removes."""
+    new = (req.get("object") or {}).get("metadata") or {}
+    old = (req.get("oldObject") or {}).get("metadata") or {}
+    out = []
+    for field, keys, what in (("annotations", OWNED_ANNOTATIONS, "annotation"),
+                              ("labels", OWNED_LABELS, "label")):
+        a, b = _strings(new, field), _strings(old, field)
+        out += [(k, what) for k in keys if (k in a) != (k in b) or a.get(k) != b.get(k)]
+    return out
+
+
+def _strip_owned(meta: Mapping[str, Any]) -> tuple[list[dict[str, Any]], list[str]]:
+    """JSON patch removing every owned annotation/label a pod carries, and their names."""
+    patch, removed = [], []
+    for field, keys in (("annotations", OWNED_ANNOTATIONS), ("labels", OWNED_LABELS)):
+        present = _strings(meta, field)
+        for k in keys:
+            if k in present:
+                patch.append({"op": "remove", "path": f"/metadata/{field}/{_escape(k)}"})
+                removed.append(k)
+    return patch, removed
 
 
 def _escape(key: str) -> str:
@@ -120,67 +192,129 @@ def _check_tier(req: GpuRequest, res: Resolution) -> None:
             ", a MIG profile or whole GPUs")
 
 
-def mutate(req: Mapping[str, Any], resolve_tenancy, scheduler_name: str = ann.SCHEDULER_NAME
-           ) -> dict[str, Any]:
+def _ignore_warning(meta: Mapping[str, Any]) -> list[str]:
+    if ann.IGNORE_LABEL in _strings(meta, "labels"):
+        return [f"the pod label {ann.IGNORE_LABEL} has no effect: exemption from gpugov is a "
+                f"namespace label an admin sets ({ann.IGNORE_LABEL}=true on the namespace)"]
+    return []
+
+
+def _node_name_refusal(pod: Mapping[str, Any], req: Mapping[str, Any],
+                       system_namespace: str) -> str | None:
+    node = (pod.get("spec") or {}).get("nodeName")
+    if node and not is_gpugov_request(req, system_namespace):
+        return (f"gpugov: spec.nodeName is set ({str(node)[:64]!r}) on a pod that asks for a GPU; "
+                "a GPU pod is placed by the gpugov scheduler, which accounts it in its queue: "
+                "remove spec.nodeName (use a nodeSelector or node affinity to pick nodes) and "
+                "let the gpugov scheduler place it")
+    return None
+
+
+def _scheduler_patch(pod: Mapping[str, Any], res: Resolution, scheduler_name: str
+                     ) -> tuple[list[dict[str, Any]], str | None]:
+    """The schedulerName patch, or a refusal when the pod names a scheduler its Tenant does
+    not allow (another scheduler would escape gpugov's queues and quotas)."""
+    current = (pod.get("spec") or {}).get("schedulerName")
+    unset = current in (None, "", DEFAULT_SCHEDULER)
+    if scheduler_name and unset:
+        return [{"op": "add", "path": "/spec/schedulerName", "value": scheduler_name}], None
+    ours = scheduler_name or DEFAULT_SCHEDULER
+    name = current or DEFAULT_SCHEDULER
+    if name == ours or name in res.schedulers:
+        return [], None
+    allowed = ", ".join([ours, *res.schedulers])
+    return [], (f"gpugov: schedulerName {str(name)[:64]!r} is not allowed for GPU pods of Tenant "
+                f"{res.tenant!r} (allowed: {allowed}); instead, leave schedulerName unset "
+                f"(gpugov places the pod), or have an admin list the scheduler in the Tenant's "
+                "spec.schedulers")
+
+
+def mutate(req: Mapping[str, Any], resolve_tenancy, scheduler_name: str = ann.SCHEDULER_NAME,
+           system_namespace: str = identities.SYSTEM_NAMESPACE) -> dict[str, Any]:
     """Answer a mutating review. `resolve_tenancy(namespace) -> Resolution` may raise
     TenancyError (the pod is refused with its message)."""
     uid = req["uid"]
     pod = req.get("object")
     if req.get("kind", {}).get("kind") != "Pod" or not isinstance(pod, Mapping):
         return response(uid)  # not ours: never block what we do not understand
+    if req.get("operation", "CREATE") != "CREATE":
+        return response(uid)  # UPDATEs are checked by `validate` (ownership)
     meta = pod.get("metadata") or {}
-    annots = meta.get("annotations") or {}
-    if req.get("operation") == "CREATE":
-        spoofed = [k for k in FORBIDDEN_AT_CREATE if k in annots]
-        if spoofed:
-            return response(uid, False, f"{spoofed[0]}: only gpugov's scheduler writes it; "
-                            "remove it from the pod")
+    annots = _strings(meta, "annotations")
+    spoofed = [k for k in FORBIDDEN_AT_CREATE if k in annots]
+    if spoofed:
+        return response(uid, False, create_message(spoofed[0]), code=403)
     try:
         gpu = pod_request(pod)
     except RequestError as exc:
         return response(uid, False, f"gpugov: {exc}")
     if gpu is None:
-        return response(uid)
+        patch, removed = _strip_owned(meta)
+        warnings = ([f"removed {', '.join(removed)}: only gpugov writes them, and only on "
+                     "pods that ask for a GPU"] if removed else None)
+        return response(uid, patch=patch, warnings=warnings)
+    refusal = _node_name_refusal(pod, req, system_namespace)
+    if refusal:
+        return response(uid, False, refusal, code=403)
     namespace = req.get("namespace") or meta.get("namespace") or "default"
     try:
         res = resolve_tenancy(namespace)
         _check_tier(gpu, res)
     except (TenancyError, RequestError) as exc:
         return response(uid, False, f"gpugov: {exc}")
+    sched_patch, refusal = _scheduler_patch(pod, res, scheduler_name)
+    if refusal:
+        return response(uid, False, refusal, code=403)
     patch: list[dict[str, Any]] = []
-    if not meta.get("annotations"):
+    if not annots:
         patch.append({"op": "add", "path": "/metadata/annotations", "value": {}})
     for key, value in ((ann.REQUEST, ann.encode_request(gpu)), (ann.TENANT, res.tenant),
                        (ann.QUEUE, res.queue), (ann.TRUST_TIER, res.trust.value)):
         patch.append({"op": "add", "path": f"/metadata/annotations/{_escape(key)}",
                       "value": value})
-    if not meta.get("labels"):
+    if not _strings(meta, "labels"):
         patch.append({"op": "add", "path": "/metadata/labels", "value": {}})
     patch.append({"op": "add", "path": f"/metadata/labels/{_escape(ann.MANAGED_LABEL)}",
                   "value": "true"})
-    current = (pod.get("spec") or {}).get("schedulerName")
-    if scheduler_name and current in (None, "", "default-scheduler"):
-        patch.append({"op": "add", "path": "/spec/schedulerName", "value": scheduler_name})
-    return response(uid, patch=patch)
+    patch += sched_patch
+    return response(uid, patch=patch, warnings=_ignore_warning(meta) or None)
 
 
-def validate(req: Mapping[str, Any], scheduler_name: str = ann.SCHEDULER_NAME) -> dict[str, Any]:
-    """Answer a validating review: after every mutating webhook ran, a GPU pod must still carry
-    the request annotation matching its resources (another mutator may have changed them)."""
+def validate(req: Mapping[str, Any], scheduler_name: str = ann.SCHEDULER_NAME,
+             system_namespace: str = identities.SYSTEM_NAMESPACE) -> dict[str, Any]:
+    """Answer a validating review of a pod.
+
+    UPDATE: only gpugov's identities may add, change or remove an owned key. CREATE: after
+    every mutating webhook ran, a GPU pod must still carry the request annotation matching its
+    resources (another mutator may have changed them), no allocation record and no preset
+    node."""
     uid = req["uid"]
     pod = req.get("object")
     if req.get("kind", {}).get("kind") != "Pod" or not isinstance(pod, Mapping):
         return response(uid)
+    if req.get("operation") == "UPDATE":
+        changes = owned_changes(req)
+        if changes and not is_gpugov_request(req, system_namespace):
+            return response(uid, False, owner_message(*changes[0]), code=403)
+        return response(uid)
+    if req.get("operation", "CREATE") != "CREATE":
+        return response(uid)
+    annots = _strings(pod.get("metadata") or {}, "annotations")
+    spoofed = [k for k in FORBIDDEN_AT_CREATE if k in annots]
+    if spoofed:
+        return response(uid, False, create_message(spoofed[0]), code=403)
     try:
         gpu = pod_request(pod)
     except RequestError as exc:
         return response(uid, False, f"gpugov: {exc}")
     if gpu is None:
         return response(uid)
-    annots = (pod.get("metadata") or {}).get("annotations") or {}
+    refusal = _node_name_refusal(pod, req, system_namespace)
+    if refusal:
+        return response(uid, False, refusal, code=403)
     if ann.REQUEST not in annots:
         return response(uid, False, "gpugov: the pod asks for a GPU but gpugov's mutating "
-                        "webhook did not annotate it (is it excluded by a label?)")
+                        "webhook did not annotate it")
     try:
         written = ann.decode_request(annots[ann.REQUEST])
     except ann.AnnotationError as exc:
@@ -191,10 +325,29 @@ def validate(req: Mapping[str, Any], scheduler_name: str = ann.SCHEDULER_NAME) -
     return response(uid)
 
 
-def tenancy_warnings(req: Mapping[str, Any], queues: Mapping[str, str | None]) -> dict[str, Any]:
-    """Answer a review of a Tenant or Queue: always allowed, with warnings (kubectl prints
-    them) when it points at a queue that does not exist or a Tenant's queue is not a leaf.
-    Never a refusal: objects are often applied in any order."""
+def queue_cycle(name: str, parent: str | None, queues: Mapping[str, str | None]
+                ) -> list[str] | None:
+    """The cycle through Queue `name` if its parent is `parent` (the other Queues as in
+    `queues`), e.g. ['a', 'b', 'a']; None when the chain ends at a root or a missing queue."""
+    chain = [name]
+    seen = {name}
+    current = parent
+    while current is not None and len(chain) <= MAX_QUEUE_DEPTH:
+        chain.append(current)
+        if current == name:
+            return chain
+        if current in seen or current not in queues:
+            return None  # a cycle above us (not through this queue) or a missing parent
+        seen.add(current)
+        current = queues[current]
+    return None
+
+
+def review_tenancy(req: Mapping[str, Any], queues: Mapping[str, str | None]) -> dict[str, Any]:
+    """Answer a review of a Tenant or Queue. A Queue whose parent chain comes back to itself
+    is refused (a cycle has no root to share from). Otherwise allowed, with warnings (kubectl
+    prints them) when it points at a queue that does not exist or a Tenant's queue is not a
+    leaf: missing objects are not refused, manifests are applied in any order."""
     uid = req["uid"]
     obj = req.get("object")
     kind = req.get("kind", {}).get("kind")
@@ -214,6 +367,14 @@ def tenancy_warnings(req: Mapping[str, Any], queues: Mapping[str, str | None]) -
                             f"({', '.join(children)}); only leaf queues take work")
     elif kind == "Queue":
         parent = spec.get("parent")
+        if not isinstance(parent, str | None) or not isinstance(name, str):
+            return response(uid)  # the CRD schema refuses it
+        cycle = queue_cycle(name, parent, queues)
+        if cycle:
+            return response(uid, False, f"Queue {name}: spec.parent {parent!r} makes a cycle "
+                            f"({' -> '.join(cycle[:20])}{' -> …' if len(cycle) > 20 else ''}); "
+                            "a queue tree needs a root: point one of them at no parent or at "
+                            "another queue")
         if parent is not None and parent not in queues:
             warnings.append(f"Queue {name}: parent {parent!r} does not exist")
     return response(uid, warnings=warnings or None)

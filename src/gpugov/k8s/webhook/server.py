@@ -4,13 +4,22 @@ Tenancy comes from the API on each GPU pod (Tenants and Queues are few and the a
 lists from its watch cache), so a Tenant created a moment ago is honoured; when the API cannot
 be read the last answer is used, and with none the pod is refused with the reason. A body that
 is not an AdmissionReview gets HTTP 400 and is counted; nothing ever crashes the server.
+
+Nothing a tenant writes can stall it: bodies are limited (`MAX_BODY`), parsing and every
+decision run in a small thread pool off the event loop, each within a time budget
+(`REVIEW_BUDGET`); a review over budget is refused with that message and counted
+(`gpugov_webhook_timeouts_total`). With `client_ca`, TLS requires a client certificate signed
+by that CA (the apiserver's, see `devcluster.plane`), so nobody else can call it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import functools
 import logging
 import ssl
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +29,7 @@ from prometheus_client import CollectorRegistry, Counter, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from gpugov.k8s import annotations as ann
+from gpugov.k8s import identities
 from gpugov.k8s.crds import GROUP, VERSION
 from gpugov.k8s.devcluster.client import api_client
 from gpugov.k8s.resources import RequestError
@@ -28,6 +38,14 @@ from gpugov.k8s.webhook.tenancy import Resolution, TenancyError, resolve
 
 log = logging.getLogger("gpugov.webhook")
 MAX_BODY = 4 * 1024 * 1024
+#: seconds one review may take (parsing, and again deciding) before it is refused
+REVIEW_BUDGET = 2.0
+#: threads deciding reviews (a stuck one cannot take the event loop with it)
+WORKERS = 4
+
+
+class ReviewTimeout(Exception):
+    """A review ran past its budget."""
 
 
 class TenancySource:
@@ -81,9 +99,14 @@ class TenancySource:
 class WebhookApp:
     """The aiohttp application and its metrics."""
 
-    def __init__(self, tenancy: TenancySource, scheduler_name: str = ann.SCHEDULER_NAME) -> None:
+    def __init__(self, tenancy: TenancySource, scheduler_name: str = ann.SCHEDULER_NAME,
+                 system_namespace: str = identities.SYSTEM_NAMESPACE,
+                 budget: float = REVIEW_BUDGET) -> None:
         self.tenancy = tenancy
         self.scheduler_name = scheduler_name
+        self.system_namespace = system_namespace
+        self.budget = budget
+        self.pool = concurrent.futures.ThreadPoolExecutor(WORKERS, "gpugov-review")
         self.registry = CollectorRegistry()
         self.reviews = Counter("gpugov_webhook_reviews_total", "Admission reviews answered",
                                ["webhook", "outcome"], registry=self.registry)
@@ -93,16 +116,33 @@ class WebhookApp:
         self.errors = Counter("gpugov_webhook_errors_total",
                               "Reviews that failed inside the webhook", ["webhook"],
                               registry=self.registry)
+        self.timeouts = Counter("gpugov_webhook_timeouts_total",
+                                "Reviews refused because they ran past the time budget",
+                                ["webhook"], registry=self.registry)
         self.app = web.Application(client_max_size=MAX_BODY)
         self.app.router.add_post("/mutate", self.mutate)
         self.app.router.add_post("/validate", self.validate)
         self.app.router.add_get("/healthz", self.healthz)
         self.app.router.add_get("/metrics", self.metrics)
+        self.app.on_cleanup.append(self._close)
 
-    async def _review(self, request: web.Request) -> dict[str, Any] | web.Response:
+    async def _close(self, _app: web.Application) -> None:
+        self.pool.shutdown(wait=False, cancel_futures=True)
+
+    async def _run(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """`fn(*args)` in the pool, within the budget; ReviewTimeout past it."""
+        loop = asyncio.get_running_loop()
+        fut = loop.run_in_executor(self.pool, functools.partial(fn, *args))
+        try:
+            return await asyncio.wait_for(fut, self.budget)
+        except TimeoutError:
+            raise ReviewTimeout from None
+
+    async def _review(self, request: web.Request, webhook: str
+                      ) -> dict[str, Any] | web.Response:
         try:
             body = await request.read()
-            return admission.parse_review(body)
+            return await self._run(admission.parse_review, body)
         except admission.ReviewError as exc:
             self.bad.labels("not_admission_review").inc()
             log.warning("bad request from %s: %s", request.remote, exc)
@@ -111,49 +151,77 @@ class WebhookApp:
             self.bad.labels("too_large").inc()
             return web.json_response({"error": f"body larger than {MAX_BODY} bytes"},
                                      status=413)
+        except ReviewTimeout:
+            self.bad.labels("too_slow").inc()
+            self.timeouts.labels(webhook).inc()
+            return web.json_response({"error": f"body not read within {self.budget:g} s"},
+                                     status=400)
+        except Exception as exc:  # anything else a body can provoke is the caller's fault
+            self.bad.labels("unreadable").inc()
+            log.warning("unreadable request from %s: %r", request.remote, exc)
+            return web.json_response({"error": f"body is not an AdmissionReview: {exc!r}"[:500]},
+                                     status=400)
+
+    def _answer(self, webhook: str, out: dict[str, Any]) -> web.Response:
+        self.reviews.labels(webhook, "allowed" if out["response"]["allowed"] else "denied").inc()
+        return web.json_response(out)
+
+    def _over_budget(self, webhook: str, req: dict[str, Any]) -> dict[str, Any]:
+        self.timeouts.labels(webhook).inc()
+        log.warning("review %s ran past %s s", req["uid"], self.budget)
+        return admission.response(
+            req["uid"], False, f"gpugov: this object took gpugov's webhook longer than "
+            f"{self.budget:g} s to review; refused (simplify its GPU request)", code=422)
+
+    def _failed(self, webhook: str, req: dict[str, Any], exc: Exception) -> dict[str, Any]:
+        self.errors.labels(webhook).inc()
+        log.exception("%s failed: %r", webhook, exc)
+        return admission.response(req["uid"], False, f"gpugov webhook error: {exc}"[:1000],
+                                  code=500)
 
     async def mutate(self, request: web.Request) -> web.Response:
-        req = await self._review(request)
+        req = await self._review(request, "mutate")
         if isinstance(req, web.Response):
             return req
         try:
             namespace = req.get("namespace") or "default"
             resolution: Resolution | TenancyError | None = None
-            if _asks_for_gpu(req):  # only GPU pods cost API reads
+            if await self._run(_asks_for_gpu, req):  # only GPU pods cost API reads
                 try:
-                    resolution = await self.tenancy.resolve(namespace)
+                    resolution = await self.tenancy.resolve(str(namespace))
                 except TenancyError as exc:
                     resolution = exc
 
             def sync_resolve(ns: str) -> Resolution:
                 if isinstance(resolution, TenancyError):
                     raise resolution
-                assert resolution is not None
+                if resolution is None:
+                    raise TenancyError("gpugov: tenancy was not resolved for this pod")
                 return resolution
-            out = admission.mutate(req, sync_resolve, self.scheduler_name)
+            out = await self._run(admission.mutate, req, sync_resolve, self.scheduler_name,
+                                  self.system_namespace)
+        except ReviewTimeout:
+            out = self._over_budget("mutate", req)
         except Exception as exc:  # never crash; refuse the GPU pod with the reason
-            self.errors.labels("mutate").inc()
-            log.exception("mutate failed")
-            out = admission.response(req["uid"], False, f"gpugov webhook error: {exc}", code=500)
-        self.reviews.labels("mutate", "allowed" if out["response"]["allowed"] else "denied").inc()
-        return web.json_response(out)
+            out = self._failed("mutate", req, exc)
+        return self._answer("mutate", out)
 
     async def validate(self, request: web.Request) -> web.Response:
-        req = await self._review(request)
+        req = await self._review(request, "validate")
         if isinstance(req, web.Response):
             return req
         try:
-            if req.get("kind", {}).get("kind") in ("Tenant", "Queue"):
-                out = admission.tenancy_warnings(req, await self.tenancy.queues())
+            if (req.get("kind") or {}).get("kind") in ("Tenant", "Queue"):
+                queues = await self.tenancy.queues()
+                out = await self._run(admission.review_tenancy, req, queues)
             else:
-                out = admission.validate(req, self.scheduler_name)
+                out = await self._run(admission.validate, req, self.scheduler_name,
+                                      self.system_namespace)
+        except ReviewTimeout:
+            out = self._over_budget("validate", req)
         except Exception as exc:
-            self.errors.labels("validate").inc()
-            log.exception("validate failed")
-            out = admission.response(req["uid"], False, f"gpugov webhook error: {exc}", code=500)
-        self.reviews.labels("validate",
-                            "allowed" if out["response"]["allowed"] else "denied").inc()
-        return web.json_response(out)
+            out = self._failed("validate", req, exc)
+        return self._answer("validate", out)
 
     async def healthz(self, request: web.Request) -> web.Response:
         return web.Response(text="ok")
@@ -165,7 +233,8 @@ class WebhookApp:
 
 def _asks_for_gpu(req: dict[str, Any]) -> bool:
     pod = req.get("object")
-    if req.get("kind", {}).get("kind") != "Pod" or not isinstance(pod, dict):
+    if (req.get("kind") or {}).get("kind") != "Pod" or not isinstance(pod, dict) or \
+            req.get("operation", "CREATE") != "CREATE":
         return False
     try:
         return admission.pod_request(pod) is not None
@@ -173,15 +242,21 @@ def _asks_for_gpu(req: dict[str, Any]) -> bool:
         return False  # refused by mutate before tenancy is needed
 
 
-def ssl_context(cert: Path, key: Path) -> ssl.SSLContext:
+def ssl_context(cert: Path, key: Path, client_ca: Path | None = None) -> ssl.SSLContext:
+    """The serving context; with `client_ca`, a client certificate signed by it is required
+    (the TLS handshake fails without one)."""
     ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     ctx.load_cert_chain(str(cert), str(key))
+    if client_ca is not None:
+        ctx.load_verify_locations(cafile=str(client_ca))
+        ctx.verify_mode = ssl.CERT_REQUIRED
     return ctx
 
 
 async def serve(cert: Path, key: Path, host: str, port: int, kubeconfig: Path | None,
                 scheduler_name: str = ann.SCHEDULER_NAME,
-                ready: asyncio.Event | None = None) -> None:
+                ready: asyncio.Event | None = None, client_ca: Path | None = None,
+                system_namespace: str = identities.SYSTEM_NAMESPACE) -> None:
     """Run until cancelled. Without `kubeconfig`, uses the in-cluster ServiceAccount."""
     from kubernetes_asyncio import config
 
@@ -191,12 +266,13 @@ async def serve(cert: Path, key: Path, host: str, port: int, kubeconfig: Path | 
         config.load_incluster_config()
         ctx = _incluster()
     async with ctx as api:
-        hook = WebhookApp(TenancySource(api), scheduler_name)
+        hook = WebhookApp(TenancySource(api), scheduler_name, system_namespace)
         runner = web.AppRunner(hook.app, access_log=None)
         await runner.setup()
-        site = web.TCPSite(runner, host, port, ssl_context=ssl_context(cert, key))
+        site = web.TCPSite(runner, host, port, ssl_context=ssl_context(cert, key, client_ca))
         await site.start()
-        log.info("gpugov webhook listening on https://%s:%d", host, port)
+        log.info("gpugov webhook listening on https://%s:%d (client certificates: %s)", host,
+                 port, f"required, CA {client_ca}" if client_ca else "not required")
         if ready is not None:
             ready.set()
         try:

@@ -4,7 +4,8 @@ A Tenant that lists the namespace in `spec.namespaces` wins over selector Tenant
 selector Tenants the most specific selector (most terms) wins, so `namespaceSelector: {}` is a
 catch-all. Two Tenants that claim a namespace equally are ambiguous: the pod is refused with
 both names rather than guessed. A Tenant whose queue does not exist (or is not a leaf) is
-refused too.
+refused too. `spec.schedulers` lists the schedulers (besides gpugov's) the Tenant's GPU pods
+may name; an admin writes it (tenants cannot edit Tenants).
 """
 
 from __future__ import annotations
@@ -20,11 +21,17 @@ class TenancyError(ValueError):
     """The namespace maps to no usable Tenant; the message says what to fix."""
 
 
+#: most scheduler names a Tenant may list (the CRD schema allows no more)
+MAX_SCHEDULERS = 16
+
+
 @dataclass(frozen=True)
 class Resolution:
     tenant: str
     queue: str
     trust: TrustTier
+    #: other schedulers the Tenant's GPU pods may name (`spec.schedulers`)
+    schedulers: tuple[str, ...] = ()
 
 
 def selector_matches(selector: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
@@ -88,4 +95,8 @@ def resolve(namespace: str, ns_labels: Mapping[str, str], tenants: list[dict[str
     except ValueError:
         raise TenancyError(f"Tenant {name!r} has trust {spec.get('trust')!r}; allowed: "
                            f"{', '.join(t.value for t in TrustTier)}") from None
-    return Resolution(name, queue, trust)
+    schedulers = spec.get("schedulers") or []
+    if not isinstance(schedulers, list):
+        schedulers = []
+    names = tuple(s for s in schedulers[:MAX_SCHEDULERS] if isinstance(s, str) and s)
+    return Resolution(name, queue, trust, names)

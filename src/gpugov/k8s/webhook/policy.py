@@ -1,0 +1,169 @@
+"""In-apiserver ownership of gpugov's pod fields: a ValidatingAdmissionPolicy (CEL, GA since
+Kubernetes 1.30) and its binding.
+
+The apiserver evaluates the policy itself, so it holds while gpugov's webhook is down (the
+webhook refuses the same changes as a second layer). On pod UPDATE an owned annotation or
+label may be added, changed or removed only by gpugov's components (`identities`, pinned to
+the system namespace) or a cluster admin (`system:masters`); on pod CREATE nobody may set
+`gpugov.io/allocation` / `gpugov.io/allocated` (the scheduler writes the allocation through
+the Binding subresource, the device plugin writes `allocated` later). Only the `pods` resource
+is matched: the scheduler's `pods/binding` and the kubelet's `pods/status` are subresources and
+not affected. The Helm chart renders the same objects (templates/admission-policy.yaml).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from gpugov.k8s import annotations as ann
+from gpugov.k8s import identities
+
+NAME = "gpugov-pod-ownership"
+#: pod annotations only gpugov's components write
+OWNED_ANNOTATIONS = (ann.REQUEST, ann.QUEUE, ann.TENANT, ann.TRUST_TIER, ann.ALLOCATION,
+                     ann.ALLOCATED)
+#: pod labels only gpugov's components write
+OWNED_LABELS = (ann.MANAGED_LABEL,)
+#: annotations nobody may set when creating a pod
+FORBIDDEN_AT_CREATE = (ann.ALLOCATION, ann.ALLOCATED)
+
+
+def _cel_list(items: tuple[str, ...]) -> str:
+    return "[" + ", ".join(f"'{i}'" for i in items) + "]"
+
+
+def _unchanged(key: str, new: str, old: str) -> str:
+    k = f"'{key}'"
+    return (f"(({k} in {new}) == ({k} in {old}) && "
+            f"(!({k} in {new}) || {new}[{k}] == {old}[{k}]))")
+
+
+def owner_message(key: str, what: str = "annotation") -> str:
+    """The refusal both layers give for a change of an owned key (the e2e tests match it)."""
+    return (f"{key}: this pod {what} is owned by gpugov; only gpugov's components may add, "
+            "change or remove it")
+
+
+def create_message(key: str) -> str:
+    return (f"{key}: only gpugov's scheduler writes it (through the Binding); remove it from "
+            "the pod")
+
+
+def validations() -> list[dict[str, str]]:
+    """One CEL rule per owned key, so the refusal names the key."""
+    out = []
+    for key in OWNED_ANNOTATIONS:
+        out.append({
+            "expression": "request.operation != 'UPDATE' || variables.gpugov || "
+                          + _unchanged(key, "variables.newAnn", "variables.oldAnn"),
+            "message": owner_message(key), "reason": "Forbidden"})
+    for key in OWNED_LABELS:
+        out.append({
+            "expression": "request.operation != 'UPDATE' || variables.gpugov || "
+                          + _unchanged(key, "variables.newLabels", "variables.oldLabels"),
+            "message": owner_message(key, "label"), "reason": "Forbidden"})
+    for key in FORBIDDEN_AT_CREATE:
+        out.append({"expression": f"request.operation != 'CREATE' || "
+                                  f"!('{key}' in variables.newAnn)",
+                    "message": create_message(key), "reason": "Forbidden"})
+    return out
+
+
+def variables(namespace: str) -> list[dict[str, str]]:
+    users = identities.component_users(namespace)
+    return [
+        {"name": "gpugov", "expression":
+         f"request.userInfo.username in {_cel_list(users)} || "
+         f"(has(request.userInfo.groups) && '{identities.ADMIN_GROUP}' in "
+         "request.userInfo.groups)"},
+        {"name": "newAnn", "expression":
+         "has(object.metadata.annotations) ? object.metadata.annotations : {}"},
+        {"name": "oldAnn", "expression":
+         "request.operation == 'UPDATE' && has(oldObject.metadata.annotations) ? "
+         "oldObject.metadata.annotations : {}"},
+        {"name": "newLabels", "expression":
+         "has(object.metadata.labels) ? object.metadata.labels : {}"},
+        {"name": "oldLabels", "expression":
+         "request.operation == 'UPDATE' && has(oldObject.metadata.labels) ? "
+         "oldObject.metadata.labels : {}"},
+    ]
+
+
+def pod_ownership_policies(namespace: str = identities.SYSTEM_NAMESPACE,
+                           namespace_selector: dict[str, Any] | None = None,
+                           name: str = NAME) -> list[dict[str, Any]]:
+    """The ValidatingAdmissionPolicy and its binding. `namespace`: where gpugov's component
+    ServiceAccounts live; `namespace_selector`: limit the binding (tests; default: every
+    namespace)."""
+    policy = {
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": name},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {"resourceRules": [{
+                "apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
+                "resources": ["pods"]}]},
+            "variables": variables(namespace),
+            "validations": validations(),
+        },
+    }
+    binding: dict[str, Any] = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicyBinding", "metadata": {"name": name},
+        "spec": {"policyName": name, "validationActions": ["Deny"]},
+    }
+    if namespace_selector is not None:
+        binding["spec"]["matchResources"] = {"namespaceSelector": namespace_selector}
+    return [policy, binding]
+
+
+async def apply_policies(kubeconfig: Path, objs: list[dict[str, Any]]) -> None:
+    """Create or replace each ValidatingAdmissionPolicy / binding in `objs`."""
+    from kubernetes_asyncio import client
+    from kubernetes_asyncio.client.rest import ApiException
+
+    from gpugov.k8s.devcluster.client import api_client
+
+    async with api_client(kubeconfig) as api:
+        reg = client.AdmissionregistrationV1Api(api)
+        for obj in objs:
+            name = obj["metadata"]["name"]
+            if obj["kind"] == "ValidatingAdmissionPolicy":
+                read, create, replace = (reg.read_validating_admission_policy,
+                                         reg.create_validating_admission_policy,
+                                         reg.replace_validating_admission_policy)
+            else:
+                read, create, replace = (reg.read_validating_admission_policy_binding,
+                                         reg.create_validating_admission_policy_binding,
+                                         reg.replace_validating_admission_policy_binding)
+            try:
+                cur = await read(name)
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise
+                await create(obj)
+                continue
+            body = {**obj, "metadata": {**obj["metadata"],
+                                        "resourceVersion": cur.metadata.resource_version}}
+            await replace(name, body)
+
+
+async def delete_policies(kubeconfig: Path, objs: list[dict[str, Any]]) -> None:
+    """Delete the objects of `objs` (missing ones are fine)."""
+    from kubernetes_asyncio import client
+    from kubernetes_asyncio.client.rest import ApiException
+
+    from gpugov.k8s.devcluster.client import api_client
+
+    async with api_client(kubeconfig) as api:
+        reg = client.AdmissionregistrationV1Api(api)
+        for obj in reversed(objs):
+            delete = (reg.delete_validating_admission_policy
+                      if obj["kind"] == "ValidatingAdmissionPolicy"
+                      else reg.delete_validating_admission_policy_binding)
+            try:
+                await delete(obj["metadata"]["name"])
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise
