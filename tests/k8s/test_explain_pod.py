@@ -20,6 +20,8 @@ def _state(gpus: int = 2, limit: float | None = None) -> SchedulerState:
     st.set_node(node)
     spec = {"limit": {"gpu": limit}} if limit is not None else {}
     st.set_object("queue", {"metadata": {"name": "q"}, "spec": spec})
+    st.set_object("tenant", {"metadata": {"name": "t"},
+                             "spec": {"queue": "q", "namespaces": ["ns"]}})
     return st
 
 
@@ -68,3 +70,22 @@ def test_invalid_pod_explains_its_error() -> None:
     st.set_pod(pod)
     text = "\n".join(explain_from_state(st, pod, NOW))
     assert "invalid-request" in text and "250 % is more than one GPU" in text
+
+
+def test_a_bound_pod_gpugov_cannot_account_for_says_what_is_held() -> None:
+    st = _state(gpus=4)
+    rec = ('{"v":1,"node":"n0","isolation":"hard","devices":[{"index":0,"mode":"exclusive",'
+           '"milli":1000,"memoryMiB":81920}]}')
+    first, second = _pod("first", 0), _pod("second", 1)
+    for p in (first, second):  # both claim device 0: the earlier pod keeps it
+        p["spec"]["nodeName"] = "n0"
+        p["metadata"]["annotations"][names.ANN_ALLOCATION] = rec
+        st.set_pod(p)
+    text = "\n".join(explain_from_state(st, second, NOW))
+    assert "does not trust its record" in text and "conflicts" in text
+    assert "device(s) 0, 1 of node n0 held until it leaves" in text
+    assert "held" not in "\n".join(explain_from_state(st, first, NOW))
+    waiting = _pod("waiting", 2, limits={names.GPU_RESOURCE: "3"})
+    st.set_pod(waiting)
+    text = "\n".join(explain_from_state(st, waiting, NOW))
+    assert "devices held for bound pods gpugov cannot account for: ns/second" in text

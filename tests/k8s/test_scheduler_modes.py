@@ -24,12 +24,14 @@ from gpugov.k8s.scheduler.state import INVALID, SchedulerState
 from gpugov.k8s.scheduler.translate import node_info, pod_info
 from gpugov.model.constraints import Taint
 from gpugov.model.devices import DeviceMode, DeviceTopology
+from gpugov.model.gpu_request import GpuRequest
 from gpugov.model.mig import MigInstance, get_geometry
 from gpugov.node.deviceplugin.handshake import candidates
 from gpugov.node.deviceplugin.resources import plugin_devices
 
 T0 = 1_800_000_000.0
 MIG_1G = {"nvidia.com/mig-1g.10gb": "1"}
+SHARED = {"nvidia.com/gpu.shared": "1"}  # a time-slice replica
 
 
 def pool(name: str, gpus: int, devices: list | None = None, **extra) -> dict:
@@ -57,13 +59,28 @@ def pod(name: str, ns: str = "team-a", limits: dict | None = None, ann: dict | N
 
 
 def state(node_objs: list[dict], tenants: list[dict] = ()) -> SchedulerState:
+    """Nodes, queue qa, and a catch-all Tenant (internal) behind the given ones: the pods'
+    queue annotation is never read."""
     st = SchedulerState()
     for o in node_objs:
         st.set_node(o)
     st.set_object("queue", {"metadata": {"name": "qa"}, "spec": {}})
+    st.set_object("tenant", {"metadata": {"name": "everyone"},
+                             "spec": {"queue": "qa", "namespaceSelector": {}}})
     for t in tenants:
         st.set_object("tenant", t)
     return st
+
+
+def extender(*node_objs: dict) -> ExtenderState:
+    """An extender's state fed like `state` (nodes, queue qa, a catch-all Tenant)."""
+    ext = ExtenderState()
+    for o in node_objs:
+        ext.view.set_node(o)
+    ext.view.set_object("queue", {"metadata": {"name": "qa"}, "spec": {}})
+    ext.view.set_object("tenant", {"metadata": {"name": "everyone"},
+                                   "spec": {"queue": "qa", "namespaceSelector": {}}})
+    return ext
 
 
 def tenant(name: str, ns: str, trust: str) -> dict:
@@ -197,15 +214,23 @@ def test_mig_pods_land_on_free_instances_and_the_record_names_them() -> None:
     assert {c.wanted for c in cands} == {(u,) for (i, s), u in uuids.items() if s in (2, 3)}
 
 
+def _replica_memory(st: SchedulerState, *pods: str) -> None:
+    """Time-slice replicas that name their GPU memory (20000 MiB). A pod's spec cannot say
+    it yet (`nvidia.com/gpu.shared` takes no gpumem; such a replica is promised the card's
+    memory, so one fits a device), so the translated requests are set here."""
+    for name in pods:
+        st.pods[f"team-a/{name}"].request = GpuRequest(1, DeviceMode.TIMESLICE, milli=None,
+                                                       memory_mib=20000)
+
+
 def test_a_restart_readopts_mig_instances_and_replicas_from_the_records() -> None:
     (obj,) = nodes(pool("h", 2, [{"index": "0", "mode": "mig", "layout": ["1g.10gb"] * 7},
                                  {"index": "1", "mode": "timeslice", "replicas": 2}]))
-    ts = {names.ANN_REQUEST: json.dumps({"v": 1, "count": 1, "mode": "timeslice",
-                                         "memoryMiB": 20000})}
     trusted = [tenant("t", "team-a", "trusted")]  # time-slicing isolates nothing
     st = state([obj], trusted)
     objs = submit(st, *[pod(f"m{i}", limits=MIG_1G) for i in range(3)],
-                  *[pod(f"t{i}", ann=ts) for i in range(3)])
+                  *[pod(f"t{i}", limits=SHARED) for i in range(3)])
+    _replica_memory(st, "t0", "t1", "t2")
     plan = st.cycle(T0)
     assert sorted(b.name for b in plan.binds) == ["m0", "m1", "m2", "t0", "t1"]
     for b in plan.binds:
@@ -222,6 +247,7 @@ def test_a_restart_readopts_mig_instances_and_replicas_from_the_records() -> Non
     # a new scheduler sees only the API objects
     fresh = state([obj], trusted)
     later = submit(fresh, *bound.values(), pod("m3", limits=MIG_1G))
+    _replica_memory(fresh, "t0", "t1")
     plan = fresh.cycle(T0 + 10)
     (b,) = plan.binds
     assert b.name == "m3" and b.record.devices[0].mig_start not in starts.values()
@@ -236,6 +262,7 @@ def test_a_restart_readopts_mig_instances_and_replicas_from_the_records() -> Non
     bind(fresh, plan, fill)
     # the replicas are counted again: t2 still waits until a replica is free
     submit(fresh, objs["t2"])
+    _replica_memory(fresh, "t2")
     plan = fresh.cycle(T0 + 12)
     assert not plan.binds and "replicas" in plan.conditions[0].message
     fresh.delete_pod("team-a/t0")
@@ -245,9 +272,12 @@ def test_a_restart_readopts_mig_instances_and_replicas_from_the_records() -> Non
 def test_mps_clients_are_capped_and_counted() -> None:
     (obj,) = nodes(pool("h", 1, [{"index": "0", "mode": "mps", "replicas": 2}]))
     st = state([obj], [tenant("t", "team-a", "trusted")])
-    mps = {names.ANN_REQUEST: json.dumps({"v": 1, "count": 1, "mode": "mps"})}
-    big = {names.ANN_REQUEST: json.dumps({"v": 1, "count": 1, "mode": "mps", "milli": 600})}
-    submit(st, *[pod(f"c{i}", ann=mps) for i in range(3)], pod("big", ann=big))
+    submit(st, *[pod(f"c{i}") for i in range(3)], pod("big"))
+    # MPS has no spelling in a pod's spec yet (docs/scheduler.md): the engine's side is
+    # tested with the request set on the translated pods
+    for name in ("c0", "c1", "c2"):
+        st.pods[f"team-a/{name}"].request = GpuRequest(1, DeviceMode.MPS, milli=None)
+    st.pods["team-a/big"].request = GpuRequest(1, DeviceMode.MPS, milli=600)
     plan = st.cycle(T0)
     card = node_info(obj).card_memory_mib
     assert sorted(b.name for b in plan.binds) == ["c0", "c1"]
@@ -290,10 +320,8 @@ def test_blocked_devices_of_every_mode_take_no_new_pods() -> None:
                                                    "healthy": False}) for d in inv.devices)
     obj["metadata"]["annotations"][INVENTORY] = encode_inventory(type(inv)(sick))
     obj["metadata"]["annotations"][names.ANN_UNSCHEDULABLE_GPUS] = "1,2"
-    ts = {names.ANN_REQUEST: json.dumps({"v": 1, "count": 1, "mode": "timeslice",
-                                         "memoryMiB": 1000})}
     st = state([obj], [tenant("t", "team-a", "trusted")])
-    submit(st, pod("mig", limits=MIG_1G), pod("ts", ann=ts),
+    submit(st, pod("mig", limits=MIG_1G), pod("ts", limits=SHARED),
            pod("soft", limits={names.GPU_RESOURCE: "1", "nvidia.com/gpumem": "1000"}),
            pod("whole"))
     plan = st.cycle(T0)
@@ -319,9 +347,7 @@ def test_requests_gpugov_cannot_place_are_refused_with_what_to_write() -> None:
 def test_extender_filter_names_the_constraint_a_node_fails() -> None:
     plain, infer = nodes(pool("plain", 1), pool("infer", 1, taints=[
         {"key": "dedicated", "value": "infer", "effect": "NoSchedule"}]))
-    ext = ExtenderState()
-    for o in (plain, infer):
-        ext.view.set_node(o)
+    ext = extender(plain, infer)
     req, why = ext.request_of(pod("p", limits=MIG_1G))
     assert req is not None and not why
     keep, failed = ext.filter(req, ["plain-0", "infer-0"])
@@ -333,8 +359,7 @@ def test_extender_filter_names_the_constraint_a_node_fails() -> None:
 def test_extender_binds_a_mig_pod_to_a_free_instance_with_its_uuid() -> None:
     (obj,) = nodes(pool("h", 1, [{"index": "0", "mode": "mig",
                                   "layout": ["3g.40gb", "2g.20gb", "1g.10gb", "1g.10gb"]}]))
-    ext = ExtenderState()
-    ext.view.set_node(obj)
+    ext = extender(obj)
     uuids = node_info(obj).mig_uuids
     taken = set()
     for name in ("a", "b"):
@@ -380,7 +405,7 @@ _KINDS = {
     "mig1": (MIG_1G, None),
     "mig3": ({"nvidia.com/mig-3g.40gb": "1"}, None),
     "slice": ({names.GPU_RESOURCE: "1", "nvidia.com/gpumem": "20000"}, None),
-    "ts": (None, {"v": 1, "count": 1, "mode": "timeslice", "memoryMiB": 16384}),
+    "ts": ({"nvidia.com/gpu.shared": "1"}, None),
 }
 
 
@@ -448,9 +473,7 @@ def test_the_device_plugin_reads_every_record_as_written() -> None:
     (obj,) = nodes(pool("h", 3, [{"index": "0", "mode": "soft"},
                                  {"index": "1", "mode": "timeslice", "replicas": 2}]))
     st_ = state([obj], [tenant("t", "team-a", "trusted")])
-    ts = {names.ANN_REQUEST: json.dumps({"v": 1, "count": 1, "mode": "timeslice",
-                                         "memoryMiB": 1000})}
-    objs = submit(st_, pod("whole", limits={names.GPU_RESOURCE: "2"}), pod("ts", ann=ts))
+    objs = submit(st_, pod("whole", limits={names.GPU_RESOURCE: "2"}), pod("ts", limits=SHARED))
     plan = st_.cycle(T0)
     recs = {b.name: b.record for b in plan.binds}
     # a whole GPU may take the free soft device: its record says soft, 1000 milli

@@ -62,13 +62,23 @@ def queue(name: str, parent: str | None = None, **spec) -> dict:
     return {"metadata": {"name": name}, "spec": s}
 
 
+def tenant(name: str, queue_name: str, *namespaces: str, trust: str = "internal") -> dict:
+    return {"metadata": {"name": name}, "spec": {"queue": queue_name,
+                                                 "namespaces": list(namespaces),
+                                                 "trust": trust}}
+
+
 def make(nodes: int = 2, gpus: int = 8, queues: list[dict] | None = None,
          policy: str = "bestfit") -> SchedulerState:
+    """Nodes, queues, and the Tenants that charge namespace team-a to qa, team-b to qb (a
+    pod's queue comes from its namespace's Tenant, never from its annotations)."""
     st = SchedulerState(policy=policy)
     for i in range(nodes):
         st.set_node(node(f"n{i}", gpus))
     for q in queues or [queue("qa"), queue("qb")]:
         st.set_object("queue", q)
+    st.set_object("tenant", tenant("a", "qa", "team-a"))
+    st.set_object("tenant", tenant("b", "qb", "team-b"))
     return st
 
 
@@ -137,28 +147,31 @@ def test_canonical_request_annotation_is_read_and_unknown_versions_refused() -> 
     assert (req.milli, req.memory_mib) == (300, 1024)
     with pytest.raises(AnnotationError, match="version 2 is not known"):
         decode_request('{"v":2,"count":1}')
-    st = make(nodes=1)
-    st.set_pod(pod("bad", ann={names.ANN_REQUEST: '{"v":9}'}))
-    st.set_pod(pod("good"))
+    # the annotation is the webhook's explanation: the scheduler reads the pod's spec
+    st = make(nodes=1, gpus=3)
+    st.set_pod(pod("forged", ann={names.ANN_REQUEST: '{"v":9}'}))
+    st.set_pod(pod("big", ann={names.ANN_REQUEST: '{"v":1,"count":1,"milli":100}'}, gpus=2))
     plan = st.cycle(T0)
-    assert [b.name for b in plan.binds] == ["good"]
-    (cond,) = plan.conditions
-    assert cond.code == INVALID and "version 9 is not known" in cond.message
-    assert st.errors["pod"] == 1
+    assert sorted(b.name for b in plan.binds) == ["big", "forged"]
+    assert st.errors["pod"] == 0
+    (b,) = [b for b in plan.binds if b.name == "big"]
+    assert len(b.record.devices) == 2  # what its containers ask, not what the annotation says
 
 
 def test_unknown_resources_and_missing_queues_get_clear_conditions() -> None:
     st = make(nodes=1, queues=[queue("qa"), queue("child", parent="ghost")])
+    st.set_object("tenant", tenant("o", "child", "team-o"))
+    st.set_object("tenant", tenant("n", "nope", "team-n"))
     st.set_pod(pod("weird", limits={"nvidia.com/gpux": "1"}))
-    st.set_pod(pod("noq", queue=None))
-    st.set_pod(pod("orphanq", queue="child"))
-    st.set_pod(pod("nosuch", queue="nope"))
+    st.set_pod(pod("noq", ns="team-none", queue=None))
+    st.set_pod(pod("orphanq", ns="team-o", queue="child"))
+    st.set_pod(pod("nosuch", ns="team-n", queue="nope"))
     st.set_pod(pod("fine"))
     plan = st.cycle(T0)
     assert [b.name for b in plan.binds] == ["fine"]
     msgs = {c.name: (c.code, c.message) for c in plan.conditions}
     assert msgs["weird"][0] == INVALID and "nvidia.com/gpux" in msgs["weird"][1]
-    assert msgs["noq"][0] == NO_QUEUE and "has no Tenant" in msgs["noq"][1]
+    assert msgs["noq"][0] == NO_QUEUE and "belongs to no gpugov Tenant" in msgs["noq"][1]
     assert msgs["orphanq"][0] == NO_QUEUE and "parent 'ghost' does not exist" in msgs["orphanq"][1]
     assert msgs["nosuch"][0] == NO_QUEUE and "'nope' does not exist" in msgs["nosuch"][1]
 
@@ -170,6 +183,7 @@ def test_tenant_maps_namespace_to_queue_when_the_webhook_did_not() -> None:
                                       "trust": "trusted"}})
     st.set_object("tenant", {"metadata": {"name": "all"},
                              "spec": {"queue": "qa", "namespaceSelector": {}}})
+    st.delete_object("tenant", tenant("b", "qb", "team-b"))
     st.set_pod(pod("p", ns="team-b", queue=None))
     st.set_pod(pod("q", ns="elsewhere", queue=None))
     plan = st.cycle(T0)
@@ -227,17 +241,27 @@ def test_restart_rebuilds_from_allocation_annotations() -> None:
     assert plan2.queue_status["qa"]["admitted"] == 4
 
 
-def test_conflicting_records_are_counted_not_crashed() -> None:
-    st = make(nodes=1, gpus=2)
+def test_conflicting_records_never_give_a_device_twice() -> None:
+    st = make(nodes=1, gpus=4)
     rec = '{"v":1,"node":"n0","isolation":"hard","devices":[{"index":0,"mode":"exclusive",' \
           '"milli":1000,"memoryMiB":81920}]}'
-    st.set_pod(pod("a", node_name="n0", allocation=rec))
-    st.set_pod(pod("b", node_name="n0", allocation=rec))
-    st.set_pod(pod("c", node_name="n0", allocation=rec.replace('"v":1', '"v":7')))
-    st.set_pod(pod("new"))
+    st.set_pod(pod("a", node_name="n0", allocation=rec))  # the earliest: its record wins
+    st.set_pod(pod("b", node_name="n0", allocation=rec, created="2027-01-15T08:00:01Z"))
+    st.set_pod(pod("c", node_name="n0", allocation=rec.replace('"v":1', '"v":7'),
+                   created="2027-01-15T08:00:02Z"))
+    st.set_pod(pod("new", created="2027-01-15T08:00:03Z"))
+    st.set_pod(pod("newer", created="2027-01-15T08:00:04Z"))
     plan = st.cycle(T0)
-    assert st.errors["allocation"] == 1 and st.errors["pod"] == 1
-    assert [b.record.devices[0].index for b in plan.binds] == [1]
+    # b claims a's device and c's record cannot be read: each holds one more device (the
+    # one it may really be on) until it leaves; `new` gets the last, `newer` waits
+    assert st.errors["allocation"] == 2 and st.errors["pod"] == 0
+    assert [(b.name, b.record.devices[0].index) for b in plan.binds] == [("new", 3)]
+    assert "conflicts" in st.held["team-a/b"] and "1 of node n0" in st.held["team-a/b"]
+    assert "cannot be read" in st.held["team-a/c"]
+    bind_all(st, plan)
+    st.delete_pod("team-a/b")
+    assert [(b.name, b.record.devices[0].index) for b in st.cycle(T0 + 1).binds] == [
+        ("newer", 1)]
 
 
 def test_deleted_pod_frees_its_devices() -> None:
@@ -296,16 +320,21 @@ def test_pdb_refusal_protects_the_victim_and_another_is_chosen() -> None:
     assert second.key != first.key
 
 
-def test_invalid_queue_tree_reports_every_problem_and_schedules_nothing() -> None:
+def test_invalid_queue_tree_is_confined_to_the_offending_subtree() -> None:
     build = build_config([queue("p", quota={"gpu": 1}), queue("c", parent="p", quota={"gpu": 4})],
                          [])
-    assert build.config is None
-    assert any("children of 'p'" in p for p in build.problems)
+    # the damage stays in the subtree: p keeps scheduling, c is left out with the reason
+    assert build.config is not None and [q.name for q in build.config.queues] == ["p"]
+    assert "children of 'p'" in build.excluded["c"]
     st = make(nodes=1, queues=[queue("p", quota={"gpu": 1}),
                                queue("c", parent="p", quota={"gpu": 4})])
+    st.set_object("tenant", tenant("a", "c", "team-a"))
+    st.set_object("tenant", tenant("p", "p", "team-p"))
     st.set_pod(pod("x", queue="c"))
+    st.set_pod(pod("y", ns="team-p"))
     plan = st.cycle(T0)
-    assert not plan.binds and plan.conditions[0].code == "no-queue-config"
+    assert [b.name for b in plan.binds] == ["y"]
+    assert plan.conditions[0].code == NO_QUEUE and "children of 'p'" in plan.conditions[0].message
     bad = build_config([queue("q", quota={"gpu": "lots"})], [])
     assert "Queue q: spec.quota.gpu" in bad.problems[0]
 
@@ -323,6 +352,7 @@ def test_node_heartbeats_do_not_rebuild_but_capacity_changes_do() -> None:
 
 def test_unready_node_gets_no_new_pods() -> None:
     st = SchedulerState()
+    st.set_object("tenant", tenant("a", "qa", "team-a"))
     st.set_node(node("down", ready=False))
     st.set_node(node("up", gpus=1))
     st.set_object("queue", queue("qa"))
@@ -393,6 +423,7 @@ def test_an_unreadable_health_annotation_blocks_the_node_and_says_why() -> None:
 
 def test_node_selectors_and_simple_affinity_are_honoured_the_rest_refused() -> None:
     st = SchedulerState()
+    st.set_object("tenant", tenant("a", "qa", "team-a"))
     st.set_object("queue", queue("qa"))
     for n in ("a100", "h100"):
         obj = node(n, gpus=1, product="NVIDIA-H100-80GB-HBM3" if n == "h100"
@@ -498,6 +529,7 @@ def test_a_node_publishing_its_memory_takes_memory_pods_whatever_its_model() -> 
     assert node_info(inv).spec.device_memory_mib == 40960
 
     st = SchedulerState()
+    st.set_object("tenant", tenant("a", "qa", "team-a"))
     st.set_node(node("mystery", 2, product="Mystery-Z"))
     st.set_node(acme)
     for q in (queue("qa"), queue("qb")):

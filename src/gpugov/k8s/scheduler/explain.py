@@ -52,7 +52,11 @@ def explain_from_state(state: SchedulerState, pod: dict, now: float) -> list[str
                    "")
     if spec.get("nodeName"):
         alloc = (meta.get("annotations") or {}).get(names.ANN_ALLOCATION, "(no allocation record)")
-        return [f"pod {key}: bound to node {spec['nodeName']}", f"allocation: {alloc}"]
+        lines = [f"pod {key}: bound to node {spec['nodeName']}", f"allocation: {alloc}"]
+        state.rebuild(now)  # what the scheduler counts for it
+        if key in state.held:
+            lines.append(f"gpugov does not trust its record: {state.held[key]}")
+        return lines
     if spec.get("schedulerName") != state.scheduler_name:
         raise ExplainError(f"pod {key} has schedulerName {spec.get('schedulerName')!r}, not "
                            f"{state.scheduler_name!r}: gpugov does not schedule it")
@@ -71,6 +75,11 @@ def explain_from_state(state: SchedulerState, pod: dict, now: float) -> list[str
         lines.append(f"reason: {cond.message.removeprefix('gpugov: ')}")
     elif key in state.written:
         lines.append(f"reason: {state.written[key].removeprefix('gpugov: ')}")
+    holds = sorted(f"{k} ({why})" for k, why in state.held.items())
+    if holds:
+        lines.append("devices held for bound pods gpugov cannot account for: "
+                     + "; ".join(holds[:5]) + (f"; and {len(holds) - 5} more"
+                                                if len(holds) > 5 else ""))
     if written:
         lines.append(f"scheduler's last condition on the pod: {written}")
     return lines

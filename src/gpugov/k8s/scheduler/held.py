@@ -71,6 +71,41 @@ def close_nodes(state: ClusterState, infos: Sequence[NodeInfo]) -> list[str]:
     return problems
 
 
+def hold_unknown(state: ClusterState, i: int, named: Sequence[int],
+                 count: int | None) -> tuple[int, ...]:
+    """Hold, on node `i`, what a bound pod whose devices gpugov does not know may be using;
+    returns the devices held.
+
+    Every device its record names (what is left of them: it may be on them), then untouched
+    devices until `count` untouched ones are held for it (it may be on others: a record can
+    be edited, and a pod bound without one got devices gpugov never chose); when the node
+    has too few untouched devices, or `count` is None (its request cannot be read), what
+    is left of every device of the node. Conservative on purpose: waiting costs a pending
+    pod time, a device given twice costs two pods their isolation."""
+    n = int(state.gpu_count[i])
+    mine = [d for d in dict.fromkeys(named) if 0 <= d < n]
+    held: list[int] = []
+    got = 0
+    for d in mine:
+        got += int(state.dev_pods[i, d] == 0)
+        _hold(state, i, d)
+        held.append(d)
+    want = n if count is None else max(int(count), 0)
+    for d in range(n):
+        if got >= want:
+            break
+        if d not in held and state.dev_pods[i, d] == 0:
+            _hold(state, i, d)
+            held.append(d)
+            got += 1
+    if got < want:
+        for d in range(n):
+            if d not in held:
+                _hold(state, i, d)
+                held.append(d)
+    return tuple(sorted(held))
+
+
 def _hold(state: ClusterState, i: int, d: int) -> None:
     """Take what is left of device `d` of node `i` with placeholders, by its mode."""
     mode = device_mode(state, i, d)

@@ -16,6 +16,7 @@ seconds, so the next cycle tries another victim or waits.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 from collections import Counter
@@ -30,17 +31,23 @@ from gpugov.control.cycle import ControlPlane, new_control_plane
 from gpugov.control.workload import PENDING, REJECTED, RUNNING, Job, placement_request
 from gpugov.k8s.annotations import Allocation as AllocationRecord
 from gpugov.k8s.scheduler import names
-from gpugov.k8s.scheduler.held import allocation_record, close_nodes, recorded_allocation
+from gpugov.k8s.scheduler.held import (
+    allocation_record,
+    close_nodes,
+    hold_unknown,
+    recorded_allocation,
+)
+from gpugov.k8s.scheduler.tenancy import Tenancy
 from gpugov.k8s.scheduler.translate import (
     DEFAULT_CLASS,
     ConfigBuild,
     NodeInfo,
     PodInfo,
     build_config,
+    declares_gpu,
     engine_request,
     node_info,
     pod_info,
-    tenant_map,
 )
 from gpugov.model.cluster import ClusterState
 from gpugov.model.isolation import IsolationLevel
@@ -132,7 +139,8 @@ class SchedulerState:
         self.pc_objs: dict[str, dict[str, Any]] = {}
         self.policy_objs: dict[str, dict[str, Any]] = {}
         self.podgroups: dict[str, int] = {}  # ns/name -> minMember
-        self.tenants: dict[str, tuple[str, Any]] = {}
+        #: Tenants and namespace labels: a pod's queue and trust tier (never its annotations)
+        self.tenants = Tenancy()
         self.dirty = True
         self.cp: ControlPlane | None = None
         self.build = ConfigBuild(None, ["not built yet"], {})
@@ -147,6 +155,15 @@ class SchedulerState:
         self.queue_written: dict[str, dict[str, Any]] = {}
         self.errors: Counter[str] = Counter()  # bad input seen, by kind (for the metric)
         self.orphans: set[str] = set()  # bound pods counted in the state but in no queue
+        #: bound pods whose devices gpugov does not know (a conflicting or missing record):
+        #: pod -> what is held for it and why (until it leaves); `gpugov explain` shows it
+        self.held: dict[str, str] = {}
+        #: pods whose translation or decision raised: pod -> (uid, why); not retried until
+        #: the pod changes (so one poisoned pod costs one try, not one per cycle)
+        self.poisoned: dict[str, tuple[str, str]] = {}
+        self._said: set[str] = set()  # problems already logged and counted
+        #: what `_hold` held for a pod last time ((uid, node), devices): kept across rebuilds
+        self._held_devices: dict[str, tuple[tuple[str, str], tuple[int, ...]]] = {}
         self.rebuilds = 0
         self._job_seq = 0
         self.version = 0  # bumped by every node or pod event (readers cache on it)
@@ -189,19 +206,48 @@ class SchedulerState:
             if self.podgroups.get(key) != n:
                 self.podgroups[key] = n
             return  # groups are read at submission time; no rebuild needed
+        if kind == "namespace":
+            self.set_namespace(name, meta.get("labels") or {})
+            return
         store = self._store(kind)
         old = store.get(name)
         store[name] = obj
         if old is None or _relevant(kind, old) != _relevant(kind, obj):
             self.dirty = True
+            if kind == "tenant":
+                self._retenant()
 
     def delete_object(self, kind: str, obj: dict[str, Any]) -> None:
         meta = obj.get("metadata") or {}
         if kind == "podgroup":
             self.podgroups.pop(f"{meta.get('namespace', '')}/{meta.get('name', '')}", None)
             return
+        if kind == "namespace":
+            self.set_namespace(meta.get("name", ""), None)
+            return
         if self._store(kind).pop(meta.get("name", ""), None) is not None:
             self.dirty = True
+            if kind == "tenant":
+                self._retenant()
+
+    def set_namespace(self, name: str, labels: dict[str, str] | None) -> None:
+        """A namespace's labels (None: it was deleted): Tenant selectors read them. When
+        they change which Tenant owns it, its pods are charged again (a rebuild)."""
+        if self.tenants.set_namespace(name, labels):
+            self.version += 1
+            for info in self.pods.values():
+                if info.namespace == name:
+                    info.resolve(self.tenants)
+            self._preq.clear()
+            self.dirty = True
+
+    def _retenant(self) -> None:
+        """The Tenants changed: every pod's queue and trust tier are resolved again."""
+        self.version += 1
+        self.tenants.set_tenants(list(self.tenant_objs.values()))
+        for info in self.pods.values():
+            info.resolve(self.tenants)
+        self._preq.clear()
 
     def _store(self, kind: str) -> dict[str, dict[str, Any]]:
         return {"queue": self.queue_objs, "tenant": self.tenant_objs,
@@ -209,10 +255,12 @@ class SchedulerState:
 
     def set_pod(self, obj: dict[str, Any]) -> None:
         self.version += 1
-        meta = obj.get("metadata") or {}
+        meta = _mapping(obj.get("metadata"))
+        spec = _mapping(obj.get("spec"))
         key = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
-        if (obj.get("spec") or {}).get("schedulerName") != self.scheduler_name and \
-                names.ANN_ALLOCATION not in (meta.get("annotations") or {}):
+        if spec.get("schedulerName") != self.scheduler_name and \
+                names.ANN_ALLOCATION not in _mapping(meta.get("annotations")) and \
+                not (spec.get("nodeName") and declares_gpu(spec)):
             if key in self.pods:
                 self.delete_pod(key)
             return  # neither ours nor holding a device: not our business
@@ -222,8 +270,10 @@ class SchedulerState:
         if old is not None and old.uid != info.uid:
             self.delete_pod(key)  # same name, new pod
             old = None
-        elif old is not None and info is not old and not info.node and key in self.job_of:
-            self.dirty = True  # a pending pod's request changed (e.g. a toleration added)
+        elif old is not None and info is not old:
+            self.poisoned.pop(key, None)  # changed: it gets another try
+            if not info.node and key in self.job_of:
+                self.dirty = True  # a pending pod's request changed (e.g. a toleration added)
         self.pods[key] = info
         if info.error and prev_error != info.error:
             self._bad("pod", f"pod {key}: {info.error}")
@@ -244,10 +294,13 @@ class SchedulerState:
             if jname is not None:  # bound elsewhere while pending here: start over
                 self.dirty = True
                 return
-            if key in self.orphans:
+            if key in self.orphans or info.node not in self.node_index:
+                return  # counted already, or on a node gpugov does not manage
+            if info.allocation is not None and not info.error and \
+                    info.allocation.node == info.node and self._adopt(info, info.created):
                 return
-            if info.allocation is not None and not self._adopt(info, info.created):
-                self.dirty = True
+            if info.allocation is not None or info.gpu_declared:
+                self.dirty = True  # devices unknown or contested: a rebuild holds them
             return
         if jname is not None and self.jobs[jname].job.status == RUNNING \
                 and key not in self.inflight:
@@ -256,6 +309,8 @@ class SchedulerState:
     def delete_pod(self, key: str) -> None:
         self.version += 1
         self._preq.pop(key, None)
+        self.poisoned.pop(key, None)
+        self._held_devices.pop(key, None)
         self.pods.pop(key, None)
         self.inflight.pop(key, None)
         self.written.pop(key, None)
@@ -284,6 +339,14 @@ class SchedulerState:
             return
         self.cp.finish(rec.job)
         self._forget(jname)
+
+    def _drop_job(self, job: Job) -> None:
+        """Take a job that was (perhaps half) submitted out of the control plane again."""
+        cp = self.cp
+        assert cp is not None
+        if job.status == PENDING and any(j is job for j in cp.backlog[job.leaf]):
+            cp.finish(job)
+        cp.jobs.pop(job.name, None)
 
     def _forget(self, jname: str) -> None:
         rec = self.jobs.pop(jname)
@@ -330,9 +393,7 @@ class SchedulerState:
         self.jobs.clear()
         self.job_of.clear()
         self.orphans.clear()
-        self.tenants = tenant_map(list(self.tenant_objs.values()))
-        for info in self.pods.values():  # Tenants may have changed
-            info.resolve(self.tenants)
+        self.held.clear()
         before = set(self.build.problems)
         self.build = build_config(list(self.queue_objs.values()), list(self.pc_objs.values()),
                                   list(self.policy_objs.values()))
@@ -349,16 +410,74 @@ class SchedulerState:
             return
         self.cp = new_control_plane(cfg, [n.spec for n in infos], self.policy, self.seed)
         self.protected = {k: t for k, t in self.protected.items() if t > now}
-        for key, info in sorted(self.pods.items()):
-            record = info.allocation or self.inflight.get(key)
-            if info.done or record is None or not (info.node or key in self.inflight):
-                continue
-            start = float("inf") if key in self.protected else info.created
-            if not self._adopt(info, start, record):
-                self._bad("allocation", f"pod {key}: its recorded allocation conflicts with "
-                          "another pod's or with the node; not counted")
+        self._count_bound(infos)
         for problem in close_nodes(self.cp.state, infos):
             self._bad("node", problem)
+
+    def _count_bound(self, infos: list[NodeInfo]) -> None:
+        """Put every bound pod on a managed node into the state, earliest-created first.
+
+        A record is adopted only when it names the node the pod is bound to and does not
+        conflict with what is counted already: so the earlier pod wins a contested device,
+        and a later edit of a record cannot take a device from a neighbour. A pod whose
+        devices are unknown (its record conflicts, names another node, cannot be read, or
+        it has none: bound by another scheduler or created with spec.nodeName) holds what
+        it may be using (`held.hold_unknown`) until it leaves: a device is never given to
+        a new pod while another live pod may be on it."""
+        assert self.cp is not None
+        bound = []
+        for key, info in self.pods.items():
+            record = info.allocation if info.node else self.inflight.get(key)
+            node = info.node or (record.node if record is not None else "")
+            if info.done or not node or node not in self.node_index:
+                continue
+            bound.append((info.created, key, info, node, record))
+        for _, key, info, node, record in sorted(bound, key=lambda b: b[:2]):
+            start = float("inf") if key in self.protected else info.created
+            if record is not None and record.node == node and not info.error and \
+                    self._adopt(info, start, record):
+                continue
+            if record is None and info.allocation_text is None and not info.gpu_declared:
+                continue  # no GPU and no record: nothing of gpugov's to count
+            self._hold(info, node, record)
+
+    def _hold(self, info: PodInfo, node: str, record: AllocationRecord | None) -> None:
+        """Hold what a pod with unknown devices may be using on `node` (an orphan: when
+        it leaves, a rebuild frees it)."""
+        assert self.cp is not None
+        i = self.node_index[node]
+        named = tuple(d.index for d in record.devices) if record is not None and \
+            record.node == node else ()
+        before = self._held_devices.get(info.key)
+        if before is not None and before[0] == (info.uid, node):
+            named += before[1]  # the same devices as last time, while they are untouched
+        count = info.request.count if info.request is not None and not info.error else None
+        if record is not None and record.node != node:
+            why = f"its allocation record names node {record.node}, it is bound to {node}"
+        elif record is not None:
+            why = "its allocation record conflicts with an earlier pod's or with the node"
+        elif info.allocation_text is not None:
+            why = "its allocation record cannot be read"
+        else:
+            why = ("it was bound without gpugov's allocation record (another scheduler, or "
+                   "spec.nodeName set at creation)")
+        try:
+            held = hold_unknown(self.cp.state, i, named, count)
+        except Exception as e:  # noqa: BLE001 - holding must never stop the rebuild
+            held = ()
+            why += f"; its devices could not be held ({e})"
+        self.orphans.add(info.key)
+        self._held_devices[info.key] = ((info.uid, node), held)
+        what = (f"device(s) {', '.join(map(str, held))} of node {node} held until it leaves"
+                if held else f"nothing left to hold on node {node}")
+        self.held[info.key] = f"{why}: {what}"
+        self._say("allocation", f"pod {info.key}: {self.held[info.key]}")
+
+    def _say(self, kind: str, message: str) -> None:
+        """`_bad`, once per distinct message (rebuilds repeat them)."""
+        if message not in self._said:
+            self._said.add(message)
+            self._bad(kind, message)
 
     def _pclass(self, cfg: ControlConfig, info: PodInfo):
         try:
@@ -370,8 +489,7 @@ class SchedulerState:
         """(leaf index, reason code, detail) for a pod's queue."""
         assert self.cp is not None
         if info.queue is None:
-            return None, NO_QUEUE, (f"namespace {info.namespace} has no Tenant and the pod has "
-                                    f"no {names.ANN_QUEUE} annotation")
+            return None, NO_QUEUE, info.tenancy_why or f"namespace {info.namespace} has no Tenant"
         if info.queue in self.build.excluded:
             return None, NO_QUEUE, self.build.excluded[info.queue]
         tree = self.cp.tree
@@ -431,21 +549,21 @@ class SchedulerState:
             return False
         self._job_seq += 1
         name = f"{info.key}#{self._job_seq}"
-        job = self._new_job(name, info, 1)
-        if job is not None:
-            cp.submit(job)
-            if job.status == REJECTED:
-                cp.jobs.pop(name, None)
-                job = None
+        job = None
         try:
+            job = self._new_job(name, info, 1)
+            if job is not None:
+                cp.submit(job)
+                if job.status == REJECTED:
+                    cp.jobs.pop(name, None)
+                    job = None
             req = job.request if job is not None else placement_request(
                 self.pod_request(info), info.trust)
             alloc = recorded_allocation(cp.state, req, node, record)
             cp.state.allocate(req, alloc)
-        except ValueError:
+        except Exception:  # noqa: BLE001 - a record that cannot be this pod's: not adopted
             if job is not None:
-                cp.finish(job)
-                cp.jobs.pop(name, None)
+                self._drop_job(job)
             return False
         if job is None:
             self.orphans.add(info.key)
@@ -468,7 +586,13 @@ class SchedulerState:
             return plan
         self._submit_pending(plan)
         cp = self.cp
-        result = cp.cycle(now)
+        try:
+            result = cp.cycle(now)
+        except Exception as e:  # noqa: BLE001 - never one pod for everyone
+            log.exception("cycle failed; rebuilding from the API objects")
+            self.errors["cycle"] += 1
+            self._quarantine(plan, e)
+            return plan
         plan.considered = result.considered
         preemptors = {ev.preemptor for ev in result.preempted}
         for ev in result.preempted:
@@ -484,9 +608,15 @@ class SchedulerState:
             if job.name in preemptors:
                 continue
             rec = self.jobs[job.name]
-            for key, alloc in zip(rec.pods, job.allocations, strict=True):
+            try:
+                records = [self.allocation_record(self.pods[key], alloc)
+                           for key, alloc in zip(rec.pods, job.allocations, strict=True)]
+            except Exception as e:  # noqa: BLE001 - not bound; the engine starts over
+                self._poison(plan, [self.pods[k] for k in rec.pods], e)
+                self.dirty = True
+                continue
+            for key, record in zip(rec.pods, records, strict=True):
                 info = self.pods[key]
-                record = self.allocation_record(info, alloc)
                 plan.binds.append(Bind(key, info.namespace, info.name, info.uid,
                                        record.node, record))
                 self.inflight[key] = record
@@ -498,6 +628,30 @@ class SchedulerState:
                     self._condition(plan, self.pods[key], rec.job.reason, rec.job.detail)
         plan.queue_status = self._queue_status()
         return plan
+
+    def _quarantine(self, plan: Plan, e: Exception) -> None:
+        """The control cycle raised: find the pending jobs whose own arithmetic raises (a
+        pod's numbers, probed alone: quota check, node fit, scores) and poison their pods,
+        so the next cycle runs without them. The engine is rebuilt from the API either way.
+        """
+        cp = self.cp
+        assert cp is not None
+        self.dirty = True
+        bad: list[PodInfo] = []
+        for rec in list(self.jobs.values()):
+            job = rec.job
+            if job.status not in (PENDING, REJECTED):
+                continue
+            try:
+                cp.ledger.check(job.leaf, job.demand, job.pinned)
+                ok = cp.state.feasible(job.request)
+                nodes = np.flatnonzero(ok)
+                if len(nodes):
+                    cp.placer.scores(job.request, nodes)
+            except Exception:  # noqa: BLE001 - this job's own numbers raise
+                bad += [self.pods[k] for k in rec.pods if k in self.pods]
+        if bad:
+            self._poison(plan, bad, e)
 
     def _pending_pods(self) -> list[PodInfo]:
         return [p for p in self.pods.values()
@@ -520,25 +674,63 @@ class SchedulerState:
             if info.error:
                 self._condition(plan, info, INVALID, info.error)
                 continue
-            why = info.node_affinity and f"{info.node_affinity}; {_INSTEAD}" \
-                or self._unplaceable(info)
-            if why:
-                self._condition(plan, info, INVALID, why)
+            poisoned = self.poisoned.get(key)
+            if poisoned is not None and poisoned[0] == info.uid:
+                self._condition(plan, info, INVALID, poisoned[1])
                 continue
-            leaf, code, detail = self._leaf(info)
-            if leaf is None:
-                self._condition(plan, info, code, detail)
-                continue
-            if info.group:
-                groups.setdefault(f"{info.namespace}/{info.group}", []).append(info)
-            elif key not in self.job_of:
-                job = self._new_job(key, info, 1)
-                assert job is not None
-                cp.submit(job)
-                self.jobs[key] = _JobRec(job, [key])
-                self.job_of[key] = key
+            try:  # each pod in its own error boundary: one pod never stops the cycle
+                self._submit_one(plan, info, groups)
+            except Exception as e:  # noqa: BLE001
+                self._poison(plan, [info], e)
         for gkey, members in sorted(groups.items()):
-            self._submit_group(plan, gkey, sorted(members, key=lambda p: (p.created, p.key)))
+            ordered = sorted(members, key=lambda p: (p.created, p.key))
+            try:
+                self._submit_group(plan, gkey, ordered)
+            except Exception as e:  # noqa: BLE001
+                self._poison(plan, ordered, e)
+
+    def _submit_one(self, plan: Plan, info: PodInfo, groups: dict[str, list[PodInfo]]) -> None:
+        cp = self.cp
+        assert cp is not None
+        key = info.key
+        why = info.node_affinity and f"{info.node_affinity}; {_INSTEAD}" \
+            or self._unplaceable(info)
+        if why:
+            self._condition(plan, info, INVALID, why)
+            return
+        leaf, code, detail = self._leaf(info)
+        if leaf is None:
+            self._condition(plan, info, code, detail)
+            return
+        if info.group:
+            groups.setdefault(f"{info.namespace}/{info.group}", []).append(info)
+        elif key not in self.job_of:
+            job = self._new_job(key, info, 1)
+            assert job is not None
+            try:
+                cp.submit(job)
+            except BaseException:
+                self._drop_job(job)
+                raise
+            self.jobs[key] = _JobRec(job, [key])
+            self.job_of[key] = key
+
+    def _poison(self, plan: Plan, pods: list[PodInfo], e: BaseException) -> None:
+        """Pods whose translation or decision raised: a condition, an Event and the metric;
+        not tried again until the pod changes."""
+        why = (f"gpugov could not decide for this pod ({type(e).__name__}: {e}); fix or "
+               "recreate the pod")[:800]
+        log.warning("pod %s: %s", ", ".join(p.key for p in pods), why, exc_info=e)
+        for info in pods:
+            self.errors["pod"] += 1
+            self.poisoned[info.key] = (info.uid, why)
+            jname = self.job_of.pop(info.key, None)
+            rec = self.jobs.get(jname) if jname is not None else None
+            if rec is not None and rec.job.status in (PENDING, REJECTED):
+                with contextlib.suppress(Exception):
+                    self._drop_job(rec.job)
+                self.jobs.pop(jname, None)
+            self._condition(plan, info, INVALID, why)
 
     def _submit_group(self, plan: Plan, gkey: str, members: list[PodInfo]) -> None:
         cp = self.cp
@@ -578,7 +770,11 @@ class SchedulerState:
         jname = f"group:{gkey}#{self._job_seq}"
         job = self._new_job(jname, members[0], len(members))
         assert job is not None
-        cp.submit(job)
+        try:
+            cp.submit(job)
+        except BaseException:
+            self._drop_job(job)
+            raise
         self.jobs[jname] = _JobRec(job, keys)
         for k in keys:
             self.job_of[k] = jname
@@ -662,6 +858,10 @@ class SchedulerState:
 def _amounts(vec: np.ndarray) -> dict[str, float]:
     """Internal units -> the config's (GPUs, cores, GiB)."""
     return {r: round(float(vec[i]) / SCALE[i], 3) for i, r in enumerate(RESOURCES)}
+
+
+def _mapping(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
 
 
 def _relevant(kind: str, obj: dict[str, Any]) -> Any:

@@ -35,11 +35,11 @@ from gpugov.k8s.annotations import (
     Inventory,
     decode_allocation,
     decode_inventory,
-    decode_request,
 )
 from gpugov.k8s.quantity import parse_decimal
-from gpugov.k8s.resources import RequestError, model_from_product_label, translate
+from gpugov.k8s.resources import RequestError, model_from_product_label
 from gpugov.k8s.scheduler import names
+from gpugov.k8s.scheduler.tenancy import Tenancy
 from gpugov.model.catalog import CATALOG
 from gpugov.model.cluster import NodeSpec
 from gpugov.model.constraints import Taint, Toleration
@@ -116,9 +116,13 @@ def node_info(obj: dict[str, Any]) -> NodeInfo:
     alloc = status.get("allocatable") or status.get("capacity") or {}
     problems: list[str] = []
     try:
-        cpu = _milli(alloc.get("cpu", 0))
-        mem = _mib(alloc.get("memory", 0))
+        cpu = min(_milli(alloc.get("cpu", 0)), MAX_NODE_AMOUNT)
+        mem = min(_mib(alloc.get("memory", 0)), MAX_NODE_AMOUNT)
         gpus = int(parse_quantity(alloc.get(names.GPU_RESOURCE, 0)))
+        if gpus > MAX_NODE_GPUS:
+            problems.append(f"node {name}: status.allocatable: {gpus} GPUs is more than any "
+                            f"node has (at most {MAX_NODE_GPUS}); no GPU of the node is used")
+            gpus = 0
     except ValueError as e:
         cpu = mem = gpus = 0
         problems.append(f"node {name}: status.allocatable: {e}")
@@ -127,6 +131,10 @@ def node_info(obj: dict[str, Any]) -> NodeInfo:
         problems.append(inv_problem)
     if inv is not None and inv.devices:
         gpus = max(d.index for d in inv.devices) + 1  # the agent's devices, in every mode
+        if gpus > MAX_NODE_GPUS:
+            problems.append(f"node {name}: {names.ANN_INVENTORY}: device index {gpus - 1} is "
+                            f"beyond any node's (at most {MAX_NODE_GPUS}); no GPU is used")
+            inv, gpus = None, 0
     model, card, uuids = _node_model(labels, gpus, inv)
     ready = any(c.get("type") == "Ready" and c.get("status") == "True"
                 for c in status.get("conditions") or [])
@@ -282,9 +290,27 @@ def _node_model(labels: dict[str, str], gpus: int,
 
 # -- pods ----------------------------------------------------------------------------------
 
+#: the most one pod may ask for. More than any node could ever hold is an error on that pod,
+#: so no tenant-written number reaches the engine's int64 arithmetic (sums over every pod
+#: of a cluster stay far below 2**63).
+MAX_POD_GPUS = 256
+MAX_GPU_MEMORY_MIB = 2**24  # per device: 16 TiB
+MAX_CPU_MILLI = 2**32  # ~4.3 million cores
+MAX_MEMORY_MIB = 2**32  # 4 PiB
+#: a node reporting more GPUs than this is read as having none (no real node comes close)
+MAX_NODE_GPUS = 256
+#: node CPU (milli) and memory (MiB) beyond this are read as this much
+MAX_NODE_AMOUNT = 2**40
+
+
 @dataclass(slots=True)
 class PodInfo:
-    """One pod as the scheduler sees it. `error` set = the pod cannot be scheduled as is."""
+    """One pod as the scheduler sees it. `error` set = the pod cannot be scheduled as is.
+
+    Request, CPU and memory come from the pod's spec (its containers' resources and the
+    request annotations a user declares: `gpugov.io/model`, `gpugov.io/isolation`,
+    `gpugov.io/topology`, KAI's), queue and trust tier from the Tenants (`tenancy.Tenancy`):
+    never from the annotations gpugov's webhook writes, which a tenant could PATCH."""
 
     key: str
     namespace: str
@@ -306,8 +332,11 @@ class PodInfo:
     allocation: AllocationRecord | None
     error: str = ""
     conditions: dict[str, tuple[str, str]] = field(default_factory=dict)
-    queue_annotated: bool = False  # the webhook named the queue (else: from the Tenants)
-    trust_annotated: bool = False
+    #: why the pod has no queue ("" when it has one): no Tenant, ambiguous, not seen yet
+    tenancy_why: str = ""
+    tenant: str = ""
+    #: the spec names a GPU resource (even one that could not be translated)
+    gpu_declared: bool = False
     #: (annotations, containers, group, tolerations) it was translated from (tolerations
     #: are the one part of a pod's spec that may grow after creation)
     source: tuple = ()
@@ -317,62 +346,132 @@ class PodInfo:
     allocation_text: str | None = None
     tolerations: tuple[Toleration, ...] = ()
 
-    def resolve(self, tenants: dict[str, tuple[str, TrustTier]]) -> None:
-        """Queue and trust from the Tenants, where the webhook did not write them."""
-        tenant = tenants.get(self.namespace) or tenants.get(CATCH_ALL)
-        if not self.queue_annotated:
-            self.queue = tenant[0] if tenant else None
-        if not self.trust_annotated:
-            self.trust = tenant[1] if tenant else TrustTier.INTERNAL
+    def resolve(self, tenancy: Tenancy) -> None:
+        """Queue and trust tier from the Tenants (the pod's annotations are never read)."""
+        owner = tenancy.of(self.namespace)
+        self.queue, self.trust = owner.queue, owner.trust
+        self.tenant, self.tenancy_why = owner.tenant, owner.why
 
 
-def _container_request(pod: dict[str, Any], ann: dict[str, str]) -> GpuRequest | None:
-    spec = pod.get("spec") or {}
-    found: list[GpuRequest] = []
-    for c in spec.get("containers") or []:
-        res = c.get("resources") or {}
-        limits = dict(res.get("requests") or {})
-        limits.update(res.get("limits") or {})
-        req = translate(limits, ann, spec.get("nodeSelector"))
-        if req is not None:
-            found.append(req)
-    if len(found) > 1:
-        raise RequestError("spec.containers", f"{len(found)} containers ask for GPUs",
-                           "put the GPU request in one container (several GPU containers per "
-                           "pod are planned)")
-    if not found and any(k in ann for k in ("gpu-fraction", "gpu-memory")):
-        return translate({}, ann, spec.get("nodeSelector"))
-    return found[0] if found else None
+def _mapping(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
 
 
-def _cpu_mem(pod: dict[str, Any]) -> tuple[int, int]:
+def declares_gpu(spec: dict[str, Any]) -> bool:
+    """Whether any container names an `nvidia.com/` resource (cheap, before translating)."""
+    for key in ("initContainers", "containers"):
+        for c in spec.get(key) or []:
+            res = _mapping(_mapping(c).get("resources"))
+            for part in (res.get("limits"), res.get("requests")):
+                if any(str(k).startswith("nvidia.com/") for k in _mapping(part)):
+                    return True
+    return False
+
+
+def _cpu_mem(spec: dict[str, Any]) -> tuple[int, int]:
     cpu = mem = 0
-    for c in (pod.get("spec") or {}).get("containers") or []:
-        req = (c.get("resources") or {}).get("requests") or {}
+    for c in spec.get("containers") or []:
+        req = _mapping(_mapping(_mapping(c).get("resources")).get("requests"))
         cpu += _milli(req.get("cpu", 0))
         mem += _mib(req.get("memory", 0))
     return cpu, mem
 
 
-def pod_info(obj: dict[str, Any], tenants: dict[str, tuple[str, TrustTier]],
+def _too_big(request: GpuRequest | None, cpu: int, mem: int) -> str:
+    """Why the pod asks for more than any node could hold ("" = it does not)."""
+    if cpu > MAX_CPU_MILLI or cpu < 0:
+        return (f"asks for {cpu / 1000:g} CPU cores; no node holds more than "
+                f"{MAX_CPU_MILLI // 1000}")
+    if mem > MAX_MEMORY_MIB or mem < 0:
+        return f"asks for {mem} MiB of memory; no node holds more than {MAX_MEMORY_MIB} MiB"
+    if request is None:
+        return ""
+    if not 0 <= request.count <= MAX_POD_GPUS:
+        return f"asks for {request.count} GPUs; no node has more than {MAX_POD_GPUS}"
+    gmem = request.memory_mib or 0
+    if not 0 <= gmem <= MAX_GPU_MEMORY_MIB:
+        return (f"asks for {gmem} MiB of GPU memory per device; no GPU has more than "
+                f"{MAX_GPU_MEMORY_MIB} MiB")
+    if request.milli is not None and not 0 <= request.milli <= 1000 * MAX_POD_GPUS:
+        return f"asks for {request.milli} milli of compute per device"
+    return ""
+
+
+def _spec_request(obj: dict[str, Any]) -> GpuRequest | None:
+    """The pod's GPU request from its spec, exactly as gpugov's webhook translates it
+    (`webhook.admission.pod_request`: container resources, the request annotations a user
+    declares; gpugov's own annotations are never read)."""
+    from gpugov.k8s.webhook.admission import pod_request
+
+    return pod_request(obj)
+
+
+def _owned_free(ann: dict[str, Any]) -> dict[str, Any]:
+    """The annotations a pod's request may depend on: all but gpugov's own outputs."""
+    return {k: v for k, v in ann.items() if k not in _OWNED}
+
+
+#: annotations gpugov's components write (explanations and records); never a request input
+_OWNED = (names.ANN_REQUEST, names.ANN_QUEUE, names.ANN_TENANT, names.ANN_TRUST,
+          names.ANN_ALLOCATION, "gpugov.io/allocated")
+
+
+def _source(meta: dict[str, Any], spec: dict[str, Any]) -> tuple:
+    return (_owned_free(_mapping(meta.get("annotations"))), spec.get("containers"),
+            spec.get("initContainers"),
+            _mapping(meta.get("labels")).get(names.PODGROUP_LABEL), spec.get("tolerations"))
+
+
+def pod_info(obj: dict[str, Any], tenants: Tenancy | Any = None,
              old: PodInfo | None = None) -> PodInfo:
-    """Translate a pod; `tenants` maps namespace -> (queue, trust) for pods the webhook did
-    not annotate. With `old` (the same pod seen before, same annotations and containers) the
-    request translation is reused: a pod is seen several times (created, bound, running)."""
+    """Translate a pod; never raises (a pod that cannot be read comes back with `error`).
+
+    `tenants` (a `Tenancy`) gives the queue and trust tier of the pod's namespace. With
+    `old` (the same pod seen before, same spec and request annotations) the translation is
+    reused: a pod is seen several times (created, bound, running)."""
+    tenancy = tenants if isinstance(tenants, Tenancy) else Tenancy()
+    try:
+        return _pod_info(obj, tenancy, old)
+    except Exception as e:  # noqa: BLE001 - one pod's object never escapes as an exception
+        return _unreadable(obj, tenancy, f"the pod cannot be read: {type(e).__name__}: {e}")
+
+
+def _unreadable(obj: Any, tenancy: Tenancy, why: str) -> PodInfo:
+    """The little of a pod that identifies it, with `why` as its error."""
+    meta = _mapping(_mapping(obj).get("metadata"))
+    spec = _mapping(_mapping(obj).get("spec"))
+    ns, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
+    node = spec.get("nodeName")
+    status = _mapping(_mapping(obj).get("status"))
+    info = PodInfo(
+        key=f"{ns}/{name}", namespace=ns, name=name, uid=str(meta.get("uid") or ""),
+        created=parse_time(meta.get("creationTimestamp")
+                           if isinstance(meta.get("creationTimestamp"), str) else None),
+        node=node if isinstance(node, str) else "",
+        scheduler=str(spec.get("schedulerName") or "default-scheduler"),
+        done=status.get("phase") in ("Succeeded", "Failed"),
+        terminating=bool(meta.get("deletionTimestamp")), request=None, cpu_milli=0,
+        memory_mib=0, queue=None, trust=TrustTier.UNTRUSTED, priority_class="", priority=0,
+        group=None, allocation=None, error=why)
+    with contextlib.suppress(Exception):
+        info.gpu_declared = declares_gpu(spec)
+    with contextlib.suppress(Exception):
+        info.resolve(tenancy)
+    return info
+
+
+def _pod_info(obj: dict[str, Any], tenancy: Tenancy, old: PodInfo | None) -> PodInfo:
     meta, spec, status = _meta(obj), obj.get("spec") or {}, obj.get("status") or {}
-    ann_all = meta.get("annotations") or {}
+    ann = meta.get("annotations") or {}
     if old is not None and old.uid == meta.get("uid", "") and \
-            old.source == (_stable(ann_all), spec.get("containers"),
-                           (meta.get("labels") or {}).get(names.PODGROUP_LABEL),
-                           spec.get("tolerations")):
-        text = ann_all.get(names.ANN_ALLOCATION)
+            old.source == _source(meta, spec):
+        text = ann.get(names.ANN_ALLOCATION)
         if text != old.allocation_text:
             old.allocation_text = text
             try:
                 old.allocation = decode_allocation(text) if text is not None else None
-            except AnnotationError as e:
-                old.allocation = None
-                old.error = str(e)
+            except AnnotationError:
+                old.allocation = None  # unreadable: the binding is what counts (held.py)
         phase = status.get("phase", "")
         old.node = spec.get("nodeName") or ""
         old.done = phase in ("Succeeded", "Failed")
@@ -381,40 +480,25 @@ def pod_info(obj: dict[str, Any], tenants: dict[str, tuple[str, TrustTier]],
                           for c in status.get("conditions") or []}
         return old
     ns, name = meta.get("namespace", ""), meta.get("name", "")
-    ann = meta.get("annotations") or {}
     labels = meta.get("labels") or {}
     errors: list[str] = []
     request = None
     cpu = mem = 0
     try:
-        if names.ANN_REQUEST in ann:
-            request = decode_request(ann[names.ANN_REQUEST])
-        else:
-            request = _container_request(obj, {k: v for k, v in ann.items()
-                                               if not k.startswith("gpugov.io/")
-                                               or k in ("gpugov.io/model", "gpugov.io/isolation",
-                                                        "gpugov.io/topology")})
-        cpu, mem = _cpu_mem(obj)
-    except (AnnotationError, RequestError, ValueError) as e:
+        request = _spec_request(obj)
+        cpu, mem = _cpu_mem(spec)
+        too_big = _too_big(request, cpu, mem)
+        if too_big:
+            request, cpu, mem = None, 0, 0
+            errors.append(too_big)
+    except (AnnotationError, RequestError, ValueError, ArithmeticError) as e:
+        request, cpu, mem = None, 0, 0
         errors.append(str(e))
     allocation = None
     if names.ANN_ALLOCATION in ann:
-        try:
+        # an unreadable record is no error of the pod's request: the binding is what counts
+        with contextlib.suppress(AnnotationError):
             allocation = decode_allocation(ann[names.ANN_ALLOCATION])
-        except AnnotationError as e:
-            errors.append(str(e))
-    queue = ann.get(names.ANN_QUEUE) or None
-    trust_text = ann.get(names.ANN_TRUST)
-    tenant = tenants.get(ns) or tenants.get(CATCH_ALL)
-    if queue is None and tenant is not None:
-        queue = tenant[0]
-    trust = tenant[1] if tenant is not None else TrustTier.INTERNAL
-    if trust_text:
-        try:
-            trust = TrustTier(trust_text)
-        except ValueError:
-            errors.append(f"{names.ANN_TRUST}: {trust_text!r} is not a trust tier; allowed: "
-                          f"{', '.join(t.value for t in TrustTier)}")
     conditions = {c.get("type", ""): (c.get("status", ""), c.get("message", ""))
                   for c in status.get("conditions") or []}
     phase = status.get("phase", "")
@@ -441,21 +525,27 @@ def pod_info(obj: dict[str, Any], tenants: dict[str, tuple[str, TrustTier]],
         tolerations = _tolerations(spec)
     except ValueError as e:
         errors.append(str(e))
-    return PodInfo(
+    try:
+        priority = int(spec.get("priority") or 0)
+    except (TypeError, ValueError):
+        priority = 0
+    priority = max(min(priority, 2**31 - 1), -(2**31))  # Kubernetes' int32
+    info = PodInfo(
         key=f"{ns}/{name}", namespace=ns, name=name, uid=meta.get("uid", ""),
         created=parse_time(meta.get("creationTimestamp")), node=spec.get("nodeName") or "",
         scheduler=spec.get("schedulerName") or "default-scheduler",
         done=phase in ("Succeeded", "Failed"), terminating=terminating,
-        request=request, cpu_milli=cpu, memory_mib=mem, queue=queue, trust=trust,
-        priority_class=spec.get("priorityClassName") or "", priority=int(spec.get("priority") or 0),
+        request=request, cpu_milli=cpu, memory_mib=mem, queue=None, trust=TrustTier.INTERNAL,
+        priority_class=spec.get("priorityClassName") or "", priority=priority,
         group=labels.get(names.PODGROUP_LABEL) or None, allocation=allocation,
         error="; ".join(errors), conditions=conditions,
-        queue_annotated=names.ANN_QUEUE in ann, trust_annotated=bool(trust_text),
-        source=(_stable(ann), spec.get("containers"), labels.get(names.PODGROUP_LABEL),
-                spec.get("tolerations")),
+        gpu_declared=request is not None or declares_gpu(spec),
+        source=_source(meta, spec),
         allocation_text=ann.get(names.ANN_ALLOCATION),
-        node_selector=tuple(sorted(selector.items())), node_affinity=affinity,
-        tolerations=tolerations)
+        node_selector=tuple(sorted((str(k), str(v)) for k, v in selector.items())),
+        node_affinity=affinity, tolerations=tolerations)
+    info.resolve(tenancy)
+    return info
 
 
 def _tolerations(spec: dict[str, Any]) -> tuple[Toleration, ...]:
@@ -491,7 +581,9 @@ def _required_affinity(spec: dict[str, Any]) -> tuple[str, tuple[tuple[str, str]
         return why, ()
     out = []
     for e in terms[0].get("matchExpressions") or []:
-        values = e.get("values") if isinstance(e, dict) else None
+        if not isinstance(e, dict):
+            return why, ()
+        values = e.get("values")
         if e.get("operator") != "In" or not isinstance(values, list) or len(values) != 1:
             return why, ()
         out.append((str(e.get("key") or ""), str(values[0])))
@@ -550,16 +642,6 @@ def engine_request(info: PodInfo, card_mib: int, tolerations: bool = True) -> Po
     return dataclasses.replace(base, **fill) if fill else base
 
 
-_RECORDS = (names.ANN_ALLOCATION, "gpugov.io/allocated")
-
-
-def _stable(ann: dict[str, str]) -> dict[str, str]:
-    """The annotations a pod's request depends on (not the records written after binding)."""
-    if not any(k in ann for k in _RECORDS):
-        return ann
-    return {k: v for k, v in ann.items() if k not in _RECORDS}
-
-
 # -- Queues, Tenants, PriorityClasses -> ControlConfig ---------------------------------------
 
 _QUEUE_FIELDS = ("parent", "quota", "limit", "borrowingLimit", "lendingLimit", "weight",
@@ -598,33 +680,6 @@ def queue_config(obj: dict[str, Any]) -> QueueConfig:
         return QueueConfig.model_validate(data)
     except ValueError as e:
         raise ValueError(f"Queue {name}: {e}") from None
-
-
-def tenant_map(tenants: list[dict[str, Any]]) -> dict[str, tuple[str, TrustTier]]:
-    """namespace -> (leaf queue, trust tier) from Tenants that list namespaces; a Tenant with
-    an empty namespaceSelector (`{}`) is the catch-all, under the key `CATCH_ALL`. Selectors
-    with labels are resolved by the webhook (which writes the pod's queue annotation)."""
-    out: dict[str, tuple[str, TrustTier]] = {}
-    for t in sorted(tenants, key=lambda o: _meta(o).get("name", "")):
-        spec = t.get("spec") or {}
-        queue = spec.get("queue")
-        try:
-            trust = TrustTier(spec.get("trust") or spec.get("trustTier") or "internal")
-        except ValueError:
-            continue
-        if not queue:
-            continue
-        for ns in spec.get("namespaces") or []:
-            out.setdefault(str(ns), (str(queue), trust))
-        sel = spec.get("namespaceSelector")
-        if isinstance(sel, dict) and not sel.get("matchLabels") \
-                and not sel.get("matchExpressions"):
-            out.setdefault(CATCH_ALL, (str(queue), trust))
-    return out
-
-
-#: `tenant_map` key of the catch-all Tenant (a namespace can never be called this).
-CATCH_ALL = "*"
 
 
 def priority_classes(objs: list[dict[str, Any]], policies: list[dict[str, Any]] | None = None
@@ -666,20 +721,27 @@ def build_config(queues: list[dict[str, Any]], pcs: list[dict[str, Any]],
                  policies: list[dict[str, Any]] | None = None) -> ConfigBuild:
     """One ControlConfig from the Queue and PriorityClass objects.
 
-    A bad Queue (and every queue below it) is left out with the reason, so one broken
-    object never stops the others from scheduling; if the tree as a whole is still invalid
-    (e.g. children's quotas above a parent's) the config is None and `problems` says why.
+    Damage stays where it is: a bad Queue (and every queue below it) is left out with the
+    reason; so are the queues of a parent cycle (`a -> b -> a`, a self-parent) and their
+    descendants; and when the tree as a whole is invalid (e.g. children's quotas above a
+    parent's) the queues are added top-down and each one that makes it invalid is left out
+    with its subtree. Every other queue keeps scheduling; the config is None only when no
+    queue is left.
     """
     problems: list[str] = []
     excluded: dict[str, str] = {}
     parsed: dict[str, QueueConfig] = {}
-    for o in sorted(queues, key=lambda q: _meta(q).get("name", "")):
-        name = _meta(o).get("name", "")
+    for o in sorted(queues, key=lambda q: str(_meta(q).get("name", ""))):
+        name = str(_meta(o).get("name", ""))
         try:
             parsed[name] = queue_config(o)
         except ValueError as e:
             excluded[name] = str(e)
             problems.append(str(e))
+    for name, why in _cycles(parsed).items():
+        excluded[name] = why
+        problems.append(why)
+        del parsed[name]
     changed = True
     while changed:
         changed = False
@@ -694,9 +756,73 @@ def build_config(queues: list[dict[str, Any]], pcs: list[dict[str, Any]],
     problems += pc_problems
     if not parsed:
         return ConfigBuild(None, problems + ["no valid Queue objects"], excluded)
-    data = {"queues": [q.model_dump(by_alias=True, exclude_none=True) for q in parsed.values()],
-            "priorityClasses": [c.model_dump(by_alias=True) for c in classes]}
     try:
-        return ConfigBuild(parse_config(data, "Queues"), problems, excluded)
+        return ConfigBuild(_config(list(parsed.values()), classes), problems, excluded)
     except ConfigError as e:
-        return ConfigBuild(None, problems + e.problems, excluded)
+        whole = e.problems
+    kept, left_out = _valid_subtrees(parsed, classes)
+    for name, why in left_out.items():
+        excluded[name] = why
+        problems.append(why)
+    if not kept:
+        return ConfigBuild(None, problems + whole, excluded)
+    return ConfigBuild(_config(kept, classes), problems, excluded)
+
+
+def _config(queues: list[QueueConfig], classes: list[PriorityClassConfig]) -> ControlConfig:
+    data = {"queues": [q.model_dump(by_alias=True, exclude_none=True) for q in queues],
+            "priorityClasses": [c.model_dump(by_alias=True) for c in classes]}
+    return parse_config(data, "Queues")
+
+
+def _cycles(parsed: dict[str, QueueConfig]) -> dict[str, str]:
+    """Queues on a parent cycle -> why (their descendants are left out by the caller)."""
+    out: dict[str, str] = {}
+    state: dict[str, int] = {}  # 1 = on the current walk, 2 = done
+    for start in parsed:
+        walk: list[str] = []
+        name: str | None = start
+        while name is not None and name in parsed and state.get(name) is None:
+            state[name] = 1
+            walk.append(name)
+            name = parsed[name].parent
+        if name is not None and state.get(name) == 1:  # came back to this walk: a cycle
+            ring = walk[walk.index(name):]
+            chain = " -> ".join([*ring, name])
+            for q in ring:
+                out[q] = (f"Queue {q}: its parent chain is a cycle ({chain}); the queues on "
+                          "it and below it are left out until a parent is fixed")
+        for q in walk:
+            state[q] = 2
+    return out
+
+
+def _valid_subtrees(parsed: dict[str, QueueConfig], classes: list[PriorityClassConfig]
+                    ) -> tuple[list[QueueConfig], dict[str, str]]:
+    """The queues that make a valid tree, added top-down (parents first, then by name);
+    each queue whose addition makes the tree invalid is left out with its subtree."""
+    depth: dict[str, int] = {}
+
+    def level(n: str) -> int:
+        if n not in depth:
+            p = parsed[n].parent
+            depth[n] = 0 if p is None else level(p) + 1
+        return depth[n]
+
+    kept: list[QueueConfig] = []
+    names_kept: set[str] = set()
+    left_out: dict[str, str] = {}
+    for name in sorted(parsed, key=lambda n: (level(n), n)):
+        q = parsed[name]
+        if q.parent is not None and q.parent not in names_kept:
+            left_out[name] = f"Queue {name}: parent {q.parent!r} is invalid"
+            continue
+        try:
+            _config([*kept, q], classes)
+        except ConfigError as e:
+            left_out[name] = (f"Queue {name}: left out with the queues below it: "
+                              + "; ".join(e.problems[:3]))
+            continue
+        kept.append(q)
+        names_kept.add(name)
+    return kept, left_out
