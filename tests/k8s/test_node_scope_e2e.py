@@ -98,16 +98,16 @@ def test_node_agent_changes_only_its_own_node_and_pods(k8s_control_plane, tmp_pa
                 await agent.publish()
                 # allowed: gpugov.io/allocated on a pod bound to it, through the device plugin
                 pods = ApiPodSource(api)
-                on_a = await core.read_namespaced_pod("on-a", ns)
+                rv = {p["metadata"]["name"]: p["metadata"]["resourceVersion"]
+                      for node in (node_a, node_b) for p in await pods.list_pods(node)}
                 seen["claim on-a"] = await pods.patch_annotations(
-                    ns, "on-a", on_a.metadata.resource_version,
+                    ns, "on-a", rv["on-a"],
                     {ann.ALLOCATED: ann.encode_allocated(["GPU-0"], "2026-01-01T00:00:00Z")})
-                on_b = await core.read_namespaced_pod("on-b", ns)
                 seen["node b"] = await _denied(core.patch_node(
                     node_b, {"metadata": {"annotations": {ann.INVENTORY: "{}"}}},
                     _content_type=MERGE))
                 seen["pod on b"] = await _denied(pods.patch_annotations(
-                    ns, "on-b", on_b.metadata.resource_version, {ann.ALLOCATED: "x"}))
+                    ns, "on-b", rv["on-b"], {ann.ALLOCATED: "x"}))
                 seen["allocation on a"] = await _denied(core.patch_namespaced_pod(
                     "on-a", ns, {"metadata": {"annotations": {ann.ALLOCATION: "{}"}}},
                     _content_type=MERGE))
