@@ -17,7 +17,7 @@ from gpugov.k8s.devcluster import build
 from gpugov.k8s.devcluster.client import api_client
 from gpugov.k8s.devcluster.dev import install_crds
 from gpugov.k8s.devcluster.rbac import load_rules
-from gpugov.k8s.webhook import registration
+from gpugov.k8s.webhook import policy, registration
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "deploy" / "helm" / "gpugov"
@@ -102,6 +102,60 @@ def test_node_config_is_what_gpugov_node_run_accepts(helm, values, tmp_path):
 def test_cel_condition_file_matches_the_code():
     text = (CHART / "files" / "gpu-pod-condition.cel").read_text().strip()
     assert text == registration.GPU_POD_CONDITION
+
+
+def test_admission_objects_are_the_codes(helm):
+    """The chart's ownership policy and webhook rules are what gpugov's code generates (for
+    the release namespace), so the chart and `gpugov dev up` cannot drift."""
+    docs = render(helm)
+    by = {(d["kind"], d["metadata"]["name"]): d for d in docs}
+    expected = policy.pod_ownership_policies(NS)
+    for want in expected:
+        got = by[(want["kind"], want["metadata"]["name"])]
+        assert got["spec"] == want["spec"]
+    hooks = {h["name"]: h for kind in ("Mutating", "Validating")
+             for h in by[(f"{kind}WebhookConfiguration", "gpugov")]["webhooks"]}
+    code = {h["name"]: h for o in registration.configurations(b"x", service={},
+                                                                system_namespace=NS)
+            for h in o["webhooks"]}
+    assert sorted(hooks) == sorted(code)
+    for name, hook in hooks.items():
+        assert "objectSelector" not in hook  # a pod label exempts nothing
+        assert hook["rules"] == code[name]["rules"]
+        assert hook.get("matchConditions") == code[name].get("matchConditions"), name
+        assert hook["failurePolicy"] == code[name]["failurePolicy"]
+    for name in ("mutate.pods.gpugov.io", "validate.pods.gpugov.io"):
+        assert {"key": "gpugov.io/ignore", "operator": "NotIn", "values": ["true"]} in \
+            hooks[name]["namespaceSelector"]["matchExpressions"]
+    args = by[("Deployment", "gpugov-webhook")]["spec"]["template"]["spec"]["containers"][0][
+        "args"]
+    assert f"--system-namespace={NS}" in args and not any("--client-ca" in a for a in args)
+    assert not render(helm, "--set", "admissionPolicy.enabled=false") == docs
+    assert not [d for d in render(helm, "--set", "admissionPolicy.enabled=false")
+                if d["kind"].startswith("ValidatingAdmissionPolicy")
+                and d["metadata"]["name"] == "gpugov-pod-ownership"]
+
+
+def test_webhook_client_ca_and_network_policy(helm, tmp_path):
+    values = tmp_path / "v.yaml"
+    values.write_text(yaml.safe_dump({"webhook": {
+        "clientCA": "-----BEGIN CERTIFICATE-----\nx\n-----END CERTIFICATE-----\n",
+        "networkPolicy": {"enabled": True, "from": [{"ipBlock": {"cidr": "10.0.0.0/24"}}]}}}))
+    by = {(d["kind"], d["metadata"]["name"]): d for d in render(helm, "-f", str(values))}
+    pod = by[("Deployment", "gpugov-webhook")]["spec"]["template"]["spec"]
+    c = pod["containers"][0]
+    assert "--client-ca=/etc/gpugov/client-ca/ca.crt" in c["args"]
+    assert c["readinessProbe"] == {"tcpSocket": {"port": "https"}}
+    assert {"name": "client-ca", "configMap": {"name": "gpugov-webhook-client-ca"}} in \
+        pod["volumes"]
+    assert by[("ConfigMap", "gpugov-webhook-client-ca")]["data"]["ca.crt"].startswith("-----")
+    netpol = by[("NetworkPolicy", "gpugov-webhook")]["spec"]
+    assert netpol["ingress"] == [{"ports": [{"protocol": "TCP", "port": 8443}],
+                                  "from": [{"ipBlock": {"cidr": "10.0.0.0/24"}}]}]
+    out = subprocess.run([str(helm), "template", "gpugov", str(CHART), "--kube-version",
+                          build.K8S_VERSION, "--set", "webhook.networkPolicy.enabled=true"],
+                         capture_output=True, text=True, check=False)
+    assert out.returncode != 0 and "webhook.networkPolicy.from is required" in out.stderr
 
 
 def test_monitoring_objects_come_from_the_observability_files(helm):

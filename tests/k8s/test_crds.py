@@ -131,6 +131,12 @@ def test_apiserver_accepts_every_converted_object(with_crds):
     ("tenants", {"namespaces": ["a"], "queue": "q", "trust": "sometimes"},
      'Unsupported value: "sometimes"'),
     ("prioritypolicies", {"minRuntime": "soon"}, "spec.minRuntime in body should match"),
+    ("tenants", {"namespaces": ["a"], "queue": "q", "schedulers": [""]},
+     "spec.schedulers[0] in body should be at least 1 chars long"),
+    ("tenants", {"namespaces": ["a"], "queue": "q", "schedulers": ["v", "v"]},
+     'spec.schedulers[1]: Duplicate value: "v"'),
+    ("tenants", {"namespaces": ["a"], "queue": "q", "schedulers": [f"s{i}" for i in range(17)]},
+     "spec.schedulers: Too many: 17: must have at most 16 items"),
 ])
 def test_apiserver_refuses_bad_objects(with_crds, plural, spec, needle):
     kind = {"queues": "Queue", "tenants": "Tenant", "prioritypolicies": "PriorityPolicy"}[plural]
@@ -145,3 +151,19 @@ def test_apiserver_refuses_a_queue_that_is_its_own_parent(with_crds):
                                             "metadata": {"name": "crd-loop"},
                                             "spec": {"parent": "crd-loop"}})
     assert refusal is not None and "a queue cannot be its own parent" in refusal
+
+
+def test_tenant_lists_the_schedulers_its_gpu_pods_may_name(with_crds):
+    assert _create(with_crds, "tenants", {
+        "apiVersion": crds.API_VERSION, "kind": "Tenant", "metadata": {"name": "crd-scheds"},
+        "spec": {"namespaces": ["crd-scheds"], "queue": "q",
+                 "schedulers": ["volcano", "kai-scheduler"]}}) is None
+
+    async def cleanup() -> None:
+        async with with_crds.api() as api:
+            await client.CustomObjectsApi(api).delete_cluster_custom_object(
+                crds.GROUP, crds.VERSION, "tenants", "crd-scheds")
+    asyncio.run(cleanup())
+    desc = crds.tenant_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"][
+        "spec"]["properties"]["schedulers"]["description"]
+    assert "besides gpugov's" in desc

@@ -328,3 +328,12 @@ def test_tenant_and_queue_reviews_only_warn():
     ok = {"uid": "u", "kind": {"kind": "Tenant"}, "object": {
         "metadata": {"name": "t"}, "spec": {"namespaces": ["a"], "queue": "leaf"}}}
     assert "warnings" not in admission.review_tenancy(ok, queues)["response"]
+
+
+def test_tenant_schedulers_are_resolved_and_bounded():
+    tenant = {"metadata": {"name": "a"}, "spec": {"namespaces": ["ns"], "queue": "default",
+                                                  "schedulers": ["volcano", 7, "", *"x" * 40]}}
+    res = resolve("ns", {}, [tenant], QUEUES)
+    assert res.schedulers[0] == "volcano" and len(res.schedulers) <= 16
+    assert resolve("ns", {}, [{**tenant, "spec": {**tenant["spec"], "schedulers": "v"}}],
+                   QUEUES).schedulers == ()
