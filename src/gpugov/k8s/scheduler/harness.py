@@ -213,6 +213,8 @@ class Env:
         self.nodes: dict[str, int] = {}
         self.cluster_objs: list[str] = []
         self.procs: list[str] = []
+        #: namespace -> the Tenant `queue` made for it (replaced by an explicit `tenant`)
+        self.auto_tenants: dict[str, str] = {}
 
     async def add_nodes(self, count: int, gpus: int, prefix: str = "n") -> list[str]:
         made = [gpu_node(f"{self.uid}-{prefix}{i}", gpus, self.label) for i in range(count)]
@@ -250,14 +252,29 @@ class Env:
         return await self._create_nodes(made)
 
     async def queue(self, name: str, **spec) -> str:
+        """A Queue `<uid>-<name>`. The first leaf queue made also gets a Tenant charging the
+        test's namespace to it (gpugov takes a pod's queue from its namespace's Tenant, never
+        from the pod), unless a `tenant` names that namespace."""
         full = f"{self.uid}-{name}"
         await create_all(self.kube, QUEUES, [{"apiVersion": "gpugov.io/v1alpha1", "kind": "Queue",
                                              "metadata": {"name": full}, "spec": spec}])
         self.cluster_objs.append(f"{QUEUES}/{full}")
+        if self.ns not in self.auto_tenants and "parent" not in spec:
+            tname = f"{self.uid}-ns-{self.ns}"
+            await self._create_tenant(tname, {"namespaces": [self.ns], "queue": full})
+            self.auto_tenants[self.ns] = tname
         return full
 
     async def tenant(self, name: str, spec: dict) -> None:
         full = f"{self.uid}-{name}"
+        for ns in spec.get("namespaces") or []:
+            auto = self.auto_tenants.get(ns)
+            if auto:  # an explicit Tenant for the namespace replaces the one `queue` made
+                await self.kube.request("DELETE", f"{TENANTS}/{auto}")
+                self.auto_tenants[ns] = ""
+        await self._create_tenant(full, spec)
+
+    async def _create_tenant(self, full: str, spec: dict) -> None:
         await create_all(self.kube, TENANTS, [{"apiVersion": "gpugov.io/v1alpha1",
                                               "kind": "Tenant", "metadata": {"name": full},
                                               "spec": spec}])
@@ -267,16 +284,20 @@ class Env:
         await create_all(self.kube, "/api/v1/namespaces/{ns}/pods", specs)
 
     def pod(self, name: str, queue: str | None, **kw) -> dict:
+        """A GPU pod of this test's scheduler. `queue` is written as the webhook would
+        (`gpugov.io/queue`) for the reader: the scheduler charges the namespace's Tenant."""
         ann = dict(kw.pop("annotations", {}))
         if queue:
             ann[names.ANN_QUEUE] = queue
         return gpu_pod(name, kw.pop("namespace", self.ns), self.scheduler, annotations=ann,
                        **kw)
 
-    def start_scheduler(self, tag: str = "", *extra: str) -> str:
+    def start_scheduler(self, tag: str = "", *extra: str, kubeconfig: Path | None = None) -> str:
+        """`gpugov scheduler` for this test's nodes and schedulerName; `kubeconfig` (default:
+        the admin's) e.g. the chart ServiceAccount's (`cluster.component_kubeconfig`)."""
         name = f"sched-{self.uid}{tag}"
         self.cluster.plane.start_process(name, gpugov_argv(
-            "scheduler", "--kubeconfig", str(self.cluster.kubeconfig),
+            "scheduler", "--kubeconfig", str(kubeconfig or self.cluster.kubeconfig),
             "--scheduler-name", self.scheduler, "--node-selector", f"gpugov-test={self.uid}",
             *extra))
         self.procs.append(name)

@@ -360,7 +360,8 @@ def _mapping(value: Any) -> dict[str, Any]:
 def declares_gpu(spec: dict[str, Any]) -> bool:
     """Whether any container names an `nvidia.com/` resource (cheap, before translating)."""
     for key in ("initContainers", "containers"):
-        for c in spec.get(key) or []:
+        items = spec.get(key)
+        for c in items if isinstance(items, list) else ():
             res = _mapping(_mapping(c).get("resources"))
             for part in (res.get("limits"), res.get("requests")):
                 if any(str(k).startswith("nvidia.com/") for k in _mapping(part)):
