@@ -4,7 +4,8 @@ to node A changes node A's GPU labels and inventory (the agent's own `publish`) 
 `gpugov.io/allocated` on a pod bound to A (the device plugin's own claim); the apiserver's
 ValidatingAdmissionPolicy (`node_scope_policies`) refuses it node B, a pod on node B, any other
 pod annotation (`gpugov.io/allocation`), other labels and the spec of its own node; a token of
-the same ServiceAccount that is not bound to a node changes nothing."""
+the same ServiceAccount that is not bound to a node changes nothing, and a token bound to a
+pod on node A (what the DaemonSet pod mounts) is scoped to node A."""
 
 from __future__ import annotations
 
@@ -17,7 +18,11 @@ from kubernetes_asyncio.client.rest import ApiException
 
 from gpugov.k8s import annotations as ann
 from gpugov.k8s.devcluster.processes import free_port
-from gpugov.k8s.devcluster.rbac import apply_component_rbac, node_token_kubeconfig
+from gpugov.k8s.devcluster.rbac import (
+    _token_kubeconfig,
+    apply_component_rbac,
+    node_token_kubeconfig,
+)
 from gpugov.k8s.node_policy import (
     NO_CLAIM,
     NODE_FIELDS,
@@ -80,16 +85,29 @@ def test_node_agent_changes_only_its_own_node_and_pods(k8s_control_plane, tmp_pa
                                            tmp_path / "node-a")
         kc_any = await apply_component_rbac(cluster.kubeconfig, "node", system,
                                             tmp_path / "node-unbound")
+        # what the DaemonSet pod on node A mounts: a token bound to that pod (the apiserver
+        # adds the pod's node to it)
+        async with cluster.api() as api:
+            agent_pod = await client.CoreV1Api(api).create_namespaced_pod(system, {
+                "metadata": {"name": "agent"},
+                "spec": {"nodeName": node_a, "serviceAccountName": "gpugov-node",
+                         "containers": [{"name": "agent", "image": "gpugov"}]}})
+            kc_pod = await _token_kubeconfig(api, "gpugov-node", system, tmp_path / "node-pod",
+                                             600, {"kind": "Pod", "apiVersion": "v1",
+                                                   "name": "agent",
+                                                   "uid": agent_pod.metadata.uid})
         # the policy is enforced by the apiserver a moment after it is created
-        for _ in range(100):
+        for i in range(100):
             try:
                 async with cluster.api(kc_a) as api:
                     await client.CoreV1Api(api).patch_node(
-                        node_b, {"metadata": {"annotations": {"gpugov-test/probe": "x"}}},
+                        node_b, {"metadata": {"annotations": {"gpugov-test/probe": f"p{i}"}}},
                         _content_type=MERGE)
                 await asyncio.sleep(0.2)
             except ApiException:
                 break
+        else:
+            raise AssertionError("the node-scope policy never took effect")
         try:
             async with cluster.api(kc_a) as api:
                 core = client.CoreV1Api(api)
@@ -118,6 +136,13 @@ def test_node_agent_changes_only_its_own_node_and_pods(k8s_control_plane, tmp_pa
                     node_a, {"metadata": {"labels": {"team": "mine"}}}, _content_type=MERGE))
                 seen["taint on a"] = await _denied(core.patch_node(
                     node_a, {"spec": {"unschedulable": True}}, _content_type=MERGE))
+            async with cluster.api(kc_pod) as api:
+                core = client.CoreV1Api(api)
+                await core.patch_node(node_a, {"metadata": {"annotations": {
+                    ann.UNSCHEDULABLE_GPUS: "1"}}}, _content_type=MERGE)
+                seen["pod token node b"] = await _denied(core.patch_node(
+                    node_b, {"metadata": {"annotations": {ann.UNSCHEDULABLE_GPUS: "1"}}},
+                    _content_type=MERGE))
             async with cluster.api(kc_any) as api:
                 core = client.CoreV1Api(api)
                 seen["unbound token"] = await _denied(core.patch_node(
@@ -131,6 +156,7 @@ def test_node_agent_changes_only_its_own_node_and_pods(k8s_control_plane, tmp_pa
                 a = await core.read_node(node_a)
                 seen["a labels"] = a.metadata.labels
                 seen["a inventory"] = a.metadata.annotations.get(ann.INVENTORY)
+                seen["a unschedulable"] = a.metadata.annotations.get(ann.UNSCHEDULABLE_GPUS)
                 seen["b inventory"] = (await core.read_node(node_b)).metadata.annotations.get(
                     ann.INVENTORY)
                 seen["on-a"] = (await core.read_namespaced_pod("on-a", ns)).metadata.annotations
@@ -150,6 +176,7 @@ def test_node_agent_changes_only_its_own_node_and_pods(k8s_control_plane, tmp_pa
     assert '"uuid":"GPU-0"' in seen["a inventory"].replace(" ", "")
     assert seen["b inventory"] != "{}"
     assert OTHER_NODE in seen["node b"]
+    assert seen["a unschedulable"] == "1" and OTHER_NODE in seen["pod token node b"]
     assert OTHER_POD in seen["pod on b"]
     assert POD_FIELDS in seen["allocation on a"] and POD_FIELDS in seen["label on pod a"]
     assert NODE_FIELDS in seen["other label on a"] and NODE_FIELDS in seen["taint on a"]

@@ -1,7 +1,8 @@
 """The node agent on the fake NVML against the real kube-apiserver: GFD labels and the
 inventory annotation published, a MIG layout applied and one refused (GPU busy), XID ->
 unhealthy -> healthy, bypass and zombie memory reported as Events, bad input reported without
-a crash."""
+a crash. The agent runs as it does in the cluster: the node ServiceAccount under the chart's
+RBAC, with a token bound to its Node, under the node-scope admission policy."""
 
 from __future__ import annotations
 
@@ -11,11 +12,15 @@ import json
 
 import pytest
 from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
 from nvml_fake import A100_80, H100_80
 from prometheus_client import CollectorRegistry, generate_latest
 from region_files import SlotSpec, start_ticks, write_region
 
 from gpugov.k8s.annotations import INVENTORY, AnnotationError, decode_inventory
+from gpugov.k8s.devcluster.rbac import node_token_kubeconfig
+from gpugov.k8s.node_policy import node_scope_policies
+from gpugov.k8s.webhook.policy import apply_policies, delete_policies
 from gpugov.model.devices import DeviceMode
 from gpugov.node.agent import (
     MIG_CONFIG_STATE,
@@ -89,15 +94,32 @@ def agent_setup(k8s_control_plane, node, open_nvml, sleepers, tmp_path):
     clock = Clock()
     source = NvmlDeviceSource(nv, HealthTracker(nv, recovery_s=60, clock=clock))
     cfg = AgentConfig(name, tmp_path / "mig.yaml", tmp_path / "regions", drain_grace_s=0)
-    return k8s_control_plane, name, source, cfg, clock, node, (bypass, gone)
+    system = f"gpugov-agent-{name}"  # the node ServiceAccount's namespace
+    policies = node_scope_policies(system, name=f"gpugov-node-scope-{name}")
+    asyncio.run(apply_policies(k8s_control_plane.kubeconfig, policies))
+    agent_kc = asyncio.run(node_token_kubeconfig(k8s_control_plane.kubeconfig, name, system,
+                                                 tmp_path / "agent-kubeconfig"))
+    try:
+        yield k8s_control_plane, name, source, cfg, clock, node, (bypass, gone), agent_kc
+    finally:
+        asyncio.run(delete_policies(k8s_control_plane.kubeconfig, policies))
 
 
 def test_agent_publishes_applies_mig_and_tracks_health(agent_setup):
-    cluster, name, source, cfg, clock, fake, (bypass, gone) = agent_setup
+    cluster, name, source, cfg, clock, fake, (bypass, gone), agent_kc = agent_setup
 
     async def scenario() -> None:
-        async with cluster.api() as api:
-            agent = NodeAgent(api, source, cfg)
+        async with cluster.api() as api, cluster.api(agent_kc) as agent_api:
+            for i in range(100):  # the policy is in force: a label it does not own is refused
+                try:
+                    await _label(agent_api, name, "gpugov-test/probe", f"p{i}")
+                except ApiException as exc:
+                    assert exc.status == 403
+                    break
+                await asyncio.sleep(0.1)
+            else:
+                raise AssertionError("the node-scope policy never took effect")
+            agent = NodeAgent(agent_api, source, cfg)
             registry = CollectorRegistry(auto_describe=False)
             registry.register(AgentErrorsCollector(agent))
             await agent.round()
