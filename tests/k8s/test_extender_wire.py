@@ -7,6 +7,8 @@ import asyncio
 import json
 
 from aiohttp import ClientSession, web
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gpugov.k8s.annotations import ALLOCATION
 from gpugov.k8s.extender import Extender
@@ -166,3 +168,65 @@ def test_decisions_remember_only_what_filter_accepted_bounded() -> None:
     for i in range(10):
         d.remember(f"x{i}", f"ns/x{i}", ["n1"], now=2.0)
     assert len(d) == 3 and "not filtered" in d.problem("u1", "ns/a", "n1", now=3.0)
+
+
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner,
+                                                                 max_size=4),
+    max_leaves=20)
+_field = st.sampled_from(["metadata", "spec", "containers", "resources", "limits", "name",
+                          "namespace", "uid", "schedulerName", "annotations", "nvidia.com/gpu",
+                          "items", "NodeNames", "Nodes", "Pod"])
+_shaped = st.recursive(_json, lambda inner: st.dictionaries(_field, inner, max_size=5),
+                       max_leaves=30)
+
+
+@settings(max_examples=300, deadline=None)
+@given(args=st.dictionaries(st.sampled_from(["Pod", "Nodes", "NodeNames"]), _shaped, max_size=3))
+def test_hostile_filter_bodies_are_a_clear_answer_never_a_crash(args) -> None:
+    """Whatever the body, filter's pieces answer (nodes, or ValueError -> HTTP 400) and a pod
+    gpugov cannot read is refused with a reason."""
+    from gpugov.k8s.extender import _nodes_of, _pod_of
+
+    st_ = _STATE
+    try:
+        _, _, names = _nodes_of(args)
+        pod = _pod_of(args)
+    except ValueError:
+        return
+    assert all(isinstance(n, str) for n in names)
+    adm, why = st_.admit(pod)
+    assert adm is not None or why
+
+
+def _state():
+    from gpugov.k8s.extender import ExtenderState
+
+    s = ExtenderState(scheduler_name="gpugov")
+    _queue(s.view)
+    s.view.set_node(_ready(gpu_node("n", 4)))
+    return s
+
+
+_STATE = _state()
+
+
+def test_extender_command_refuses_to_serve_unauthenticated_unless_told(tmp_path) -> None:
+    from typer.testing import CliRunner
+
+    from gpugov.cli import app
+
+    kc = tmp_path / "kubeconfig"
+    kc.write_text("apiVersion: v1\nkind: Config\n")
+    out = CliRunner().invoke(app, ["extender", "--kubeconfig", str(kc)])
+    assert out.exit_code == 2
+    assert "give --tls-cert, --tls-key, --client-ca (or --insecure-http" in out.output
+    pem = tmp_path / "x.pem"
+    pem.write_text("x")
+    out = CliRunner().invoke(app, ["extender", "--kubeconfig", str(kc), "--insecure-http",
+                                   "--client-ca", str(pem)])
+    assert out.exit_code == 2 and "cannot be combined" in out.output
+    out = CliRunner().invoke(app, ["extender", "--kubeconfig", str(kc), "--tls-cert", str(pem),
+                                   "--tls-key", str(pem), "--client-ca", str(pem)])
+    assert out.exit_code == 2 and "--tls-cert/--tls-key/--client-ca:" in out.output

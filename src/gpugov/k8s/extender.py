@@ -111,7 +111,11 @@ class ExtenderState:
         extender's scheduler's, valid, in a leaf queue, and its queue must admit it now."""
         self.refresh()
         v = self.view
-        info = pod_info(pod, v.tenants)
+        try:
+            info = pod_info(pod, v.tenants)
+        except Exception as e:  # one unreadable pod fails alone, the extender goes on
+            log.warning("unreadable pod: %s", e)
+            return None, f"unreadable pod object: {type(e).__name__}: {e}"[:500]
         if info.scheduler != v.scheduler_name:
             return None, (f"pod's schedulerName {info.scheduler!r} is not {v.scheduler_name!r}, "
                           "the scheduler this extender serves")
@@ -283,17 +287,23 @@ class Extender:
                 raise ValueError(f"expected a JSON object, got {type(args).__name__}")
             return args
         except (ValueError, RecursionError) as e:
-            self.requests["bad"] += 1
-            return web.json_response({"Error": f"gpugov extender: bad request body: {e}"},
-                                     status=400)
+            return self._bad(e)
+
+    def _bad(self, e: Exception) -> web.Response:
+        self.requests["bad"] += 1
+        return web.json_response({"Error": f"gpugov extender: bad request body: {e}"},
+                                 status=400)
 
     async def filter(self, request: web.Request) -> web.Response:
         self.requests["filter"] += 1
         args = await self._args(request)
         if isinstance(args, web.Response):
             return args
-        nodes_list, items, node_names = _nodes_of(args)
-        pod = args.get("Pod") if isinstance(args.get("Pod"), dict) else {}
+        try:
+            nodes_list, items, node_names = _nodes_of(args)
+            pod = _pod_of(args)
+        except ValueError as e:
+            return self._bad(e)
         adm, why = self.st.admit(pod)
         if adm is None:
             failed = dict.fromkeys(node_names, f"gpugov: {why}")
@@ -307,8 +317,11 @@ class Extender:
         args = await self._args(request)
         if isinstance(args, web.Response):
             return args
-        nodes_list, items, node_names = _nodes_of(args)
-        pod = args.get("Pod") if isinstance(args.get("Pod"), dict) else {}
+        try:
+            _, _, node_names = _nodes_of(args)
+            pod = _pod_of(args)
+        except ValueError as e:
+            return self._bad(e)
         req, _ = self.st.request_of(pod)
         if req is None:
             return web.json_response([{"Host": n, "Score": 0} for n in node_names])
@@ -445,9 +458,27 @@ async def serve(kubeconfig: Path | str, host: str, port: int, policy: str = "gpu
 
 def _nodes_of(args: dict[str, Any]) -> tuple[Any, list[dict[str, Any]], list[str]]:
     """The candidate nodes of a filter/prioritize call: `Nodes` (a NodeList, when the
-    extender is not node-cache capable) or `NodeNames` (when it is)."""
+    extender is not node-cache capable) or `NodeNames` (when it is). ValueError names what
+    is malformed."""
     nodes_list = args.get("Nodes")
-    items = (nodes_list or {}).get("items") or [] if isinstance(nodes_list, dict) else []
-    node_names = args.get("NodeNames") or [
-        (n.get("metadata") or {}).get("name", "") for n in items]
+    if nodes_list is not None and not isinstance(nodes_list, dict):
+        raise ValueError("Nodes must be a NodeList object")
+    items = (nodes_list or {}).get("items") or []
+    if not isinstance(items, list) or not all(isinstance(n, dict) for n in items):
+        raise ValueError("Nodes.items must be a list of Node objects")
+    names_of_items = []
+    for n in items:
+        meta = n.get("metadata")
+        name = meta.get("name", "") if isinstance(meta, dict) else ""
+        names_of_items.append(name if isinstance(name, str) else "")
+    node_names = args.get("NodeNames") or names_of_items
+    if not isinstance(node_names, list) or not all(isinstance(n, str) for n in node_names):
+        raise ValueError("NodeNames must be a list of node names")
     return nodes_list, items, node_names
+
+
+def _pod_of(args: dict[str, Any]) -> dict[str, Any]:
+    pod = args.get("Pod")
+    if pod is not None and not isinstance(pod, dict):
+        raise ValueError("Pod must be a Pod object")
+    return pod or {}
