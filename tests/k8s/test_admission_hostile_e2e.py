@@ -248,14 +248,16 @@ def test_tenant_cannot_edit_the_allocation_of_its_bound_pod(env):
             ns, _pod("bound", {"nvidia.com/gpu": "1"})))
         record = json.dumps({"v": 1, "node": "hostile-node", "isolation": "hard",
                              "devices": [{"index": 0, "mode": "exclusive", "milli": 1000}]})
+        binding = {"apiVersion": "v1", "kind": "Binding",
+                   "metadata": {"name": "bound", "annotations": {ann.ALLOCATION: record}},
+                   "target": {"apiVersion": "v1", "kind": "Node", "name": "hostile-node"}}
+        # the tenant cannot bind its own pod (edit has no pods/binding), only a scheduler can
+        self_bound = await _call(tenant, lambda core: core.create_namespaced_pod_binding(
+            "bound", ns, binding, _preload_content=False))
+        assert getattr(self_bound, "status", None) == 403, self_bound  # raw: not raised
         async with env.cluster.api() as api:  # the admin binds, as gpugov's scheduler would
             await client.CoreV1Api(api).create_namespaced_pod_binding(
-                "bound", ns, {"apiVersion": "v1", "kind": "Binding",
-                              "metadata": {"name": "bound", "annotations": {
-                                  ann.ALLOCATION: record}},
-                              "target": {"apiVersion": "v1", "kind": "Node",
-                                         "name": "hostile-node"}},
-                _preload_content=False)
+                "bound", ns, binding, _preload_content=False)
         forged = record.replace('"index": 0', '"index": 1')
         out = await _call(tenant, _patch(ns, "bound", {ann.ALLOCATION: forged}))
         gone = await _call(tenant, _patch(ns, "bound", {ann.ALLOCATION: None}))
