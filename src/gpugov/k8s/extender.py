@@ -45,7 +45,7 @@ from gpugov.k8s.annotations import encode_allocation
 from gpugov.k8s.scheduler import names
 from gpugov.k8s.scheduler.apply import binding_body
 from gpugov.k8s.scheduler.kube import Kube, message
-from gpugov.k8s.scheduler.runner import Runner
+from gpugov.k8s.scheduler.runner import PATHS, Runner
 from gpugov.k8s.scheduler.state import Bind, SchedulerState
 from gpugov.k8s.scheduler.translate import PodInfo, pod_info
 from gpugov.model.cluster import ClusterState
@@ -56,8 +56,9 @@ log = logging.getLogger("gpugov.extender")
 
 #: kube-scheduler's MaxExtenderPriority
 MAX_SCORE = 10
-#: the API kinds the extender watches (the scheduler's inputs, PodGroups aside)
-WATCHED = ("node", "queue", "tenant", "priorityclass", "pod")
+#: the API kinds the extender watches: the scheduler's inputs (Runner.PATHS) but PodGroups
+#: (no gangs in this mode); namespaces' labels resolve Tenants that select by label
+WATCHED = tuple(k for k in PATHS if k != "podgroup")
 #: pods whose filter answer is remembered for `bind` (oldest forgotten first)
 MAX_DECISIONS = 20_000
 #: how long a filter answer stays valid for `bind`, seconds
