@@ -66,7 +66,8 @@ def test_dev_up_serves_gpu_pods_and_down_leaves_nothing(tmp_path):
                 reg = client.AdmissionregistrationV1Api(api)
                 vaps = {v.metadata.name for v in
                         (await reg.list_validating_admission_policy()).items}
-                assert {"gpugov-pod-ownership", "gpugov-node-scope"} <= vaps
+                assert {"gpugov-pod-ownership", "gpugov-node-scope-nodes",
+                        "gpugov-node-scope-pods"} <= vaps
                 # gpugov's scheduler, running under the chart's RBAC, binds one and explains
                 # the other on its status (bind, status patch: allowed verbs)
                 for _ in range(300):

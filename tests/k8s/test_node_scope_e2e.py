@@ -108,6 +108,17 @@ def test_node_agent_changes_only_its_own_node_and_pods(k8s_control_plane, tmp_pa
                 break
         else:
             raise AssertionError("the node-scope policy never took effect")
+        # the apiserver type-checks each policy against its resource's schema: no warnings
+        async with cluster.api() as api:
+            reg = client.AdmissionregistrationV1Api(api)
+            for obj in policies[::2]:
+                for _ in range(100):
+                    v = await reg.read_validating_admission_policy(obj["metadata"]["name"])
+                    if v.status is not None and v.status.type_checking is not None:
+                        break
+                    await asyncio.sleep(0.2)
+                seen[f"type check {obj['metadata']['name']}"] = \
+                    v.status.type_checking.expression_warnings if v.status else "no status"
         try:
             async with cluster.api(kc_a) as api:
                 core = client.CoreV1Api(api)
@@ -168,6 +179,7 @@ def test_node_agent_changes_only_its_own_node_and_pods(k8s_control_plane, tmp_pa
         return seen
 
     seen = asyncio.run(main())
+    assert [v for k, v in seen.items() if k.startswith("type check")] == [None, None]
     assert seen["claim on-a"] is True
     assert ann.ALLOCATED in seen["on-a"] and ann.ALLOCATION not in seen["on-a"]
     assert seen["a labels"]["nvidia.com/gpu.present"] == "false"

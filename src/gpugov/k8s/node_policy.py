@@ -17,7 +17,9 @@ namespace), requires that claim and compares it with the object:
   `gpugov.io/allocated` annotation may change;
 - a token without the claim (a plain TokenRequest, a long-lived Secret token) changes nothing.
 
-The Helm chart renders the same objects (templates/node-policy.yaml; a test keeps them equal).
+There are two policies, one for nodes and one for pods, so each type-checks against its own
+schema. The Helm chart renders the same objects (templates/node-policy.yaml; a test keeps them
+equal).
 """
 
 from __future__ import annotations
@@ -72,13 +74,16 @@ def _same(field: str, empty: str = "[]") -> str:
             f"(has(oldObject.metadata.{field}) ? oldObject.metadata.{field} : {empty})")
 
 
+#: the two resources, one policy each (each type-checks against its own schema)
+RESOURCES = ("nodes", "pods")
+
+
 def variables() -> list[dict[str, str]]:
     x = f"'{NODE_NAME_EXTRA}'"
     return [
         {"name": "nodeName", "expression":
          f"has(request.userInfo.extra) && {x} in request.userInfo.extra && "
          f"size(request.userInfo.extra[{x}]) == 1 ? request.userInfo.extra[{x}][0] : ''"},
-        {"name": "isNode", "expression": "request.resource.resource == 'nodes'"},
         {"name": "newAnn", "expression":
          "has(object.metadata.annotations) ? object.metadata.annotations : {}"},
         {"name": "oldAnn", "expression":
@@ -90,63 +95,68 @@ def variables() -> list[dict[str, str]]:
     ]
 
 
-def validations() -> list[dict[str, str]]:
-    node_ann = _cel_list(NODE_ANNOTATIONS)
-    node_labels = _cel_list(NODE_LABELS)
-    pod_ann = _cel_list(POD_ANNOTATIONS)
-    pattern = NODE_LABEL_PATTERN.replace("\\", "\\\\")  # a CEL string literal
-    label_ok = f"k in {node_labels} || k.matches('{pattern}')"
-    return [
-        {"expression": "variables.nodeName != ''", "message": NO_CLAIM, "reason": "Forbidden"},
-        {"expression": "!variables.isNode || object.metadata.name == variables.nodeName",
-         "message": OTHER_NODE, "reason": "Forbidden"},
-        {"expression": "variables.isNode || (has(oldObject.spec.nodeName) && "
-                       "oldObject.spec.nodeName == variables.nodeName)",
-         "message": OTHER_POD, "reason": "Forbidden"},
-        {"expression": "!variables.isNode || ("
-                       + _only_changes("variables.newAnn", "variables.oldAnn",
-                                       f"k in {node_ann}")
-                       + " && " + _only_changes("variables.newLabels", "variables.oldLabels",
-                                                label_ok)
-                       + " && object.spec == oldObject.spec && " + _same("finalizers")
-                       + " && " + _same("ownerReferences") + ")",
-         "message": NODE_FIELDS, "reason": "Forbidden"},
-        {"expression": "variables.isNode || ("
-                       + _only_changes("variables.newAnn", "variables.oldAnn",
-                                       f"k in {pod_ann}")
-                       + " && variables.newLabels == variables.oldLabels"
-                       + " && object.spec == oldObject.spec && " + _same("finalizers")
-                       + " && " + _same("ownerReferences") + ")",
-         "message": POD_FIELDS, "reason": "Forbidden"},
-    ]
+def validations(resource: str) -> list[dict[str, str]]:
+    """The rules for `resource` ("nodes" or "pods"), the token's claim first."""
+    rest = " && object.spec == oldObject.spec && " + _same("finalizers") + " && " + \
+        _same("ownerReferences")
+    claim = {"expression": "variables.nodeName != ''", "message": NO_CLAIM,
+             "reason": "Forbidden"}
+    if resource == "nodes":
+        pattern = NODE_LABEL_PATTERN.replace("\\", "\\\\")  # a CEL string literal
+        label_ok = f"k in {_cel_list(NODE_LABELS)} || k.matches('{pattern}')"
+        return [
+            claim,
+            {"expression": "object.metadata.name == variables.nodeName",
+             "message": OTHER_NODE, "reason": "Forbidden"},
+            {"expression": _only_changes("variables.newAnn", "variables.oldAnn",
+                                         f"k in {_cel_list(NODE_ANNOTATIONS)}")
+             + " && " + _only_changes("variables.newLabels", "variables.oldLabels", label_ok)
+             + rest, "message": NODE_FIELDS, "reason": "Forbidden"},
+        ]
+    if resource == "pods":
+        return [
+            claim,
+            {"expression": "has(oldObject.spec.nodeName) && "
+                           "oldObject.spec.nodeName == variables.nodeName",
+             "message": OTHER_POD, "reason": "Forbidden"},
+            {"expression": _only_changes("variables.newAnn", "variables.oldAnn",
+                                         f"k in {_cel_list(POD_ANNOTATIONS)}")
+             + " && variables.newLabels == variables.oldLabels" + rest,
+             "message": POD_FIELDS, "reason": "Forbidden"},
+        ]
+    raise ValueError(f"resource {resource!r}; allowed: {', '.join(RESOURCES)}")
 
 
 def node_scope_policies(namespace: str = identities.SYSTEM_NAMESPACE,
                         release: str = identities.RELEASE,
                         name: str = NAME) -> list[dict[str, Any]]:
-    """The ValidatingAdmissionPolicy and its binding for the node ServiceAccount of
-    `release` in `namespace` (`system:serviceaccount:<namespace>:<release>-node`)."""
+    """Two ValidatingAdmissionPolicies (`<name>-nodes`, `<name>-pods`) and their bindings
+    for the node ServiceAccount of `release` in `namespace`
+    (`system:serviceaccount:<namespace>:<release>-node`)."""
     user = identities.service_account("node", namespace, release)
-    policy = {
-        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
-        "metadata": {"name": name},
-        "spec": {
-            "failurePolicy": "Fail",
-            "matchConstraints": {"resourceRules": [{
-                "apiGroups": [""], "apiVersions": ["v1"], "operations": ["UPDATE"],
-                "resources": ["nodes", "pods"]}]},
-            "matchConditions": [{"name": "node-service-account",
-                                 "expression": f"request.userInfo.username == '{user}'"}],
-            "variables": variables(),
-            "validations": validations(),
-        },
-    }
-    binding = {
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "ValidatingAdmissionPolicyBinding", "metadata": {"name": name},
-        "spec": {"policyName": name, "validationActions": ["Deny"]},
-    }
-    return [policy, binding]
+    out: list[dict[str, Any]] = []
+    for resource in RESOURCES:
+        full = f"{name}-{resource}"
+        out.append({
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "ValidatingAdmissionPolicy", "metadata": {"name": full},
+            "spec": {
+                "failurePolicy": "Fail",
+                "matchConstraints": {"resourceRules": [{
+                    "apiGroups": [""], "apiVersions": ["v1"], "operations": ["UPDATE"],
+                    "resources": [resource]}]},
+                "matchConditions": [{"name": "node-service-account",
+                                     "expression": f"request.userInfo.username == '{user}'"}],
+                "variables": variables(),
+                "validations": validations(resource),
+            },
+        })
+        out.append({
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "ValidatingAdmissionPolicyBinding", "metadata": {"name": full},
+            "spec": {"policyName": full, "validationActions": ["Deny"]},
+        })
+    return out
 
 
 #: the chart's copy of the policy's CEL (`files/node-scope.yaml`, read by
@@ -161,7 +171,8 @@ def chart_file_text() -> str:
 
     head = ("# Generated by `python -m gpugov.k8s.node_policy " + CHART_FILE + "` from\n"
             "# src/gpugov/k8s/node_policy.py; do not edit (tests/k8s/test_rbac.py checks it).\n")
-    return head + yaml.safe_dump({"variables": variables(), "validations": validations()},
+    return head + yaml.safe_dump({"variables": variables(),
+                                  **{r: {"validations": validations(r)} for r in RESOURCES}},
                                  sort_keys=False, width=100)
 
 
