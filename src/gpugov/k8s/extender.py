@@ -97,8 +97,8 @@ class ExtenderState:
 
     def refresh(self, now: float | None = None) -> None:
         v = self.view
-        if self._version == v.version and not v.dirty and v.cp is not None:
-            return
+        if self._version == v.version and not v.dirty:
+            return  # nothing arrived since the last rebuild (with or without a config)
         before = sum(v.errors.values())
         v.rebuild(time.time() if now is None else now)
         self.errors += sum(v.errors.values()) - before
