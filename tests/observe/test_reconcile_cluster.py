@@ -57,7 +57,13 @@ def _setup(cluster) -> str:  # noqa: ANN001
                     "gpugov.io", "v1alpha1", "queues",
                     {"apiVersion": "gpugov.io/v1alpha1", "kind": "Queue",
                      "metadata": {"name": name}, "spec": spec})
-        objs = [pod("annotated", ns=ns, node=NODE, queue=f"{ns}-q", tenant="t-obs",
+            # the Tenant decides whom the namespace's pods are charged to (not annotations)
+            await custom.create_cluster_custom_object(
+                "gpugov.io", "v1alpha1", "tenants",
+                {"apiVersion": "gpugov.io/v1alpha1", "kind": "Tenant",
+                 "metadata": {"name": f"t-{ns}"},
+                 "spec": {"namespaces": [ns], "queue": f"{ns}-q"}})
+        objs = [pod("annotated", ns=ns, node=NODE, queue=f"{ns}-q", tenant=f"t-{ns}",
                     request={"count": 1, "milli": 500, "memoryMiB": 40960},
                     devices=[device("GPU-obs-0", 0, "soft", 500, 40960)]),
                 pod("plain", ns=ns, node=NODE, queue=None, tenant=None, gpu_limit=1)]
@@ -106,7 +112,7 @@ def test_reconcile_serves_cluster_views_while_prometheus_is_down(k8s_control_pla
         mine = {s.labels["pod"]: s for s in got["gpugov_declared_memory_bytes"]
                 if s.labels["namespace"] == ns}
         assert mine["annotated"].value == 40960 * 2 ** 20
-        assert mine["annotated"].labels["tenant"] == "t-obs"
+        assert mine["annotated"].labels["tenant"] == f"t-{ns}"
         alloc = {s.labels["pod"]: s.value for s in got["gpugov_allocated_compute_ratio"]
                  if s.labels["namespace"] == ns}
         assert alloc == {"annotated": 0.5}

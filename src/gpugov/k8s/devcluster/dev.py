@@ -147,7 +147,8 @@ async def create_defaults(kubeconfig: Path) -> None:
 def start_webhook(plane: LocalControlPlane, timeout: float = 30.0,
                   kubeconfig: Path | None = None) -> str:
     """Issue a serving cert, start `gpugov webhook` on a free port, return its base URL.
-    `kubeconfig`: the identity it runs as (default: the admin)."""
+    `kubeconfig`: the identity it runs as (default: the admin). It answers only callers
+    holding a certificate of the plane's CA (the apiserver's webhook client certificate)."""
     assert plane.ca is not None
     pair = plane.ca.serving("gpugov-webhook")
     cert, key = plane.pki_dir / "webhook.crt", plane.pki_dir / "webhook.key"
@@ -155,7 +156,8 @@ def start_webhook(plane: LocalControlPlane, timeout: float = 30.0,
     port = free_port()
     plane.start_process("gpugov-webhook", gpugov_argv(
         "webhook", "--cert", str(cert), "--key", str(key), "--listen", f"127.0.0.1:{port}",
-        "--kubeconfig", str(kubeconfig or plane.kubeconfig)),
+        "--kubeconfig", str(kubeconfig or plane.kubeconfig),
+        "--client-ca", str(plane.webhook_client_ca), "--system-namespace", SYSTEM_NAMESPACE),
         ready=lambda: probe(f"https://127.0.0.1:{port}/healthz", plane.ssl_context()) == b"ok",
         timeout=timeout)
     return f"https://127.0.0.1:{port}"
