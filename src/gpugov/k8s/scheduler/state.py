@@ -233,13 +233,16 @@ class SchedulerState:
     def set_namespace(self, name: str, labels: dict[str, str] | None) -> None:
         """A namespace's labels (None: it was deleted): Tenant selectors read them. When
         they change which Tenant owns it, its pods are charged again (a rebuild)."""
-        if self.tenants.set_namespace(name, labels):
-            self.version += 1
-            for info in self.pods.values():
-                if info.namespace == name:
-                    info.resolve(self.tenants)
-            self._preq.clear()
-            self.dirty = True
+        if not self.tenants.set_namespace(name, labels):
+            return
+        for info in self.pods.values():
+            if info.namespace == name:
+                before = (info.queue, info.trust)
+                info.resolve(self.tenants)
+                if (info.queue, info.trust) != before:
+                    self._preq.pop(info.key, None)
+                    self.version += 1
+                    self.dirty = True  # charged elsewhere now: a rebuild recounts
 
     def _retenant(self) -> None:
         """The Tenants changed: every pod's queue and trust tier are resolved again."""

@@ -407,6 +407,43 @@ def _spec_request(obj: dict[str, Any]) -> GpuRequest | None:
     return pod_request(obj)
 
 
+def _translated(obj: dict[str, Any], spec: dict[str, Any], ann: dict[str, Any]
+                ) -> tuple[GpuRequest | None, int, int, str]:
+    """(request, CPU milli, memory MiB, error) from what the webhook's translation reads:
+    the containers' names and resources, the request annotations a user declares and the
+    nodeSelector. Pods of one template are identical there, so the answer is cached on it
+    (translation is most of the cost of a pod event)."""
+    def parts(key: str) -> list:
+        items = spec.get(key)
+        if not isinstance(items, list):
+            return [items]
+        return [(c.get("name"), c.get("resources")) if isinstance(c, dict) else c
+                for c in items]
+
+    key = repr((parts("containers"), parts("initContainers"),
+                sorted((str(k), str(v)) for k, v in ann.items() if k not in _OWNED),
+                spec.get("nodeSelector")))
+    got = _TRANSLATED.get(key)
+    if got is not None:
+        return got
+    try:
+        request = _spec_request(obj)
+        cpu, mem = _cpu_mem(spec)
+        too_big = _too_big(request, cpu, mem)
+        got = (None, 0, 0, too_big) if too_big else (request, cpu, mem, "")
+    except (AnnotationError, RequestError, ValueError, ArithmeticError) as e:
+        got = (None, 0, 0, str(e))
+    if len(_TRANSLATED) >= _TRANSLATED_MAX:
+        _TRANSLATED.clear()
+    _TRANSLATED[key] = got
+    return got
+
+
+#: pod template (`_translated`'s key) -> its translation; bounded, cleared when full
+_TRANSLATED: dict[str, tuple[GpuRequest | None, int, int, str]] = {}
+_TRANSLATED_MAX = 4096
+
+
 def _owned_free(ann: dict[str, Any]) -> dict[str, Any]:
     """The annotations a pod's request may depend on: all but gpugov's own outputs."""
     return {k: v for k, v in ann.items() if k not in _OWNED}
@@ -482,19 +519,8 @@ def _pod_info(obj: dict[str, Any], tenancy: Tenancy, old: PodInfo | None) -> Pod
         return old
     ns, name = meta.get("namespace", ""), meta.get("name", "")
     labels = meta.get("labels") or {}
-    errors: list[str] = []
-    request = None
-    cpu = mem = 0
-    try:
-        request = _spec_request(obj)
-        cpu, mem = _cpu_mem(spec)
-        too_big = _too_big(request, cpu, mem)
-        if too_big:
-            request, cpu, mem = None, 0, 0
-            errors.append(too_big)
-    except (AnnotationError, RequestError, ValueError, ArithmeticError) as e:
-        request, cpu, mem = None, 0, 0
-        errors.append(str(e))
+    request, cpu, mem, error = _translated(obj, spec, ann)
+    errors = [error] if error else []
     allocation = None
     if names.ANN_ALLOCATION in ann:
         # an unreadable record is no error of the pod's request: the binding is what counts
