@@ -339,6 +339,19 @@ def test_a_gpu_pod_bound_by_another_path_is_counted_on_its_node() -> None:
     assert "team-a/cpu" not in st_.pods
 
 
+def test_a_preset_node_pod_counts_against_its_tenants_queue() -> None:
+    st_ = make(nodes=1, gpus=4, queues=[queue("qa", limit={"gpu": 2}), queue("qb")])
+    preset = pod("preset", limits={names.GPU_RESOURCE: "2"}, node_name="n0")
+    submit(st_, preset, pod("more", created=1), pod("theirs", "team-b", created=2))
+    plan = st_.cycle(T0)
+    # 2 GPUs are free on the node, but team-a's queue is full with what it placed itself
+    assert [b.name for b in plan.binds] == ["theirs"]
+    assert {c.name: c.message for c in plan.conditions}["more"].startswith(
+        "gpugov: over-quota")
+    assert "charged to queue qa" in st_.held["team-a/preset"]
+    assert plan.queue_status["qa"]["usage"]["gpu"] == 2
+
+
 def test_a_record_naming_another_node_is_not_adopted() -> None:
     st_ = make(nodes=2, gpus=1)
     moved = pod("moved", node_name="n0", ann={

@@ -28,6 +28,7 @@ import numpy as np
 from gpugov.control import reasons
 from gpugov.control.config import RESOURCES, SCALE, ControlConfig
 from gpugov.control.cycle import ControlPlane, new_control_plane
+from gpugov.control.resources import demand_estimate
 from gpugov.control.workload import PENDING, REJECTED, RUNNING, Job, placement_request
 from gpugov.k8s.annotations import Allocation as AllocationRecord
 from gpugov.k8s.scheduler import names
@@ -473,8 +474,30 @@ class SchedulerState:
         self._held_devices[info.key] = ((info.uid, node), held)
         what = (f"device(s) {', '.join(map(str, held))} of node {node} held until it leaves"
                 if held else f"nothing left to hold on node {node}")
+        queue = self._charge_held(info)
+        if queue:
+            what += f", charged to queue {queue}"
         self.held[info.key] = f"{why}: {what}"
         self._say("allocation", f"pod {info.key}: {self.held[info.key]}")
+
+    def _charge_held(self, info: PodInfo) -> str:
+        """Charge a held pod's request to its Tenant's queue (what it may be using counts
+        against its quota, as if gpugov had placed it); the queue's name, or "" when it has
+        no usable queue or request."""
+        cp = self.cp
+        assert cp is not None
+        if info.request is None or info.error:
+            return ""
+        try:
+            leaf, _, _ = self._leaf(info)
+            if leaf is None:
+                return ""
+            req = placement_request(self.pod_request(info), info.trust, info.namespace)
+            demand = demand_estimate(cp.tree.resources, req, 1, cp.card_mib)
+            cp.ledger.add(leaf, demand, not self._pclass(cp.cfg, info).preemptible)
+        except Exception:  # noqa: BLE001 - the hold stands; only the charge is skipped
+            return ""
+        return cp.tree.names[leaf]
 
     def _say(self, kind: str, message: str) -> None:
         """`_bad`, once per distinct message (rebuilds repeat them)."""
