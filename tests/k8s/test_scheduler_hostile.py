@@ -487,3 +487,26 @@ def test_translation_of_a_huge_quantity_answers_at_once(value: str) -> None:
     t = time.perf_counter()
     info = pod_info(pod("p", limits={names.GPU_RESOURCE: value}), None)
     assert info.error and time.perf_counter() - t < 5.0  # a hang detector only
+
+
+@settings(max_examples=80, deadline=None)
+@given(parents=st.lists(st.one_of(st.none(), st.integers(0, 7), st.just(99)), min_size=1,
+                        max_size=8))
+def test_any_parent_graph_keeps_exactly_the_sound_queues(parents) -> None:
+    """Random parent links (cycles, self-parents, missing parents): `build_config` never
+    raises and keeps exactly the queues whose parent chain reaches a root."""
+    qs = [queue(f"q{i}", parent=None if p is None else f"q{p}") for i, p in enumerate(parents)]
+
+    def sound(i: int) -> bool:
+        seen = set()
+        while parents[i] is not None:
+            if i in seen or parents[i] >= len(parents):
+                return False
+            seen.add(i)
+            i = parents[i]
+        return True
+
+    build = build_config(qs, [])
+    kept = {q.name for q in build.config.queues} if build.config is not None else set()
+    assert kept == {f"q{i}" for i in range(len(parents)) if sound(i)}
+    assert set(build.excluded) == {f"q{i}" for i in range(len(parents))} - kept

@@ -43,7 +43,11 @@ class Tenancy:
     def of(self, namespace: str) -> Owner:
         got = self._cache.get(namespace)
         if got is None:
-            got = self._cache[namespace] = self._resolve(namespace)
+            try:
+                got = self._resolve(namespace)
+            except Exception as e:  # noqa: BLE001 - a Tenant of a shape nobody expected
+                got = Owner(None, TrustTier.UNTRUSTED, why=f"Tenants cannot be read: {e}")
+            self._cache[namespace] = got
         return got
 
     def _resolve(self, namespace: str) -> Owner:
@@ -64,8 +68,6 @@ class Tenancy:
             claimed = any(self._claims(t, namespace, labels) for t in self.tenants)
             return Owner(None, TrustTier.UNTRUSTED if claimed else TrustTier.INTERNAL,
                          why=str(e))
-        except Exception as e:  # a Tenant of a shape the resolver did not expect
-            return Owner(None, TrustTier.UNTRUSTED, why=f"Tenants cannot be read: {e}")
         return Owner(res.queue or None, res.trust, res.tenant,
                      "" if res.queue else f"Tenant {res.tenant} names no queue")
 
@@ -77,7 +79,8 @@ class Tenancy:
             isinstance(sel, Mapping) and selector_matches(sel, labels))
 
     def _selectors(self) -> bool:
-        return any(isinstance((t.get("spec") or {}).get("namespaceSelector"), Mapping)
+        return any(isinstance(t, Mapping) and isinstance(t.get("spec"), Mapping)
+                   and isinstance(t["spec"].get("namespaceSelector"), Mapping)
                    for t in self.tenants)
 
     def set_namespace(self, name: str, labels: Mapping[str, str] | None) -> bool:

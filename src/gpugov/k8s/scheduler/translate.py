@@ -762,9 +762,10 @@ def build_config(queues: list[dict[str, Any]], pcs: list[dict[str, Any]],
         name = str(_meta(o).get("name", ""))
         try:
             parsed[name] = queue_config(o)
-        except ValueError as e:
-            excluded[name] = str(e)
-            problems.append(str(e))
+        except Exception as e:  # noqa: BLE001 - one Queue never stops the others
+            why = str(e) if isinstance(e, ValueError) else f"Queue {name}: {e}"
+            excluded[name] = why
+            problems.append(why)
     for name, why in _cycles(parsed).items():
         excluded[name] = why
         problems.append(why)
