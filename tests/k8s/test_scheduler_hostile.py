@@ -510,3 +510,22 @@ def test_any_parent_graph_keeps_exactly_the_sound_queues(parents) -> None:
     kept = {q.name for q in build.config.queues} if build.config is not None else set()
     assert kept == {f"q{i}" for i in range(len(parents)) if sound(i)}
     assert set(build.excluded) == {f"q{i}" for i in range(len(parents))} - kept
+
+
+def test_a_node_reporting_absurd_numbers_is_read_within_bounds() -> None:
+    from gpugov.k8s.scheduler.translate import MAX_NODE_AMOUNT, node_info
+
+    big = node("big")
+    big["metadata"]["labels"][names.GPU_MEMORY_LABEL] = str(10**30)
+    big["status"]["allocatable"].update(cpu="9e18", memory="9e18")
+    info = node_info(big)
+    assert info.spec.cpu_milli == info.spec.memory_mib == MAX_NODE_AMOUNT
+    assert info.card_memory_mib == 0  # no card has that much: no memory slice lands there
+    many = node("many")
+    many["status"]["allocatable"][names.GPU_RESOURCE] = "9e18"
+    assert node_info(many).spec.gpu_count == 0 and "at most 256" in node_info(many).error
+    st_ = make(nodes=0)
+    st_.set_node(big)
+    st_.set_node(many)
+    submit(st_, pod("p", requests={"cpu": "1000"}))
+    assert [b.node for b in st_.cycle(T0).binds] == ["big"]

@@ -285,7 +285,9 @@ def _node_model(labels: dict[str, str], gpus: int,
         card = int(labels.get(names.GPU_MEMORY_LABEL, "")) or card
     if inv_card > 0:
         card = inv_card
-    return model, max(card, 0), uuids
+    if not 0 <= card <= MAX_GPU_MEMORY_MIB:
+        card = 0  # no card has that much: nobody vouches for it, no memory slice lands
+    return model, card, uuids
 
 
 # -- pods ----------------------------------------------------------------------------------
