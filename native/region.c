@@ -28,6 +28,10 @@ _Static_assert(sizeof(struct gg_header) % 8 == 0, "header must keep 8-byte align
 
 static struct gg_region *R;
 static int my_slot = -1;
+/* Set (under the region lock) once this process's slot was released at exit: later charges
+ * (other libraries' destructors, threads still running) are refused and credits ignored,
+ * never written through a released slot. */
+static int slot_released;
 static int lock_fd = -1; /* this process's own open file description of the region */
 
 /* A new open file description of the file fd refers to. Liveness locks live on one that
@@ -422,9 +426,17 @@ int gg_region_open(const struct gg_config *cfg, char *err, size_t errlen) {
 }
 
 int gg_charge(int dev, uint64_t bytes, int force, uint64_t *limit, uint64_t *in_use) {
-    struct gg_slot *s = &R->slots[my_slot];
     lock_region();
     uint64_t lim = R->header.mem_limit[dev];
+    if (my_slot < 0 || slot_released) { /* after exit released the slot: nothing to charge to */
+        *limit = lim;
+        *in_use = R->header.used[dev];
+        unlock_region();
+        gg_log(GG_LOG_ERROR, "device %d: refusing %llu bytes requested after this process released "
+               "its accounting at exit", dev, (unsigned long long)bytes);
+        return -1;
+    }
+    struct gg_slot *s = &R->slots[my_slot];
     /* used + bytes > lim, written so that no operand can wrap */
 #define GG_OVER(used) ((bytes) > UINT64_MAX - (used) || (lim && (!force) && ((bytes) > lim || (used) > lim - (bytes))))
     if (GG_OVER(R->header.used[dev])) {
@@ -447,8 +459,12 @@ int gg_charge(int dev, uint64_t bytes, int force, uint64_t *limit, uint64_t *in_
 }
 
 void gg_uncharge(int dev, uint64_t bytes) {
-    struct gg_slot *s = &R->slots[my_slot];
     lock_region();
+    if (my_slot < 0 || slot_released) { /* the exit already credited everything this process held */
+        unlock_region();
+        return;
+    }
+    struct gg_slot *s = &R->slots[my_slot];
     uint64_t b = s->used[dev] < bytes ? s->used[dev] : bytes;
     slot_begin(s);
     s->used[dev] -= b;
@@ -462,7 +478,9 @@ uint64_t gg_device_limit(int dev) { return R->header.mem_limit[dev]; }
 uint32_t gg_device_core_limit(int dev) { return (uint32_t)R->header.core_limit[dev]; }
 
 void gg_count_launch(int dev) {
-    if (my_slot >= 0) __atomic_add_fetch(&R->slots[my_slot].launches[dev], 1, __ATOMIC_RELAXED);
+    int i = __atomic_load_n(&my_slot, __ATOMIC_ACQUIRE);
+    if (i >= 0 && !__atomic_load_n(&slot_released, __ATOMIC_ACQUIRE))
+        __atomic_add_fetch(&R->slots[i].launches[dev], 1, __ATOMIC_RELAXED);
 }
 
 void gg_count_device_ns(int dev, int64_t ns) {
@@ -480,6 +498,7 @@ void gg_count_refused(int dev) { __atomic_add_fetch(&R->header.refused[dev], 1, 
  * lock): the child reopens the file to get its own, so the parent's death is still seen. */
 void gg_region_after_fork(void) {
     my_slot = -1;
+    slot_released = 0;
     if (lock_fd < 0) return;
     int fd = own_description(lock_fd);
     if (fd >= 0) {
@@ -496,8 +515,9 @@ __attribute__((destructor)) static void release_slot(void) {
         R->header.used[d] = R->header.used[d] > s->used[d] ? R->header.used[d] - s->used[d] : 0;
     clear_slot(s);
     slot_gone_locked(my_slot);
-    unlock_region();
+    __atomic_store_n(&slot_released, 1, __ATOMIC_RELEASE);
     my_slot = -1;
+    unlock_region();
 }
 
 /* ---- exports: one charge per container for memory shared between its processes ---- */
@@ -515,6 +535,10 @@ static struct gg_export *find_export(int kind, const void *handle) {
 int gg_export_record(int kind, const void *handle, uint64_t ptr, uint64_t bytes, int dev) {
     if (my_slot < 0) return -1;
     lock_region();
+    if (my_slot < 0) { /* released at exit meanwhile */
+        unlock_region();
+        return -1;
+    }
     struct gg_export *x = find_export(kind, handle), *slot = NULL;
     if (x && x->state == GG_EXPORT_LIVE && x->slot == (uint32_t)my_slot) {
         unlock_region();
@@ -542,6 +566,10 @@ int gg_export_record(int kind, const void *handle, uint64_t ptr, uint64_t bytes,
 int gg_export_cover(int kind, const void *handle, uint64_t *ref) {
     if (my_slot < 0) return 0;
     lock_region();
+    if (my_slot < 0) {
+        unlock_region();
+        return 0;
+    }
     struct gg_export *x = find_export(kind, handle);
     int covered = x && x->state == GG_EXPORT_LIVE && R->slots[x->slot].state == GG_SLOT_ACTIVE;
     if (covered) {
@@ -557,7 +585,7 @@ void gg_export_uncover(uint64_t ref) {
     if (my_slot < 0 || k >= GG_MAX_EXPORTS) return;
     lock_region();
     struct gg_export *x = &R->exports[k];
-    if (live_export(x) && (x->gen & 0xFFFFFFFFFFFFULL) == (ref & 0xFFFFFFFFFFFFULL)) {
+    if (my_slot >= 0 && live_export(x) && (x->gen & 0xFFFFFFFFFFFFULL) == (ref & 0xFFFFFFFFFFFFULL)) {
         bit_clear(x->importers, my_slot);
         release_orphan_if_unused(x);
     }
@@ -568,7 +596,7 @@ uint64_t gg_export_drop(uint64_t ptr) {
     uint64_t kept = 0;
     if (my_slot < 0) return 0;
     lock_region();
-    for (int k = 0; k < GG_MAX_EXPORTS; k++) {
+    for (int k = 0; k < GG_MAX_EXPORTS && my_slot >= 0; k++) {
         struct gg_export *x = &R->exports[k];
         if (!live_export(x) || x->state != GG_EXPORT_LIVE || x->slot != (uint32_t)my_slot || x->ptr != ptr)
             continue;

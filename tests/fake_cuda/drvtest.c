@@ -18,6 +18,7 @@
  *   graphnode:B / graphnode1:B (a graph with one memory node added with cuGraphAddNode_v2 /
  *   the pre-12.3 cuGraphAddNode) graphclone:I (clone graph I) graphtrim (cuDeviceGraphMemTrim)
  *   graphexec:I (instantiate graph I, launch the executable graph, keep it)
+ *   exitfree:I / exitalloc:B (free handle I / allocate B bytes after the library's destructor)
  * free:I releases whatever I is (cuMemFree, cuMemFreeAsync, cuArrayDestroy, cuMemRelease,
  * cuMemUnmap for a mapping, cuIpcCloseMemHandle); exported handles go through files.
  * Sizes accept Ki/Mi/Gi suffixes. */
@@ -228,6 +229,17 @@ static void *worker(void *arg) {
     return (void *)fails;
 }
 
+static void (*at_exit_fn)(void (*)(void *), void *);
+static void exit_free(void *h) {
+    CUresult rc = release((int)(intptr_t)h);
+    fprintf(stderr, "drvtest: free at exit rc=%d\n", rc);
+}
+static void exit_alloc(void *b) {
+    CUdeviceptr p = 0;
+    CUresult rc = api.cuMemAlloc_v2(&p, (size_t)(uintptr_t)b);
+    fprintf(stderr, "drvtest: alloc at exit rc=%d\n", rc);
+}
+
 static int run(char *cmd) {
     char *a[5] = {0};
     int n = 0;
@@ -381,6 +393,11 @@ static int run(char *cmd) {
         }
         if (a[0][1] == 'f') printf("afill rc=%d\n", rc);
         else printf("acheck rc=%d nonzero=%zu\n", rc, dirty);
+    } else if (strcmp(a[0], "exitfree") == 0 || strcmp(a[0], "exitalloc") == 0) {
+        /* after the library's destructor: free handle I / allocate B bytes */
+        if (a[0][4] == 'f') at_exit_fn(exit_free, (void *)(intptr_t)atoi(a[1]));
+        else at_exit_fn(exit_alloc, (void *)(uintptr_t)parse_size(a[1]));
+        printf("%s rc=0\n", a[0]);
     } else if (strcmp(a[0], "pooldestroy") == 0) {
         printf("pooldestroy rc=%d\n", api.cuMemPoolDestroy(explicit_pool));
     } else if (strcmp(a[0], "xfree") == 0) {
@@ -612,6 +629,7 @@ int main(int argc, char **argv) {
     *(void **)&now_ns = dlsym(lib, "fakegpu_now_ns");
     *(void **)&make_function = dlsym(lib, "fakegpu_make_function");
     *(void **)&make_graph = dlsym(lib, "fakegpu_make_graph");
+    *(void **)&at_exit_fn = dlsym(lib, "fakegpu_at_exit");
     CUresult rc = api.cuInit ? api.cuInit(0) : resolve_rc;
     printf("init rc=%d\n", rc);
     fflush(stdout);

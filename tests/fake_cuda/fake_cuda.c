@@ -716,6 +716,17 @@ EXPORT uint64_t fakegpu_submitted_ns(int d) {
     pthread_mutex_unlock(&mu);
     return r;
 }
+/* Callbacks run from the fake driver's destructor, i.e. after libgpugov's (a preloaded
+ * library is finalised before the libraries it does not depend on): what a program's late
+ * destructors or still-running threads do at exit. */
+static struct { void (*fn)(void *); void *arg; } at_exit[16];
+static int n_at_exit;
+EXPORT void fakegpu_at_exit(void (*fn)(void *), void *arg) {
+    if (n_at_exit < 16) { at_exit[n_at_exit].fn = fn; at_exit[n_at_exit].arg = arg; n_at_exit++; }
+}
+__attribute__((destructor)) static void run_at_exit(void) {
+    for (int i = 0; i < n_at_exit; i++) at_exit[i].fn(at_exit[i].arg);
+}
 EXPORT uint64_t fakegpu_launches(int d) { return devs[d].launches; }
 EXPORT uint64_t fakegpu_used(int d) { pthread_once(&once, setup); return devs[d].used; }
 EXPORT uint64_t fakegpu_total(int d) { pthread_once(&once, setup); return devs[d].total; }

@@ -1,0 +1,67 @@
+"""Regression tests for the escapes of the second adversarial review (issue 21), one group per
+class (test_classNN_…, numbered as in the issue). Each fails on the library as it was before
+the fix (`GPUGOV_TEST_LIBRARY=<old libgpugov.so> pytest tests/native/test_escapes_r3.py`)."""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+
+import pytest
+from native_build import drv
+
+from gpugov.node.region import layout, read_region
+
+MiB = 1 << 20
+MODES = ["direct", "dlsym", "procaddr"]
+
+
+def free_bytes(r, n: int = 0) -> int:
+    return int(r.find("meminfo", n)["free"])
+
+
+def _header_offset(name: str) -> int:
+    lay = layout()
+    return lay.structs["gg_header"].fields[name].offset
+
+
+# ---- class 4: nothing is charged or credited through a slot released at exit ----
+
+def test_class04_charge_after_exit_release_leaves_no_stale_charge(build, tmp_path: Path):
+    env = {"GPUGOV_SHARED_REGION": str(tmp_path / "region"), "GPUGOV_MEMORY_LIMIT": "8Mi"}
+    r = drv(build, "direct", "ctx:0", "alloc:2Mi", "exitalloc:4Mi", env=env)
+    assert r.rcs("alloc") == [0], r.stderr
+    snap = read_region(tmp_path / "region")
+    assert snap.used[0] == 0 and snap.slots == ()  # no process alive, nothing charged
+    r = drv(build, "direct", "ctx:0", "meminfo", "alloc:8Mi", env=env)
+    assert free_bytes(r) == 8 * MiB and r.rcs("alloc") == [0], r.stderr
+
+
+def test_class04_free_after_exit_release_is_not_credited_twice(build, tmp_path: Path):
+    # Another process of the container holds 4 MiB. The exiting one frees its 4 MiB after its
+    # slot was released (which already credited them): the holder's 4 MiB must stay charged,
+    # and the header counters a released slot overlaps must not move.
+    path = tmp_path / "region"
+    env = {"GPUGOV_SHARED_REGION": str(path), "GPUGOV_MEMORY_LIMIT": "8Mi"}
+    import subprocess
+
+    holder = subprocess.Popen([str(build.drvtest), "direct", "ctx:0", "alloc:4Mi",
+                               f"barrier:{tmp_path / 'go'}"], env=build.env(env),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None
+        while "alloc" not in (line := holder.stdout.readline()):
+            assert line, holder.stderr.read() if holder.stderr else ""
+        # a large value where slots[-1].used[0] would be (the throttled-time counters)
+        off = _header_offset("throttled_ns")
+        with open(path, "r+b") as fh:
+            fh.seek(off)
+            fh.write(struct.pack("<Q", 1 << 40))
+        r = drv(build, "direct", "ctx:0", "alloc:4Mi", "exitfree:0", env=env)
+        assert r.rcs("alloc") == [0], r.stderr
+        snap = read_region(path)
+        assert snap.used[0] == 4 * MiB, snap.used[0]  # the holder's bytes
+        assert snap.throttled_ns[0] == 1 << 40
+    finally:
+        (tmp_path / "go").touch()
+        holder.wait(timeout=30)
