@@ -52,6 +52,7 @@
     X(cuMemImportFromShareableHandle, CUresult, (CUmemGenericAllocationHandle *, void *, int)) \
     X(cuMemRetainAllocationHandle, CUresult, (CUmemGenericAllocationHandle *, void *)) \
     X(cuMemGetAllocationPropertiesFromHandle, CUresult, (CUmemAllocationProp *, CUmemGenericAllocationHandle)) \
+    X(cuMemExportToShareableHandle, CUresult, (void *, CUmemGenericAllocationHandle, int, unsigned long long)) \
     X(cuStreamSynchronize, CUresult, (CUstream)) \
     X(cuIpcGetMemHandle, CUresult, (CUipcMemHandle *, CUdeviceptr)) \
     X(cuMemPoolExportPointer, CUresult, (CUmemPoolPtrExportData *, CUdeviceptr)) \
@@ -180,7 +181,9 @@ enum { GG_KIND_LINEAR = 1, GG_KIND_ASYNC, GG_KIND_ARRAY, GG_KIND_MIPMAP, GG_KIND
        GG_KIND_IPC_SHARED, /* an import covered by a same-region export: aux = export ref */
        GG_KIND_IPC_REF,    /* key = export ref: bytes = imports of it open in this process */
        GG_KIND_CAPTURE,    /* memory nodes captured on a stream: key = stream ^ device, bytes */
-       GG_KIND_GRAPH };    /* memory nodes of a graph: key = graph ^ device, bytes */
+       GG_KIND_GRAPH,      /* memory nodes of a graph: key = graph ^ device, bytes */
+       GG_KIND_VMM_EXPORTED, /* a VMM handle exported to a shareable handle (key = handle) */
+       GG_KIND_EXEC };     /* memory nodes of an executable graph: key = exec ^ device, bytes */
 struct gg_entry {
     uint64_t key;
     uint64_t bytes;

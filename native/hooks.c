@@ -20,7 +20,7 @@
     X(cuStreamEndCapture_ptsz) X(cuCtxSetLimit) X(cuLaunch) X(cuLaunchGrid) X(cuLaunchGridAsync) \
     X(cuLaunchCooperativeKernelMultiDevice) X(cuMemAlloc) X(cuMemAllocPitch) X(cuArrayCreate) \
     X(cuArray3DCreate) X(cuIpcOpenMemHandle) X(cuMemGetInfo) X(cuDeviceTotalMem) X(cuGraphAddNode) \
-    X(cuGraphAddNode_v2) X(cuGraphClone) X(cuDeviceGraphMemTrim)
+    X(cuGraphAddNode_v2) X(cuGraphClone) X(cuDeviceGraphMemTrim) X(cuMemExportToShareableHandle)
 
 struct hook { const char *name; void *fn; };
 

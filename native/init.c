@@ -185,6 +185,7 @@ static const struct gg_versioned versioned[] = {
     {"cuStreamEndCapture", 0, 1}, {"cuCtxSetLimit", 0, 0}, {"cuLaunch", 0, 0}, {"cuLaunchGrid", 0, 0},
     {"cuLaunchGridAsync", 0, 0}, {"cuLaunchCooperativeKernelMultiDevice", 0, 0},
     {"cuGraphAddNode", 12030, 0}, {"cuGraphClone", 0, 0}, {"cuDeviceGraphMemTrim", 0, 0},
+    {"cuMemExportToShareableHandle", 0, 0},
 };
 
 /* Replaces the driver's answer with our wrapper. A hooked function whose variant we

@@ -32,11 +32,38 @@ static void store(const struct gg_entry *e, uint32_t refs, uint32_t maps) {
     gg_track_put(e->kind, e->key, e->bytes, e->dev, PACK(refs, maps));
 }
 
-/* Neither a handle nor a mapping refers to it any more: the driver frees it. */
+/* Exported to a shareable handle (a file descriptor, a fabric handle): the handle keeps the
+ * memory alive after every handle and mapping of this process is gone, and nothing tells the
+ * library when its last holder closes it. */
+static int exported(uint64_t h) {
+    struct gg_entry t;
+    return gg_track_get(GG_KIND_VMM_EXPORTED, h, &t);
+}
+
+/* Neither a handle nor a mapping refers to it any more: the driver frees it — unless it was
+ * exported, when it stays charged to this process until it exits (the safe side). */
 static void drop(const struct gg_entry *e) {
     struct gg_entry t;
     gg_track_take(e->kind, e->key, &t);
+    if (e->kind == GG_KIND_VMM && gg_track_take(GG_KIND_VMM_EXPORTED, e->key, &t)) {
+        gg_log(GG_LOG_INFO, "VMM allocation %#llx was exported: its %llu bytes stay charged while "
+               "this process lives", (unsigned long long)e->key, (unsigned long long)e->bytes);
+        return;
+    }
     if (e->bytes && e->dev >= 0) gg_uncharge(e->dev, e->bytes);
+}
+
+GG_EXPORT CUresult cuMemExportToShareableHandle(void *out, CUmemGenericAllocationHandle h, int type,
+                                                unsigned long long flags) {
+    READY();
+    if (!gg_real.cuMemExportToShareableHandle) return CUDA_ERROR_NOT_FOUND;
+    pthread_mutex_lock(&mu);
+    CUresult rc = gg_real.cuMemExportToShareableHandle(out, h, type, flags);
+    struct gg_entry e;
+    if (rc == CUDA_SUCCESS && gg_track_get(GG_KIND_VMM, h, &e))
+        gg_track_put(GG_KIND_VMM_EXPORTED, h, e.bytes, e.dev, 0);
+    pthread_mutex_unlock(&mu);
+    return rc;
 }
 
 /* Zeroes an owned allocation that has no mapping, through a temporary one. */
@@ -169,7 +196,8 @@ GG_EXPORT CUresult cuMemUnmap(CUdeviceptr va, size_t size) {
      * belongs to its exporter, which scrubs it at its own release. */
     for (size_t i = 0; i < n && gg_cfg.scrub; i++) {
         struct gg_entry h;
-        if (find_handle(maps[i].aux, &h) && h.kind == GG_KIND_VMM && REFS(h.aux) == 0 && MAPS(h.aux) == 1) {
+        if (find_handle(maps[i].aux, &h) && h.kind == GG_KIND_VMM && REFS(h.aux) == 0 && MAPS(h.aux) == 1
+            && !exported(h.key)) { /* exported memory lives on in its shareable handle */
             gg_real.cuMemsetD8_v2(maps[i].key, 0, (size_t)maps[i].bytes);
             if (gg_real.cuStreamSynchronize) gg_real.cuStreamSynchronize(NULL);
         }
@@ -193,7 +221,7 @@ GG_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle h) {
     pthread_mutex_lock(&mu);
     struct gg_entry e;
     int known = find_handle(h, &e);
-    if (known && gg_cfg.scrub && e.kind == GG_KIND_VMM && REFS(e.aux) == 1 && MAPS(e.aux) == 0)
+    if (known && gg_cfg.scrub && e.kind == GG_KIND_VMM && REFS(e.aux) == 1 && MAPS(e.aux) == 0 && !exported(h))
         scrub_unmapped(h, e.bytes, e.dev); /* the last reference: the driver frees it now */
     CUresult rc = gg_real.cuMemRelease(h);
     if (rc == CUDA_SUCCESS && known) {

@@ -471,7 +471,7 @@ EXPORT CUresult cuMemcpy3D_v2(const CUDA_MEMCPY3D *c) {
  * fake-only 24-byte token {pid, phys, size}: importing it in another process gives a
  * new physical allocation of that size (not charged: it is the exporter's memory). */
 
-struct phys { uint64_t size; unsigned char *mem; int dev, refs, charged; };
+struct phys { uint64_t size; unsigned char *mem; int dev, refs, charged, exported; };
 struct vmm { struct phys *p; int refs, maps; }; /* the handle outlives its release while mapped */
 struct token { uint64_t pid, ptr, size, dev; };
 #define MAX_MAPS 256
@@ -500,7 +500,7 @@ EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *h, size_t n, const CUm
     if (dev >= 0 && n > devs[dev].total - devs[dev].used) { pthread_mutex_unlock(&mu); return CUDA_ERROR_OUT_OF_MEMORY; }
     if (dev >= 0) devs[dev].used += n;
     struct phys *p = calloc(1, sizeof(*p));
-    *p = (struct phys){n, spare_take(n), dev, 0, 1};
+    *p = (struct phys){n, spare_take(n), dev, 0, 1, 0};
     *h = (CUmemGenericAllocationHandle)(uintptr_t)new_handle(p);
     pthread_mutex_unlock(&mu);
     return 0;
@@ -521,6 +521,10 @@ EXPORT CUresult cuMemExportToShareableHandle(void *out, CUmemGenericAllocationHa
     if (!v || !out) return CUDA_ERROR_INVALID_VALUE;
     struct token t = {(uint64_t)getpid(), (uint64_t)(uintptr_t)v->p, v->p->size, (uint64_t)v->p->dev};
     memcpy(out, &t, sizeof(t));
+    pthread_mutex_lock(&mu);
+    if (!v->p->exported) { v->p->exported = 1; v->p->refs++; } /* the shareable handle (an fd the
+        program never closes here) keeps the memory alive after every handle and mapping is gone */
+    pthread_mutex_unlock(&mu);
     return 0;
 }
 EXPORT CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *h, void *os, int type) {
@@ -531,7 +535,7 @@ EXPORT CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *h, 
     pthread_mutex_lock(&mu);
     struct phys *p;
     if (t.pid == (uint64_t)getpid()) p = (struct phys *)(uintptr_t)t.ptr;
-    else { p = calloc(1, sizeof(*p)); *p = (struct phys){t.size, spare_take(t.size), (int)t.dev, 0, 0}; }
+    else { p = calloc(1, sizeof(*p)); *p = (struct phys){t.size, spare_take(t.size), (int)t.dev, 0, 0, 0}; }
     *h = (CUmemGenericAllocationHandle)(uintptr_t)new_handle(p);
     pthread_mutex_unlock(&mu);
     return 0;

@@ -65,3 +65,17 @@ def test_class04_free_after_exit_release_is_not_credited_twice(build, tmp_path: 
     finally:
         (tmp_path / "go").touch()
         holder.wait(timeout=30)
+
+
+# ---- class 1: exported VMM memory stays charged while its shareable handle keeps it alive ----
+
+@pytest.mark.parametrize("mode", MODES)
+def test_class01_exported_vmm_memory_stays_charged_after_release(build, mode, tmp_path: Path):
+    env = {"GPUGOV_MEMORY_LIMIT": "64Mi"}
+    cmds = []
+    for i in range(3):
+        cmds += ["vmm:32Mi", f"vexport:{i}:{tmp_path / f'h{i}'}", f"free:{i}"]
+    r = drv(build, mode, "ctx:0", *cmds, "meminfo", f"vimport:{tmp_path / 'h0'}", env=env)
+    # two exported 32 MiB allocations are still alive (their handles keep them): no third
+    assert r.rcs("vmm") == [0, 0, 2], r.stderr
+    assert free_bytes(r) == 0
