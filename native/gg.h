@@ -93,6 +93,15 @@
     X(cuStreamEndCapture_ptsz, CUresult, (CUstream, CUgraph *)) \
     X(cuStreamIsCapturing, CUresult, (CUstream, int *)) \
     X(cuStreamIsCapturing_ptsz, CUresult, (CUstream, int *)) \
+    X(cuStreamGetDevice, CUresult, (CUstream, CUdevice *)) \
+    X(cuStreamGetCtx, CUresult, (CUstream, CUcontext *)) \
+    X(cuCtxPushCurrent_v2, CUresult, (CUcontext)) \
+    X(cuCtxPopCurrent_v2, CUresult, (CUcontext *)) \
+    X(cuGraphInstantiateWithFlags, CUresult, (CUgraphExec *, CUgraph, unsigned long long)) \
+    X(cuGraphInstantiateWithParams, CUresult, (CUgraphExec *, CUgraph, void *)) \
+    X(cuGraphInstantiateWithParams_ptsz, CUresult, (CUgraphExec *, CUgraph, void *)) \
+    X(cuGraphInstantiate_v2, CUresult, (CUgraphExec *, CUgraph, CUgraphNode *, char *, size_t)) \
+    X(cuGraphExecDestroy, CUresult, (CUgraphExec)) \
     X(cuLaunch, CUresult, (CUfunction)) \
     X(cuLaunchGrid, CUresult, (CUfunction, int, int)) \
     X(cuLaunchGridAsync, CUresult, (CUfunction, int, int, CUstream)) \
@@ -168,6 +177,9 @@ uint64_t gg_export_drop(uint64_t ptr);
 int gg_charge_or_oom(int dev, uint64_t bytes, const char *api);
 /* Region device index of the current context (-1: no context, -2: not accountable). */
 int gg_current_device(void);
+/* Region device index of the device a stream belongs to (the current context's for the NULL,
+ * legacy and per-thread streams); ord gets its CUDA ordinal. -1 unknown, -2 not accountable. */
+int gg_stream_device_ord(CUstream s, CUdevice *ord);
 int gg_current_device_ord(CUdevice *ord);
 /* CUDA ordinal <-> region device index (by UUID when GPUGOV_DEVICE_UUIDS is set). */
 int gg_device_index(CUdevice ord);

@@ -75,6 +75,28 @@ int gg_current_device_ord(CUdevice *ord) {
 
 int gg_current_device(void) { return gg_current_device_ord(NULL); }
 
+/* Work and stream-ordered memory go to the stream's device, whatever context is current. */
+int gg_stream_device_ord(CUstream s, CUdevice *ord) {
+    if ((uintptr_t)s <= 2) return gg_current_device_ord(ord); /* NULL, legacy, per-thread */
+    CUdevice d = -1;
+    if (gg_real.cuStreamGetDevice && gg_real.cuStreamGetDevice(s, &d) == CUDA_SUCCESS && d >= 0) {
+        if (ord) *ord = d;
+        return gg_device_index(d);
+    }
+    CUcontext c = NULL, popped = NULL; /* drivers before 12.8: through the stream's context */
+    if (gg_real.cuStreamGetCtx && gg_real.cuCtxPushCurrent_v2 && gg_real.cuCtxPopCurrent_v2
+        && gg_real.cuStreamGetCtx(s, &c) == CUDA_SUCCESS && c
+        && gg_real.cuCtxPushCurrent_v2(c) == CUDA_SUCCESS) {
+        CUresult rc = gg_real.cuCtxGetDevice(&d);
+        gg_real.cuCtxPopCurrent_v2(&popped);
+        if (rc == CUDA_SUCCESS && d >= 0) {
+            if (ord) *ord = d;
+            return gg_device_index(d);
+        }
+    }
+    return gg_current_device_ord(ord); /* cannot tell: the current device */
+}
+
 static void refresh_pools(int dev, int locked);
 static void refresh_graph_memory(int dev);
 static void graph_settle(int dev);
@@ -389,7 +411,8 @@ static CUresult alloc_captured(CUdeviceptr *dptr, size_t bytes, CUmemoryPool poo
 static CUresult alloc_async(CUdeviceptr *dptr, size_t bytes, CUmemoryPool pool, CUstream s,
                             int ptsz, const char *api) {
     CUdevice ord = -1;
-    int dev = gg_current_device_ord(&ord);
+    /* the default pool is the one of the stream's device, not the current context's */
+    int dev = pool ? gg_current_device_ord(&ord) : gg_stream_device_ord(s, &ord);
     if (dev == -2) return CUDA_ERROR_NOT_SUPPORTED;
     CUresult (*from_pool)(CUdeviceptr *, size_t, CUmemoryPool, CUstream) =
         ptsz ? gg_real.cuMemAllocFromPoolAsync_ptsz : gg_real.cuMemAllocFromPoolAsync;

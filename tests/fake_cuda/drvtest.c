@@ -18,6 +18,7 @@
  *   graphnode:B / graphnode1:B (a graph with one memory node added with cuGraphAddNode_v2 /
  *   the pre-12.3 cuGraphAddNode) graphclone:I (clone graph I) graphtrim (cuDeviceGraphMemTrim)
  *   graphexec:I (instantiate graph I, launch the executable graph, keep it)
+ *   stream (a stream of the current context) asyncon:B:S (cuMemAllocAsync on stream S)
  *   exitfree:I / exitalloc:B (free handle I / allocate B bytes after the library's destructor)
  * free:I releases whatever I is (cuMemFree, cuMemFreeAsync, cuArrayDestroy, cuMemRelease,
  * cuMemUnmap for a mapping, cuIpcCloseMemHandle); exported handles go through files.
@@ -72,7 +73,9 @@
     X(cuStreamBeginCapture_v2, (CUstream, int)) X(cuStreamEndCapture, (CUstream, CUgraph *)) \
     X(cuGraphAddNode_v2, (CUgraphNode *, CUgraph, const CUgraphNode *, const void *, size_t, CUgraphNodeParams *)) \
     X(cuGraphClone, (CUgraph *, CUgraph)) X(cuDeviceGraphMemTrim, (CUdevice)) \
-    X(cuGraphInstantiateWithFlags, (CUgraphExec *, CUgraph, unsigned long long))
+    X(cuGraphInstantiateWithFlags, (CUgraphExec *, CUgraph, unsigned long long)) \
+    X(cuGraphExecDestroy, (CUgraphExec)) X(cuStreamSynchronize, (CUstream)) \
+    X(cuLaunchCooperativeKernelMultiDevice, (CUDA_LAUNCH_PARAMS *, unsigned int, unsigned int))
 
 #define FIELD(name, args) CUresult(*name) args;
 static struct { API(FIELD) } api;
@@ -141,6 +144,8 @@ struct handle { int kind; uint64_t v; uint64_t size; uint64_t chunk; };
 static struct handle handles[4096];
 static int nhandles;
 static CUmemoryPool explicit_pool;
+static CUstream streams[64];
+static int nstreams;
 static CUcontext ctx;
 
 static int add(int kind, uint64_t v, uint64_t size) {
@@ -393,6 +398,15 @@ static int run(char *cmd) {
         }
         if (a[0][1] == 'f') printf("afill rc=%d\n", rc);
         else printf("acheck rc=%d nonzero=%zu\n", rc, dirty);
+    } else if (strcmp(a[0], "stream") == 0) {
+        /* a stream of the current context's device */
+        rc = nstreams < 64 ? api.cuStreamCreate(&streams[nstreams], 0) : 1;
+        printf("stream rc=%d handle=%d\n", rc, rc ? -1 : nstreams++);
+    } else if (strcmp(a[0], "asyncon") == 0) {
+        /* cuMemAllocAsync of B bytes on stream S (from the stream's device's default pool) */
+        CUdeviceptr p = 0;
+        rc = api.cuMemAllocAsync(&p, parse_size(a[1]), streams[atoi(a[2])]);
+        printf("asyncon rc=%d handle=%d\n", rc, rc ? -1 : add(H_ASYNC, p, parse_size(a[1])));
     } else if (strcmp(a[0], "exitfree") == 0 || strcmp(a[0], "exitalloc") == 0) {
         /* after the library's destructor: free handle I / allocate B bytes */
         if (a[0][4] == 'f') at_exit_fn(exit_free, (void *)(intptr_t)atoi(a[1]));

@@ -91,6 +91,10 @@ static int failing(const char *fn) {
 #define ENTER() do { if (failing(__func__)) return ERR_UNKNOWN; } while (0)
 
 static int cur_dev(void) { return current ? current->dev : -1; }
+/* A stream belongs to the device of the context it was created in; the NULL, legacy (0x1) and
+ * per-thread (0x2) streams are the current context's. Work on a stream runs on its device. */
+struct fstream { int dev; };
+static int stream_dev(CUstream s) { return (uintptr_t)s > 2 ? ((struct fstream *)s)->dev : cur_dev(); }
 
 /* ---- device memory ---- */
 
@@ -291,7 +295,7 @@ static CUresult alloc_from(CUdeviceptr *p, size_t n, CUmemoryPool h) {
 static CUresult alloc_async(CUdeviceptr *p, size_t n, CUstream s) {
     if (cur_dev() < 0) return ERR_INVALID_CONTEXT;
     if (capturing(s)) return capture_alloc(p, n, s); /* becomes a memory node of the graph */
-    return alloc_from(p, n, device_pool(cur_dev()));
+    return alloc_from(p, n, device_pool(stream_dev(s))); /* the stream's device's pool */
 }
 EXPORT CUresult cuMemAllocAsync(CUdeviceptr *p, size_t n, CUstream s) { ENTER(); return alloc_async(p, n, s); }
 EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr *p, size_t n, CUstream s) { ENTER(); return alloc_async(p, n, s); }
@@ -680,8 +684,7 @@ static void sleep_until(uint64_t t) {
     nanosleep(&ts, NULL);
 }
 
-static CUresult run(uint64_t ns) {
-    int d = cur_dev();
+static CUresult run_on(int d, uint64_t ns) {
     if (d < 0) return ERR_INVALID_CONTEXT;
     pthread_mutex_lock(&mu);
     uint64_t now = fakegpu_now_ns();
@@ -694,6 +697,8 @@ static CUresult run(uint64_t ns) {
     if (until > now + queue_ns) sleep_until(until - queue_ns); /* a full launch queue blocks */
     return 0;
 }
+
+static CUresult run(uint64_t ns) { return run_on(cur_dev(), ns); }
 
 EXPORT CUfunction fakegpu_make_function(uint64_t duration_ns) {
     struct func *f = malloc(sizeof(*f));
@@ -744,8 +749,8 @@ static uint64_t kernel_ns(CUfunction f, void **p) {
     if (p && p[0] && *(uint64_t *)p[0] == 1 && p[1]) return *(uint64_t *)p[1];
     return ((struct func *)f)->ns;
 }
-EXPORT CUresult cuLaunchKernel(KARGS, void **p, void **e) { UNUSED_K; (void)e; ENTER(); return f ? run(kernel_ns(f, p)) : 1; }
-EXPORT CUresult cuLaunchKernel_ptsz(KARGS, void **p, void **e) { UNUSED_K; (void)e; ENTER(); return f ? run(kernel_ns(f, p)) : 1; }
+EXPORT CUresult cuLaunchKernel(KARGS, void **p, void **e) { UNUSED_K; (void)e; ENTER(); return f ? run_on(stream_dev(s), kernel_ns(f, p)) : 1; }
+EXPORT CUresult cuLaunchKernel_ptsz(KARGS, void **p, void **e) { UNUSED_K; (void)e; ENTER(); return f ? run_on(stream_dev(s), kernel_ns(f, p)) : 1; }
 /* Legacy launch entry points (deprecated in the driver but still exported). */
 EXPORT CUresult cuLaunch(CUfunction f) { ENTER(); return f ? run(((struct func *)f)->ns) : 1; }
 EXPORT CUresult cuLaunchGrid(CUfunction f, int w, int h) { (void)w; (void)h; ENTER(); return f ? run(((struct func *)f)->ns) : 1; }
@@ -754,18 +759,31 @@ EXPORT CUresult cuLaunchCooperativeKernelMultiDevice(CUDA_LAUNCH_PARAMS *l, unsi
     (void)fl; ENTER();
     if (!l || !n) return CUDA_ERROR_INVALID_VALUE;
     for (unsigned int i = 0; i < n; i++) if (!l[i].function) return CUDA_ERROR_INVALID_VALUE;
-    for (unsigned int i = 0; i < n; i++) run(((struct func *)l[i].function)->ns);
+    for (unsigned int i = 0; i < n; i++) run_on(stream_dev(l[i].hStream), ((struct func *)l[i].function)->ns);
     return 0;
 }
-EXPORT CUresult cuLaunchCooperativeKernel(KARGS, void **p) { UNUSED_K; (void)p; ENTER(); return f ? run(((struct func *)f)->ns) : 1; }
-EXPORT CUresult cuLaunchCooperativeKernel_ptsz(KARGS, void **p) { UNUSED_K; (void)p; ENTER(); return f ? run(((struct func *)f)->ns) : 1; }
-EXPORT CUresult cuLaunchKernelEx(const CUlaunchConfig *c, CUfunction f, void **p, void **e) { (void)c; (void)p; (void)e; ENTER(); return f ? run(((struct func *)f)->ns) : 1; }
-EXPORT CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *c, CUfunction f, void **p, void **e) { (void)c; (void)p; (void)e; ENTER(); return f ? run(((struct func *)f)->ns) : 1; }
-EXPORT CUresult cuGraphLaunch(CUgraphExec g, CUstream s) { (void)s; ENTER(); return g ? run(((struct graph *)g)->ns) : 1; }
-EXPORT CUresult cuGraphLaunch_ptsz(CUgraphExec g, CUstream s) { (void)s; ENTER(); return g ? run(((struct graph *)g)->ns) : 1; }
+EXPORT CUresult cuLaunchCooperativeKernel(KARGS, void **p) { UNUSED_K; (void)p; ENTER(); return f ? run_on(stream_dev(s), ((struct func *)f)->ns) : 1; }
+EXPORT CUresult cuLaunchCooperativeKernel_ptsz(KARGS, void **p) { UNUSED_K; (void)p; ENTER(); return f ? run_on(stream_dev(s), ((struct func *)f)->ns) : 1; }
+EXPORT CUresult cuLaunchKernelEx(const CUlaunchConfig *c, CUfunction f, void **p, void **e) { (void)e; ENTER(); return f ? run_on(stream_dev(c ? c->hStream : NULL), kernel_ns(f, p)) : 1; }
+EXPORT CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *c, CUfunction f, void **p, void **e) { (void)e; ENTER(); return f ? run_on(stream_dev(c ? c->hStream : NULL), kernel_ns(f, p)) : 1; }
+EXPORT CUresult cuGraphLaunch(CUgraphExec g, CUstream s) { ENTER(); return g ? run_on(stream_dev(s), ((struct graph *)g)->ns) : 1; }
+EXPORT CUresult cuGraphLaunch_ptsz(CUgraphExec g, CUstream s) { ENTER(); return g ? run_on(stream_dev(s), ((struct graph *)g)->ns) : 1; }
 EXPORT CUresult cuCtxSynchronize(void) { ENTER(); int d = cur_dev(); if (d < 0) return ERR_INVALID_CONTEXT; sleep_until(devs[d].busy_until); return 0; }
-EXPORT CUresult cuStreamSynchronize(CUstream s) { (void)s; return cuCtxSynchronize(); }
-EXPORT CUresult cuStreamCreate(CUstream *s, unsigned int f) { (void)f; ENTER(); *s = (CUstream)malloc(1); return 0; }
+EXPORT CUresult cuStreamSynchronize(CUstream s) { ENTER(); int d = stream_dev(s); if (d < 0) return ERR_INVALID_CONTEXT; sleep_until(devs[d].busy_until); return 0; }
+EXPORT CUresult cuStreamCreate(CUstream *s, unsigned int f) {
+    (void)f; ENTER();
+    if (cur_dev() < 0) return ERR_INVALID_CONTEXT;
+    struct fstream *x = calloc(1, sizeof(*x));
+    x->dev = cur_dev();
+    *s = (CUstream)x;
+    return 0;
+}
+EXPORT CUresult cuStreamGetDevice(CUstream s, CUdevice *d) { ENTER(); if (!d || stream_dev(s) < 0) return ERR_INVALID_CONTEXT; *d = ordinal(stream_dev(s)); return 0; }
+EXPORT CUresult cuStreamGetCtx(CUstream s, CUcontext *c) { ENTER(); if (!c || stream_dev(s) < 0) return ERR_INVALID_CONTEXT; *c = (CUcontext)&primary[stream_dev(s)]; return 0; }
+static __thread struct ctx *ctx_stack[16];
+static __thread int ctx_depth;
+EXPORT CUresult cuCtxPushCurrent_v2(CUcontext c) { ENTER(); if (ctx_depth >= 16) return CUDA_ERROR_INVALID_VALUE; ctx_stack[ctx_depth++] = current; current = (struct ctx *)c; return 0; }
+EXPORT CUresult cuCtxPopCurrent_v2(CUcontext *c) { ENTER(); if (!ctx_depth) return ERR_INVALID_CONTEXT; if (c) *c = (CUcontext)current; current = ctx_stack[--ctx_depth]; return 0; }
 EXPORT CUresult cuStreamDestroy_v2(CUstream s) { ENTER(); free(s); return 0; }
 
 EXPORT CUresult cuEventCreate(CUevent *e, unsigned int f) {
@@ -776,9 +794,9 @@ EXPORT CUresult cuEventCreate(CUevent *e, unsigned int f) {
     return 0;
 }
 EXPORT CUresult cuEventRecord(CUevent e, CUstream s) {
-    (void)s; ENTER();
+    ENTER();
     struct ev *v = (struct ev *)e;
-    int d = cur_dev();
+    int d = stream_dev(s);
     if (!v || d < 0) return ERR_INVALID_HANDLE;
     pthread_mutex_lock(&mu);
     uint64_t now = fakegpu_now_ns();
@@ -1034,6 +1052,7 @@ EXPORT CUresult cuIpcOpenMemHandle(CUdeviceptr *p, CUipcMemHandle h, unsigned in
     X(cuMemPoolExportPointer) X(cuMemPoolImportPointer) X(cuLaunchKernel) X(cuLaunchKernel_ptsz) \
     X(cuLaunchKernelEx) X(cuLaunchKernelEx_ptsz) X(cuLaunchCooperativeKernel) X(cuLaunchCooperativeKernel_ptsz) \
     X(cuGraphLaunch) X(cuGraphLaunch_ptsz) X(cuStreamCreate) X(cuStreamSynchronize) X(cuStreamDestroy_v2) \
+    X(cuStreamGetDevice) X(cuStreamGetCtx) X(cuCtxPushCurrent_v2) X(cuCtxPopCurrent_v2) \
     X(cuEventCreate) X(cuEventRecord) X(cuEventQuery) X(cuEventSynchronize) X(cuEventElapsedTime) X(cuEventDestroy_v2) \
     X(cuGetProcAddress) X(cuGetProcAddress_v2) X(cuDeviceGetUuid) X(cuDeviceGetUuid_v2) X(cuCtxSetLimit) \
     X(cuCtxGetLimit) X(cuGraphCreate) X(cuGraphAddMemAllocNode) X(cuGraphDestroy) X(cuStreamBeginCapture_v2) \

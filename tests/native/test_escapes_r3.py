@@ -79,3 +79,15 @@ def test_class01_exported_vmm_memory_stays_charged_after_release(build, mode, tm
     # two exported 32 MiB allocations are still alive (their handles keep them): no third
     assert r.rcs("vmm") == [0, 0, 2], r.stderr
     assert free_bytes(r) == 0
+
+
+# ---- class 2: stream-ordered memory is charged to the stream's device ----
+
+@pytest.mark.parametrize("mode", MODES)
+def test_class02_async_allocation_on_another_devices_stream(build, mode):
+    env = {"FAKECUDA_DEVICES": "2", "GPUGOV_MEMORY_LIMIT_0": "512Mi",
+           "GPUGOV_MEMORY_LIMIT_1": "64Mi"}
+    r = drv(build, mode, "ctx:1", "stream", "ctx:0", "asyncon:48Mi:0", "asyncon:48Mi:0",
+            "ctx:1", "meminfo", env=env)
+    assert r.rcs("asyncon") == [0, 2], r.stderr  # 96 MiB on device 1 under its 64 MiB
+    assert free_bytes(r) == 16 * MiB
