@@ -102,6 +102,7 @@
     X(cuGraphInstantiateWithParams_ptsz, CUresult, (CUgraphExec *, CUgraph, void *)) \
     X(cuGraphInstantiate_v2, CUresult, (CUgraphExec *, CUgraph, CUgraphNode *, char *, size_t)) \
     X(cuGraphExecDestroy, CUresult, (CUgraphExec)) \
+    X(cuGraphInstantiate, CUresult, (CUgraphExec *, CUgraph, CUgraphNode *, char *, size_t)) \
     X(cuLaunch, CUresult, (CUfunction)) \
     X(cuLaunchGrid, CUresult, (CUfunction, int, int)) \
     X(cuLaunchGridAsync, CUresult, (CUfunction, int, int, CUstream)) \

@@ -20,7 +20,9 @@
     X(cuStreamEndCapture_ptsz) X(cuCtxSetLimit) X(cuLaunch) X(cuLaunchGrid) X(cuLaunchGridAsync) \
     X(cuLaunchCooperativeKernelMultiDevice) X(cuMemAlloc) X(cuMemAllocPitch) X(cuArrayCreate) \
     X(cuArray3DCreate) X(cuIpcOpenMemHandle) X(cuMemGetInfo) X(cuDeviceTotalMem) X(cuGraphAddNode) \
-    X(cuGraphAddNode_v2) X(cuGraphClone) X(cuDeviceGraphMemTrim) X(cuMemExportToShareableHandle)
+    X(cuGraphAddNode_v2) X(cuGraphClone) X(cuDeviceGraphMemTrim) X(cuMemExportToShareableHandle) \
+    X(cuGraphInstantiateWithFlags) X(cuGraphInstantiateWithParams) X(cuGraphInstantiateWithParams_ptsz) \
+    X(cuGraphInstantiate_v2) X(cuGraphExecDestroy) X(cuGraphInstantiate)
 
 struct hook { const char *name; void *fn; };
 

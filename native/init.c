@@ -185,7 +185,8 @@ static const struct gg_versioned versioned[] = {
     {"cuStreamEndCapture", 0, 1}, {"cuCtxSetLimit", 0, 0}, {"cuLaunch", 0, 0}, {"cuLaunchGrid", 0, 0},
     {"cuLaunchGridAsync", 0, 0}, {"cuLaunchCooperativeKernelMultiDevice", 0, 0},
     {"cuGraphAddNode", 12030, 0}, {"cuGraphClone", 0, 0}, {"cuDeviceGraphMemTrim", 0, 0},
-    {"cuMemExportToShareableHandle", 0, 0},
+    {"cuMemExportToShareableHandle", 0, 0}, {"cuGraphInstantiateWithFlags", 0, 0},
+    {"cuGraphInstantiateWithParams", 0, 1}, {"cuGraphExecDestroy", 0, 0}, {"cuGraphInstantiate", 11000, 0},
 };
 
 /* Replaces the driver's answer with our wrapper. A hooked function whose variant we
@@ -198,6 +199,11 @@ static CUresult swap_for_hook(const char *symbol, int version, cuuint64_t flags,
     if (!v) {
         void *hook = gg_hook_for_symbol(symbol); /* e.g. nvml-free names we export as-is */
         if (hook) *pfn = hook;
+        return CUDA_SUCCESS;
+    }
+    if (strcmp(symbol, "cuGraphInstantiate") == 0 && version >= 12000) {
+        /* since CUDA 12 the name stands for cuGraphInstantiateWithFlags (same signature) */
+        *pfn = gg_hook_for_symbol("cuGraphInstantiateWithFlags");
         return CUDA_SUCCESS;
     }
     if (v->v2_since && version < v->v2_since && strcmp(symbol, "cuGraphAddNode") == 0) {

@@ -375,11 +375,13 @@ static void refresh_graph_memory(int dev) {
     pthread_mutex_unlock(&graph_mu);
 }
 
+/* A graph's entry: bytes = what it declares (is charged for), aux = its memory nodes' bytes
+ * (its declaration moves to its first executable graph, which is what holds the memory). */
 static void graph_add(int kind, uint64_t key, int dev, uint64_t bytes) {
     struct gg_entry e;
     uint64_t k = graph_key(key, dev);
-    uint64_t have = gg_track_get(kind, k, &e) ? e.bytes : 0;
-    gg_track_put(kind, k, have + bytes, dev, key);
+    int had = gg_track_get(kind, k, &e);
+    gg_track_put(kind, k, (had ? e.bytes : 0) + bytes, dev, (had ? e.aux : 0) + bytes);
 }
 
 static void graph_release(int kind, uint64_t key, int move_to_kind, uint64_t to_key) {
@@ -629,7 +631,7 @@ GG_EXPORT CUresult cuGraphClone(CUgraph *clone, CUgraph orig) {
     int d = 0;
     for (; d < GG_MAX_DEVICES; d++) {
         struct gg_entry e;
-        if (gg_track_get(GG_KIND_GRAPH, graph_key((uint64_t)(uintptr_t)orig, d), &e)) bytes[d] = e.bytes;
+        if (gg_track_get(GG_KIND_GRAPH, graph_key((uint64_t)(uintptr_t)orig, d), &e)) bytes[d] = e.aux;
         if (bytes[d] && graph_reserve(d, bytes[d], "cuGraphClone")) break;
     }
     if (d < GG_MAX_DEVICES) {
@@ -671,6 +673,98 @@ GG_EXPORT CUresult cuStreamEndCapture_ptsz(CUstream s, CUgraph *g) {
     READY();
     return end_capture(s, g, gg_real.cuStreamEndCapture_ptsz ? gg_real.cuStreamEndCapture_ptsz
                                                              : gg_real.cuStreamEndCapture);
+}
+
+/* An executable graph allocates its memory nodes from the device's graph pool whenever it is
+ * launched (again after cuDeviceGraphMemTrim returned them), so it declares the memory of
+ * the graph it was made from until cuGraphExecDestroy — whether or not that graph still
+ * lives. Charged before the driver is asked; refused over the limit. */
+static CUresult instantiate(CUgraphExec *out, CUgraph g, CUresult (*call)(void *), void *ctx, const char *api) {
+    uint64_t bytes[GG_MAX_DEVICES] = {0}, fresh[GG_MAX_DEVICES] = {0};
+    int d = 0;
+    for (; d < GG_MAX_DEVICES; d++) {
+        struct gg_entry e;
+        if (!gg_track_get(GG_KIND_GRAPH, graph_key((uint64_t)(uintptr_t)g, d), &e)) continue;
+        bytes[d] = e.aux;
+        fresh[d] = e.aux > e.bytes ? e.aux - e.bytes : 0; /* beyond what the graph still declares */
+        if (fresh[d] && graph_reserve(d, fresh[d], api)) break;
+    }
+    if (d < GG_MAX_DEVICES) {
+        while (d--) if (fresh[d]) graph_unreserve(d, fresh[d]);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    CUresult rc = call(ctx);
+    for (d = 0; d < GG_MAX_DEVICES; d++) {
+        if (!bytes[d]) continue;
+        if (rc == CUDA_SUCCESS && out && *out) {
+            graph_add(GG_KIND_EXEC, (uint64_t)(uintptr_t)*out, d, bytes[d]);
+            /* the graph's own declaration moved to the executable graph */
+            gg_track_put(GG_KIND_GRAPH, graph_key((uint64_t)(uintptr_t)g, d), 0, d, bytes[d]);
+        } else if (fresh[d]) {
+            graph_unreserve(d, fresh[d]);
+        }
+    }
+    return rc;
+}
+
+struct inst_call { CUgraphExec *out; CUgraph g; unsigned long long flags; void *params; CUgraphNode *err_node;
+                   char *log; size_t log_size; int ptsz; };
+static CUresult call_inst_flags(void *c) {
+    struct inst_call *x = c;
+    return gg_real.cuGraphInstantiateWithFlags(x->out, x->g, x->flags);
+}
+static CUresult call_inst_params(void *c) {
+    struct inst_call *x = c;
+    CUresult (*f)(CUgraphExec *, CUgraph, void *) = x->ptsz && gg_real.cuGraphInstantiateWithParams_ptsz
+        ? gg_real.cuGraphInstantiateWithParams_ptsz : gg_real.cuGraphInstantiateWithParams;
+    return f ? f(x->out, x->g, x->params) : CUDA_ERROR_NOT_FOUND;
+}
+static CUresult call_inst_v2(void *c) {
+    struct inst_call *x = c;
+    return gg_real.cuGraphInstantiate_v2 ? gg_real.cuGraphInstantiate_v2(x->out, x->g, x->err_node, x->log, x->log_size)
+                                         : CUDA_ERROR_NOT_FOUND;
+}
+
+GG_EXPORT CUresult cuGraphInstantiateWithFlags(CUgraphExec *out, CUgraph g, unsigned long long flags) {
+    READY();
+    if (!gg_real.cuGraphInstantiateWithFlags) return CUDA_ERROR_NOT_FOUND;
+    struct inst_call c = {out, g, flags, NULL, NULL, NULL, 0, 0};
+    return instantiate(out, g, call_inst_flags, &c, "cuGraphInstantiateWithFlags");
+}
+GG_EXPORT CUresult cuGraphInstantiateWithParams(CUgraphExec *out, CUgraph g, void *params) {
+    READY();
+    struct inst_call c = {out, g, 0, params, NULL, NULL, 0, 0};
+    return instantiate(out, g, call_inst_params, &c, "cuGraphInstantiateWithParams");
+}
+GG_EXPORT CUresult cuGraphInstantiateWithParams_ptsz(CUgraphExec *out, CUgraph g, void *params) {
+    READY();
+    struct inst_call c = {out, g, 0, params, NULL, NULL, 0, 1};
+    return instantiate(out, g, call_inst_params, &c, "cuGraphInstantiateWithParams");
+}
+GG_EXPORT CUresult cuGraphInstantiate_v2(CUgraphExec *out, CUgraph g, CUgraphNode *err_node, char *log, size_t n) {
+    READY();
+    struct inst_call c = {out, g, 0, NULL, err_node, log, n, 0};
+    return instantiate(out, g, call_inst_v2, &c, "cuGraphInstantiate");
+}
+
+static CUresult call_inst_v1(void *c) {
+    struct inst_call *x = c;
+    return gg_real.cuGraphInstantiate ? gg_real.cuGraphInstantiate(x->out, x->g, x->err_node, x->log, x->log_size)
+                                      : CUDA_ERROR_NOT_FOUND;
+}
+/* The unversioned export (direct linking, dlsym): the CUDA 11 signature, enforced the same way. */
+GG_EXPORT CUresult cuGraphInstantiate(CUgraphExec *out, CUgraph g, CUgraphNode *err_node, char *log, size_t n) {
+    READY();
+    struct inst_call c = {out, g, 0, NULL, err_node, log, n, 0};
+    return instantiate(out, g, call_inst_v1, &c, "cuGraphInstantiate");
+}
+
+GG_EXPORT CUresult cuGraphExecDestroy(CUgraphExec e) {
+    READY();
+    if (!gg_real.cuGraphExecDestroy) return CUDA_ERROR_NOT_FOUND;
+    CUresult rc = gg_real.cuGraphExecDestroy(e);
+    if (rc == CUDA_SUCCESS) graph_release(GG_KIND_EXEC, (uint64_t)(uintptr_t)e, 0, 0);
+    return rc;
 }
 
 GG_EXPORT CUresult cuGraphDestroy(CUgraph g) {

@@ -17,7 +17,8 @@
  *   fork:MS (a child that sleeps MS milliseconds and exits; prints its pid)
  *   graphnode:B / graphnode1:B (a graph with one memory node added with cuGraphAddNode_v2 /
  *   the pre-12.3 cuGraphAddNode) graphclone:I (clone graph I) graphtrim (cuDeviceGraphMemTrim)
- *   graphexec:I (instantiate graph I, launch the executable graph, keep it)
+ *   graphexec:I (instantiate graph I, launch the executable graph, keep it; free destroys it)
+ *   graphrun:I (launch executable graph I again)
  *   stream (a stream of the current context) asyncon:B:S (cuMemAllocAsync on stream S)
  *   exitfree:I / exitalloc:B (free handle I / allocate B bytes after the library's destructor)
  * free:I releases whatever I is (cuMemFree, cuMemFreeAsync, cuArrayDestroy, cuMemRelease,
@@ -139,7 +140,7 @@ static uint64_t parse_size(const char *s) {
     return v;
 }
 
-enum { H_LINEAR, H_ASYNC, H_ARRAY, H_MIPMAP, H_VMM, H_IPC, H_VMAP, H_PIMPORT, H_VRANGE, H_GRAPH };
+enum { H_LINEAR, H_ASYNC, H_ARRAY, H_MIPMAP, H_VMM, H_IPC, H_VMAP, H_PIMPORT, H_VRANGE, H_GRAPH, H_EXEC };
 struct handle { int kind; uint64_t v; uint64_t size; uint64_t chunk; };
 static struct handle handles[4096];
 static int nhandles;
@@ -163,6 +164,7 @@ static CUresult release(int i) {
     case H_VMM: return api.cuMemRelease(h->v);
     case H_VMAP: case H_VRANGE: return api.cuMemUnmap(h->v, h->size);
     case H_GRAPH: return api.cuGraphDestroy((CUgraph)(uintptr_t)h->v);
+    case H_EXEC: return api.cuGraphExecDestroy((CUgraphExec)(uintptr_t)h->v);
     case H_PIMPORT: return api.cuMemFree_v2(h->v);
     default: return api.cuIpcCloseMemHandle(h->v);
     }
@@ -532,7 +534,9 @@ static int run(char *cmd) {
         CUgraphExec e = NULL;
         rc = api.cuGraphInstantiateWithFlags(&e, (CUgraph)(uintptr_t)handles[atoi(a[1])].v, 0);
         if (!rc) rc = api.cuGraphLaunch(e, NULL);
-        printf("graphexec rc=%d\n", rc);
+        printf("graphexec rc=%d handle=%d\n", rc, e ? add(H_EXEC, (uintptr_t)e, 0) : -1);
+    } else if (strcmp(a[0], "graphrun") == 0) {
+        printf("graphrun rc=%d\n", api.cuGraphLaunch((CUgraphExec)(uintptr_t)handles[atoi(a[1])].v, NULL));
     } else if (strcmp(a[0], "graphtrim") == 0) {
         printf("graphtrim rc=%d\n", api.cuDeviceGraphMemTrim(0));
     } else if (strcmp(a[0], "pattern") == 0) {

@@ -37,7 +37,7 @@ struct pool { int dev; uint64_t reserved, live; int destroyed; };
 struct ctx { int dev; }; /* physical device index */
 struct ev { int dev, recorded; uint64_t t; };
 struct func { uint64_t ns; };
-struct graph { uint64_t ns; };
+struct graph { uint64_t ns, bytes; int dev; }; /* an executable graph: kernels' time, memory nodes */
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static struct dev devs[MAX_DEV];
@@ -706,7 +706,7 @@ EXPORT CUfunction fakegpu_make_function(uint64_t duration_ns) {
     return (CUfunction)f;
 }
 EXPORT CUgraphExec fakegpu_make_graph(unsigned int kernels, uint64_t duration_ns) {
-    struct graph *g = malloc(sizeof(*g));
+    struct graph *g = calloc(1, sizeof(*g));
     g->ns = (uint64_t)kernels * duration_ns;
     return (CUgraphExec)g;
 }
@@ -766,8 +766,9 @@ EXPORT CUresult cuLaunchCooperativeKernel(KARGS, void **p) { UNUSED_K; (void)p; 
 EXPORT CUresult cuLaunchCooperativeKernel_ptsz(KARGS, void **p) { UNUSED_K; (void)p; ENTER(); return f ? run_on(stream_dev(s), ((struct func *)f)->ns) : 1; }
 EXPORT CUresult cuLaunchKernelEx(const CUlaunchConfig *c, CUfunction f, void **p, void **e) { (void)e; ENTER(); return f ? run_on(stream_dev(c ? c->hStream : NULL), kernel_ns(f, p)) : 1; }
 EXPORT CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *c, CUfunction f, void **p, void **e) { (void)e; ENTER(); return f ? run_on(stream_dev(c ? c->hStream : NULL), kernel_ns(f, p)) : 1; }
-EXPORT CUresult cuGraphLaunch(CUgraphExec g, CUstream s) { ENTER(); return g ? run_on(stream_dev(s), ((struct graph *)g)->ns) : 1; }
-EXPORT CUresult cuGraphLaunch_ptsz(CUgraphExec g, CUstream s) { ENTER(); return g ? run_on(stream_dev(s), ((struct graph *)g)->ns) : 1; }
+static void exec_memory(struct graph *g);
+EXPORT CUresult cuGraphLaunch(CUgraphExec g, CUstream s) { ENTER(); if (!g) return 1; exec_memory((struct graph *)g); return run_on(stream_dev(s), ((struct graph *)g)->ns); }
+EXPORT CUresult cuGraphLaunch_ptsz(CUgraphExec g, CUstream s) { ENTER(); if (!g) return 1; exec_memory((struct graph *)g); return run_on(stream_dev(s), ((struct graph *)g)->ns); }
 EXPORT CUresult cuCtxSynchronize(void) { ENTER(); int d = cur_dev(); if (d < 0) return ERR_INVALID_CONTEXT; sleep_until(devs[d].busy_until); return 0; }
 EXPORT CUresult cuStreamSynchronize(CUstream s) { ENTER(); int d = stream_dev(s); if (d < 0) return ERR_INVALID_CONTEXT; sleep_until(devs[d].busy_until); return 0; }
 EXPORT CUresult cuStreamCreate(CUstream *s, unsigned int f) {
@@ -948,8 +949,8 @@ EXPORT CUresult cuDeviceGetGraphMemAttribute(CUdevice d, int attr, void *v) {
     *(cuuint64_t *)v = sum;
     return 0;
 }
-/* Returns what the pool keeps for no graph (the fake does not track which executable graphs
- * are still alive: trimming is only called by programs that destroyed theirs). */
+/* Returns what the pool keeps for no (non-executable) graph, as the driver frees what no
+ * running graph uses: an idle executable graph takes its memory again at its next launch. */
 EXPORT CUresult cuDeviceGraphMemTrim(CUdevice d) {
     ENTER();
     int p = phys(d);
@@ -984,10 +985,24 @@ EXPORT CUresult cuGraphInstantiateWithFlags(CUgraphExec *e, CUgraph g, unsigned 
     if (!e || !g) return CUDA_ERROR_INVALID_VALUE;
     ((struct fgraph *)g)->instantiated = 1;
     struct graph *x = calloc(1, sizeof(*x)); /* an executable graph of no kernels */
+    x->bytes = ((struct fgraph *)g)->bytes;
+    x->dev = ((struct fgraph *)g)->dev;
     *e = (CUgraphExec)x;
     return 0;
 }
 EXPORT CUresult cuGraphExecDestroy(CUgraphExec e) { ENTER(); free(e); return 0; }
+/* A launch of an executable graph with memory nodes takes them from the device's graph pool,
+ * which grows if a trim returned them (cuDeviceGraphMemTrim frees what no graph is running). */
+static void exec_memory(struct graph *g) {
+    if (!g->bytes) return;
+    pthread_mutex_lock(&mu);
+    uint64_t held = 0;
+    for (int i = 0; i < nallocs; i++)
+        if (allocs[i].live && allocs[i].kind == 3 && allocs[i].dev == g->dev) held += allocs[i].size;
+    pthread_mutex_unlock(&mu);
+    CUdeviceptr p;
+    if (held < g->bytes) new_alloc(&p, g->bytes - held, g->dev, 3, 1); /* pool-held: no graph */
+}
 EXPORT CUresult cuStreamBeginCapture_v2(CUstream s, int mode) {
     (void)mode; ENTER();
     if (!s || cur_dev() < 0) return CUDA_ERROR_INVALID_VALUE; /* the legacy stream cannot capture */

@@ -91,3 +91,26 @@ def test_class02_async_allocation_on_another_devices_stream(build, mode):
             "ctx:1", "meminfo", env=env)
     assert r.rcs("asyncon") == [0, 2], r.stderr  # 96 MiB on device 1 under its 64 MiB
     assert free_bytes(r) == 16 * MiB
+
+
+# ---- class 3: an executable graph declares its memory nodes until it is destroyed ----
+
+@pytest.mark.parametrize("mode", MODES)
+def test_class03_executable_graph_outliving_its_graph_stays_charged(build, mode):
+    # graph destroyed, graph pool trimmed: the executable graph takes its 4 MiB again at its
+    # next launch, so they stay charged and 6 MiB more do not fit under 8 MiB
+    r = drv(build, mode, "ctx:0", "graphmem:4Mi", "graphexec:0", "free:0", "graphtrim",
+            "meminfo", "alloc:6Mi", "graphrun:1", "free:1", "graphtrim", "meminfo", "alloc:6Mi",
+            env={"GPUGOV_MEMORY_LIMIT": "8Mi"})
+    assert r.rcs("graphexec") == [0] and r.rcs("graphrun") == [0], r.stderr
+    assert free_bytes(r, 0) == 4 * MiB and r.rcs("alloc") == [2, 0], r.stderr
+    assert free_bytes(r, 1) == 8 * MiB  # released with the executable graph
+
+
+def test_class03_instantiation_moves_the_declaration_and_a_second_one_is_charged(build):
+    r = drv(build, "procaddr", "ctx:0", "graphmem:4Mi", "alloc:2Mi", "graphexec:0",
+            "meminfo", "graphexec:0", env={"GPUGOV_MEMORY_LIMIT": "8Mi"})
+    # the executable graph takes over the graph's 4 MiB (not charged twice); a second
+    # executable graph of it allocates its own 4 MiB, over the limit
+    assert r.rcs("graphexec") == [0, 2], r.stderr
+    assert free_bytes(r) == 2 * MiB
