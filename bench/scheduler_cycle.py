@@ -19,7 +19,6 @@ Prints pods bound, seconds and pods/s per fleet (one run each; the machine's loa
 from __future__ import annotations
 
 import argparse
-import json
 import time
 
 from gpugov.k8s.devcluster.cluster_file import node_objects, parse_cluster_yaml
@@ -61,13 +60,11 @@ def modes(n: int, pods: int) -> tuple[list[dict], list[dict]]:
         dict(pool, name="a", count=n - n // 2, labels={"zone": "a"}),
         dict(pool, name="b", count=n // 2, labels={"zone": "b"}, taints=taint)]}, "bench")
     tol = [{"key": "dedicated", "operator": "Exists"}]
-    ts = {names.ANN_REQUEST: json.dumps({"v": 1, "count": 1, "mode": "timeslice",
-                                         "memoryMiB": 16384})}
     kinds = [
         lambda i: _pod(f"mig{i}", {"nvidia.com/mig-1g.10gb": "1"}, tolerations=[]),
         lambda i: _pod(f"mem{i}", {names.GPU_RESOURCE: "1", "nvidia.com/gpumem": "20000"},
                        tolerations=tol),
-        lambda i: _pod(f"ts{i}", ann=ts, tolerations=tol),
+        lambda i: _pod(f"ts{i}", {"nvidia.com/gpu.shared": "1"}, tolerations=tol),
         lambda i: _pod(f"whole{i}", tolerations=tol, node_selector={"zone": "b"}),
     ]
     return ([_ready(o) for o in node_objects(cluster)],
