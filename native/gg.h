@@ -212,11 +212,10 @@ void gg_track_update(int kind, uint64_t key, uint64_t bytes);
 void gg_track_reset(void);
 
 /* ---- compute throttle (throttle.c) ---- */
-/* Called before a launch of the work identified by key (function and shape, or graph):
- * debits its estimated device time, waits for tokens, maybe starts a timing sample.
- * Returns a sample id (>= 0) to hand to gg_throttle_after, or -1. */
-int gg_throttle_before(int dev, uint64_t key, CUstream stream);
-void gg_throttle_after(int dev, int sample, CUstream stream, CUresult rc);
+/* Called before a launch on stream (of region device dev): waits for tokens and for room in
+ * flight, starts timing the launch. Returns a record id (>= 0) for gg_throttle_after, or -1. */
+int gg_throttle_before(int dev, CUstream stream);
+void gg_throttle_after(int dev, int rec, CUstream stream, CUresult rc);
 
 /* ---- test-only hooks, compiled in with -DGPUGOV_TEST_HOOKS ---- */
 void gg_test_hold_lock(void);

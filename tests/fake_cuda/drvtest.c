@@ -19,6 +19,8 @@
  *   the pre-12.3 cuGraphAddNode) graphclone:I (clone graph I) graphtrim (cuDeviceGraphMemTrim)
  *   graphexec:I (instantiate graph I, launch the executable graph, keep it; free destroys it)
  *   graphrun:I (launch executable graph I again)
+ *   burst:N:US (N launches, then exit without synchronising: prints the device time submitted)
+ *   pattern names: uniform random argdep rotating periodic16 loop4 multistream multidevice first
  *   stream (a stream of the current context) asyncon:B:S (cuMemAllocAsync on stream S)
  *   exitfree:I / exitalloc:B (free handle I / allocate B bytes after the library's destructor)
  * free:I releases whatever I is (cuMemFree, cuMemFreeAsync, cuArrayDestroy, cuMemRelease,
@@ -127,6 +129,7 @@ static void *entry(const char *name, int version) {
 }
 
 static uint64_t (*busy_ns)(int);
+static uint64_t (*submitted_ns)(int);
 static uint64_t (*now_ns)(void);
 static CUfunction (*make_function)(uint64_t);
 static CUgraphExec (*make_graph)(unsigned int, uint64_t);
@@ -190,12 +193,27 @@ static double pattern(const char *name, double seconds) {
     void *dd[2] = {&one, &ns}; /* a data-dependent kernel: duration ns */
     CUfunction f = make_function(500000), loop[4] = {make_function(2000000), make_function(100000),
                                                        make_function(500000), make_function(50000)};
-    int first = strcmp(name, "first") == 0;
+    int first = strcmp(name, "first") == 0, multidev = strcmp(name, "multidevice") == 0;
+    int dev = multidev ? 1 : 0; /* whose share is measured */
+    CUstream st[2] = {NULL, NULL};
+    CUDA_LAUNCH_PARAMS lp[2];
+    if (strcmp(name, "multistream") == 0) {
+        api.cuStreamCreate(&st[0], 0);
+        api.cuStreamCreate(&st[1], 0);
+    } else if (multidev) { /* one stream per device, the launch made from device 0's context */
+        CUcontext c1 = NULL;
+        api.cuStreamCreate(&st[0], 0);
+        api.cuDevicePrimaryCtxRetain(&c1, 1);
+        api.cuCtxSetCurrent(c1);
+        api.cuStreamCreate(&st[1], 0);
+        api.cuCtxSetCurrent(ctx);
+        for (int i = 0; i < 2; i++) lp[i] = (CUDA_LAUNCH_PARAMS){make_function(1000000), 1, 1, 1, 1, 1, 1, 0, st[i], NULL};
+    }
     uint64_t warm = now_ns() + (first ? 0 : 300000000ULL), n = 0, b0 = 0, t0 = 0, end = 0;
     unsigned int seed = 12345;
     for (int phase = first ? 1 : 0; phase < 2; phase++) {
         if (phase == 1) {
-            b0 = busy_ns(0);
+            b0 = busy_ns(dev);
             t0 = now_ns();
             end = t0 + (uint64_t)(seconds * 1e9);
         }
@@ -205,11 +223,24 @@ static double pattern(const char *name, double seconds) {
             } else if (strcmp(name, "random") == 0) {
                 ns = 50000 + (uint64_t)(rand_r(&seed) % 1000) * 1000; /* 50 us .. 1 ms */
                 api.cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, NULL, dd, NULL);
+            } else if (strcmp(name, "argdep") == 0) {
+                /* an argument decides: mostly 20 us, one launch in 8 (at random) 4 ms */
+                ns = rand_r(&seed) % 8 == 0 ? 4000000 : 20000;
+                api.cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, NULL, dd, NULL);
+            } else if (strcmp(name, "rotating") == 0) {
+                /* a new launch shape (grid) every launch, kernels whose cost the arguments set:
+                 * cheap at a shape's first launch, 2 ms afterwards */
+                ns = n % 2 == 0 ? 10000 : 2000000;
+                api.cuLaunchKernel(f, (unsigned)(n / 2 + 1), 1, 1, 1, 1, 1, 0, NULL, dd, NULL);
             } else if (strcmp(name, "periodic16") == 0) {
                 ns = n % 16 == 0 ? 10000 : 1000000; /* a short kernel every 16th launch */
                 api.cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, NULL, dd, NULL);
             } else if (strcmp(name, "loop4") == 0) {
                 api.cuLaunchKernel(loop[n % 4], 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL);
+            } else if (strcmp(name, "multistream") == 0) {
+                api.cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, st[n % 2], NULL, NULL);
+            } else if (multidev) {
+                api.cuLaunchCooperativeKernelMultiDevice(lp, 2, 0);
             } else { /* first: long kernels from the start */
                 ns = 100000000;
                 api.cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, NULL, dd, NULL);
@@ -217,7 +248,7 @@ static double pattern(const char *name, double seconds) {
             n++;
         }
     }
-    uint64_t b1 = busy_ns(0), t1 = now_ns();
+    uint64_t b1 = busy_ns(dev), t1 = now_ns();
     return (double)(b1 - b0) / (double)(t1 - t0);
 }
 
@@ -541,6 +572,12 @@ static int run(char *cmd) {
         printf("graphtrim rc=%d\n", api.cuDeviceGraphMemTrim(0));
     } else if (strcmp(a[0], "pattern") == 0) {
         printf("pattern rc=0 util=%.4f\n", pattern(a[1], atof(a[2])));
+    } else if (strcmp(a[0], "burst") == 0) {
+        /* N kernels of US microseconds, then exit at once (no synchronisation): a short-lived
+         * process; prints the device time submitted */
+        CUfunction f = make_function(strtoull(a[2], NULL, 10) * 1000ULL);
+        for (int i = 0; i < atoi(a[1]); i++) rc = api.cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL);
+        printf("burst rc=%d submitted=%llu\n", rc, (unsigned long long)submitted_ns(0));
     } else if (strcmp(a[0], "threads") == 0) {
         int n = atoi(a[1]);
         pthread_t t[64];
@@ -644,6 +681,7 @@ int main(int argc, char **argv) {
     else if (strcmp(argv[1], "procaddr-ptsz") == 0) load_procaddr(CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM);
     else return 2;
     *(void **)&busy_ns = dlsym(lib, "fakegpu_busy_ns");
+    *(void **)&submitted_ns = dlsym(lib, "fakegpu_submitted_ns");
     *(void **)&now_ns = dlsym(lib, "fakegpu_now_ns");
     *(void **)&make_function = dlsym(lib, "fakegpu_make_function");
     *(void **)&make_graph = dlsym(lib, "fakegpu_make_graph");

@@ -114,3 +114,40 @@ def test_class03_instantiation_moves_the_declaration_and_a_second_one_is_charged
     # executable graph of it allocates its own 4 MiB, over the limit
     assert r.rcs("graphexec") == [0, 2], r.stderr
     assert free_bytes(r) == 2 * MiB
+
+
+# ---- classes 5 and 6: the compute quota is paid in measured device time, on every device ----
+# (shares are the fake GPU's own busy time, as in test_throttle.py; tolerance ±5 points)
+
+def _share(build, pattern: str, env: dict[str, str], seconds: float = 1.5) -> float:
+    r = drv(build, "procaddr", "ctx:0", f"pattern:{pattern}:{seconds}",
+            env={"FAKECUDA_DEVICES": "2", **env}, timeout=60)
+    return float(r.find("pattern")["util"])
+
+
+def test_class05_rotating_launch_shapes_cannot_beat_the_throttle(build):
+    # a new launch shape every launch, cheap at its first launch and 2 ms afterwards
+    assert _share(build, "rotating", {"GPUGOV_CORE_LIMIT": "20"}) == pytest.approx(0.20, abs=0.05)
+
+
+def test_class05_argument_dependent_kernels_get_their_quota(build):
+    assert _share(build, "argdep", {"GPUGOV_CORE_LIMIT": "20"}) == pytest.approx(0.20, abs=0.05)
+
+
+def test_class05_short_lived_processes_pay_for_their_launches(build, tmp_path: Path):
+    # processes that launch 20 kernels of 2 ms and exit at once, one after another, sharing
+    # the container's region: the device time they submit over the run stays at the quota
+    import time
+
+    env = {"GPUGOV_CORE_LIMIT": "20", "GPUGOV_SHARED_REGION": str(tmp_path / "region")}
+    t0, submitted = time.monotonic(), 0
+    while time.monotonic() - t0 < 1.5:
+        r = drv(build, "procaddr", "ctx:0", "burst:20:2000", env=env)
+        submitted += int(r.find("burst")["submitted"])
+    share = submitted / ((time.monotonic() - t0) * 1e9)
+    assert share == pytest.approx(0.20, abs=0.05)
+
+
+def test_class06_multi_device_cooperative_launch_is_throttled_on_every_device(build):
+    # device 1 limited to 20 %, the launch made from device 0's context (unlimited)
+    assert _share(build, "multidevice", {"GPUGOV_CORE_LIMIT_1": "20"}) == pytest.approx(0.20, abs=0.05)
