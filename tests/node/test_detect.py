@@ -70,3 +70,77 @@ def test_garbage_region_is_reported_not_raised(tmp_path, sleepers):
     by_reason = {p.reason: p.message for p in problems}
     assert set(by_reason) == {"region_corrupt", "bad_folder_name"}
     assert str(bad) in by_reason["region_corrupt"] and "bytes" in by_reason["region_corrupt"]
+
+
+# ---- issue 21 class 11: which host process a slot stands for is decided from the host side ----
+
+OTHER = "aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee"
+
+
+def _holding(sleepers, path) -> int:
+    """A process that holds `path` open (as the library does for its liveness lock)."""
+    import subprocess
+
+    with open(path, "rb") as fh:
+        p = subprocess.Popen(["sleep", "600"], stdin=fh, start_new_session=True)
+    sleepers.procs.append(p)
+    return p.pid
+
+
+def _forge_host_pid(path, slot: int, host_pid: int) -> None:
+    from gpugov.node.region import layout
+
+    lay = layout()
+    base = lay.structs["gg_region"].fields["slots"].offset + slot * lay.structs["gg_slot"].size
+    off = base + lay.structs["gg_slot"].fields["host_pid"].offset
+    data = bytearray(path.read_bytes())
+    data[off:off + 4] = host_pid.to_bytes(4, "little")
+    path.write_bytes(bytes(data))
+
+
+def test_class11_forged_host_pid_cannot_hide_a_bypassing_process(node, open_nvml, sleepers,
+                                                                  tmp_path):
+    bypass = sleepers.start()
+    node.gpu(A100_80, f"proc {bypass} {2 * GiB}")
+    path = write_region(tmp_path / "regions" / f"team-a_trainer-0_{UID}" / "region",
+                        [20 * GiB], [30], [SlotSpec(4242, 1, [GiB])])
+    _forge_host_pid(path, 0, bypass)  # the container names its bypassing process
+    procs = ProcTable.read()
+    procs._pods[bypass] = UID
+    f = detect(sample_all(open_nvml(node)), scan(tmp_path / "regions")[0], procs)
+    assert [(x.pid, x.bytes) for x in f.unaccounted] == [(bypass, 2 * GiB)]
+
+
+def test_class11_slot_naming_a_process_of_the_pod_without_the_library_is_a_bypass(
+        node, open_nvml, sleepers, tmp_path):
+    bypass = sleepers.start()  # in the pod, does not hold the region (no library)
+    node.gpu(A100_80, f"proc {bypass} {2 * GiB}")
+    _pod_region(tmp_path / "regions", bypass)  # a slot forged with its PID and start time
+    procs = ProcTable.read()
+    procs._pods[bypass] = UID
+    f = detect(sample_all(open_nvml(node)), scan(tmp_path / "regions")[0], procs)
+    assert [(x.pid, x.bytes) for x in f.unaccounted] == [(bypass, 2 * GiB)]
+
+
+def test_class11_another_pods_process_is_not_taken_as_the_regions(node, open_nvml, sleepers,
+                                                                   tmp_path):
+    theirs = sleepers.start()  # a process of another pod, on a GPU this pod shares
+    node.gpu(A100_80, f"proc {theirs} {5 * GiB}")
+    _pod_region(tmp_path / "regions", theirs)  # this pod's region names it
+    procs = ProcTable.read()
+    procs._pods[theirs] = OTHER
+    f = detect(sample_all(open_nvml(node)), scan(tmp_path / "regions")[0], procs)
+    assert f.overhead == {} and f.placement == {}  # not accounted to this region
+
+
+def test_class11_library_process_of_the_pod_is_accounted(node, open_nvml, sleepers, tmp_path):
+    path = tmp_path / "regions" / f"team-a_trainer-0_{UID}" / "region"
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b"")
+    pid = _holding(sleepers, path)
+    _pod_region(tmp_path / "regions", pid)
+    node.gpu(A100_80, f"proc {pid} {GiB + 100 * MiB}")
+    procs = ProcTable.read()
+    procs._pods[pid] = UID
+    f = detect(sample_all(open_nvml(node)), scan(tmp_path / "regions")[0], procs)
+    assert f.unaccounted == [] and f.overhead == {0: 100 * MiB}

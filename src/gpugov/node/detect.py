@@ -1,7 +1,11 @@
 """Bypass, zombie and driver-overhead detection: NVML's per-process memory against the regions.
 
-- accounted: an NVML process that a pod region has registered (matched by host PID, or by the
-  container PID and start time the library recorded).
+- accounted: an NVML process that a pod region has registered. The region file is writable by
+  the container, so its slots only *name* candidates (container PID and start time); the host
+  side decides (`verified_host`): the host process with that PID and start time must be in the
+  region's own pod (cgroup) and hold the region file open. The slot's `host_pid` field is
+  never read, so a container can neither hide its bypassing processes behind forged slots nor
+  take another pod's processes (and their memory) as its own.
 - unaccounted (bypass): memory of a live process no region accounts for, on a device where
   accounted processes run (a shared, governed GPU) or inside a pod that has a region. That is a
   process which escaped the library (static CUDA, cleared LD_PRELOAD, raw ioctl).
@@ -65,7 +69,7 @@ def detect(samples: Sequence[DeviceSample], regions: Sequence[PodRegion], procs:
     accounted: dict[int, tuple[int, Slot]] = {}
     for ri, r in enumerate(regions):
         for slot in r.region.slots:
-            host = slot.host_pid or procs.host_pid(slot.pid, slot_start(r, slot))
+            host = verified_host(procs, r, slot)
             if host:
                 accounted[host] = (ri, slot)
         for k, u in enumerate(r.device_uuids):
@@ -114,6 +118,20 @@ def detect(samples: Sequence[DeviceSample], regions: Sequence[PodRegion], procs:
         if s.index in governed:
             f.overhead[s.index] = overhead
     return f
+
+
+def verified_host(procs: ProcTable, region: PodRegion, slot: Slot) -> int | None:
+    """The host process a slot stands for, checked from the host side, or None.
+
+    Candidates are the host processes with the slot's container PID and start time; one is
+    accepted when its cgroup names the region's pod and it holds the region file open (the
+    library keeps it open for its liveness lock). A process in no pod (a host process, as in
+    tests) has no pod to check and is matched by PID and start time alone."""
+    for host in procs.host_pids(slot.pid, slot_start(region, slot)):
+        pod = procs.pod_uid(host)
+        if pod is None or (pod == region.uid and procs.holds_file(host, region.path)):
+            return host
+    return None
 
 
 def slot_start(region: PodRegion, slot: Slot) -> int:

@@ -1,11 +1,14 @@
-"""What /proc says about a PID: alive or not, its pod (from the cgroup path), and the host PID
-of a process a region registered by its container-namespace PID and start time.
+"""What /proc says about a PID: alive or not, its pod (from the cgroup path), the host PIDs
+of a process a region registered by its container-namespace PID and start time, and whether a
+process holds a given file open. Everything here is read from the host side: nothing a
+container can write decides which host process a region accounts for.
 
 The exporter and agent run with the host PID namespace (hostPID) so NVML's PIDs are visible.
 """
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -32,7 +35,8 @@ class ProcTable:
 
     root: Path = PROC
     alive: set[int] = field(default_factory=set)
-    by_ns: dict[tuple[int, int], int] = field(default_factory=dict)  # (ns pid, start) -> host
+    # (ns pid, start) -> host PIDs (several containers may each have one)
+    by_ns: dict[tuple[int, int], list[int]] = field(default_factory=dict)
     _pods: dict[int, str | None] = field(default_factory=dict)
 
     @classmethod
@@ -54,12 +58,33 @@ class ProcTable:
             nspid = next((ln.split()[1:] for ln in status.splitlines()
                           if ln.startswith("NSpid:")), [str(pid)])
             if start is not None and nspid:
-                t.by_ns.setdefault((int(nspid[-1]), start), pid)
+                t.by_ns.setdefault((int(nspid[-1]), start), []).append(pid)
         return t
 
     def host_pid(self, ns_pid: int, start_ticks: int) -> int | None:
-        """The host PID of a container process (its innermost PID and start time)."""
-        return self.by_ns.get((ns_pid, start_ticks))
+        """A host PID of a container process (its innermost PID and start time)."""
+        found = self.by_ns.get((ns_pid, start_ticks))
+        return found[0] if found else None
+
+    def host_pids(self, ns_pid: int, start_ticks: int) -> list[int]:
+        """Every host PID whose innermost PID and start time are these."""
+        return list(self.by_ns.get((ns_pid, start_ticks), ()))
+
+    def holds_file(self, pid: int, path: Path) -> bool:
+        """Whether `pid` has `path` open (same device and inode), from /proc/<pid>/fd."""
+        try:
+            want = os.stat(path)
+            fds = list((self.root / str(pid) / "fd").iterdir())
+        except OSError:
+            return False
+        for fd in fds[:4096]:  # bounded: a process with more descriptors is not searched further
+            try:
+                st = os.stat(fd)
+            except OSError:
+                continue
+            if (st.st_dev, st.st_ino) == (want.st_dev, want.st_ino):
+                return True
+        return False
 
     def pod_uid(self, pid: int) -> str | None:
         """The UID of the pod whose cgroup holds `pid` (None: not in a pod / unknown)."""
