@@ -49,7 +49,8 @@ def short_lived(build: Build, library: str | None, quota: int, seconds: float, t
     """Share of device time submitted by back-to-back short processes over `seconds`."""
     region = tmp / f"region-{quota}"
     region.unlink(missing_ok=True)
-    env = _env(build, library, {"GPUGOV_CORE_LIMIT": str(quota), "GPUGOV_SHARED_REGION": str(region)})
+    env = _env(build, library, {"GPUGOV_CORE_LIMIT": str(quota),
+                                "GPUGOV_SHARED_REGION": str(region)})
     t0, submitted = time.monotonic(), 0
     while time.monotonic() - t0 < seconds:
         out = subprocess.run([str(build.drvtest), "procaddr", "ctx:0", "burst:20:2000"], env=env,
@@ -73,7 +74,8 @@ def share(build: Build, library: str | None, pattern: str, quota: int, seconds: 
     return float(m.group(1)) if m else float("nan")
 
 
-def main(seconds: float = 10.0, library: str | None = None, patterns: list[str] | None = None) -> None:
+def main(seconds: float = 10.0, library: str | None = None,
+         patterns: list[str] | None = None) -> None:
     """Print one row per pattern: measured share at each quota, and the worst error."""
     if compiler() is None:
         sys.exit("needs a C compiler (cc)")

@@ -150,4 +150,5 @@ def test_class05_short_lived_processes_pay_for_their_launches(build, tmp_path: P
 
 def test_class06_multi_device_cooperative_launch_is_throttled_on_every_device(build):
     # device 1 limited to 20 %, the launch made from device 0's context (unlimited)
-    assert _share(build, "multidevice", {"GPUGOV_CORE_LIMIT_1": "20"}) == pytest.approx(0.20, abs=0.05)
+    share = _share(build, "multidevice", {"GPUGOV_CORE_LIMIT_1": "20"})
+    assert share == pytest.approx(0.20, abs=0.05)
