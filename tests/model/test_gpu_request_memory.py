@@ -18,10 +18,13 @@ def test_memory_slice_carries_its_memory_and_a_compute_share() -> None:
     assert (pod.gpu_count, pod.gpu_milli, pod.gpu_memory_mib) == (1, 250, 20 * GIB)
 
 
-def test_memory_percent_is_taken_of_the_given_card() -> None:
+def test_memory_percent_is_taken_of_the_card_each_device_has() -> None:
     req = GpuRequest(1, DeviceMode.SOFT, milli=300, memory_percent=25.0)
-    assert req.to_pod_request("p", card_memory_mib=40 * GIB).gpu_memory_mib == 10 * GIB
-    assert req.to_pod_request("p", card_memory_mib=80 * GIB).gpu_memory_mib == 20 * GIB
+    pod = req.to_pod_request("p", card_memory_mib=80 * GIB)
+    assert (pod.gpu_memory_mib, pod.gpu_memory_percent) == (0, 25.0)
+    state = ClusterState([NodeSpec("a", 8000, 65536, 1, "A100-SXM4-40GB"),
+                          NodeSpec("h", 8000, 65536, 1, "H100-SXM5-80GB")])
+    assert [state.charge(pod, n, 0)[1] for n in (0, 1)] == [10 * GIB, 20 * GIB]
 
 
 def test_no_memory_named_means_none_asked_and_mig_has_its_profile_memory() -> None:

@@ -447,20 +447,27 @@ def test_bad_mixed_input_exits_2_and_writes_nothing(files, tmp_path, target, tex
     assert not out.exists()
 
 
-def test_gpumem_percentage_is_a_share_of_the_clusters_one_card(files, tmp_path):
-    """gpumem-percentage becomes MiB of the cluster's card; a fleet of two card sizes
-    refuses it (no single size), naming the cards."""
-    files["jobs.csv"].write_text(HEADER + "p,,low,0,10,1,,,1,1,ns-b,"
-                                 "nvidia.com/gpumem-percentage=25;nvidia.com/gpucores=10\n")
+def test_gpumem_percentage_is_a_share_of_the_card_each_pod_lands_on(files, tmp_path):
+    """gpumem-percentage becomes MiB of the card the pod lands on; a fleet of two card sizes
+    replays it too (issue 19: it was refused as 'no single size'), each pod with its own
+    card's share."""
+    row_text = "nvidia.com/gpumem-percentage=25;nvidia.com/gpucores=10\n"
+    files["jobs.csv"].write_text(HEADER + "p,,low,0,10,1,,,1,1,ns-b," + row_text)
     out = tmp_path / "run"
     r = run(files, out)
     assert r.exit_code == 0, r.output
     (row,) = check_allocations(out, fleet(CLUSTER), tiers(QUEUES))
     assert (row["mode"], row["memory_mib"]) == ("soft", str(81920 // 4))
-    files["cluster.yaml"].write_text(CLUSTER + MODES_CLUSTER.split("nodePools:\n")[1])
+    mixed = CLUSTER + MODES_CLUSTER.split("nodePools:\n")[1]
+    files["cluster.yaml"].write_text(mixed)
+    files["jobs.csv"].write_text(HEADER + "".join(
+        f"p{i},,low,0,10,1,,,1,1,ns-b," + row_text for i in range(12)))
     r = run(files, tmp_path / "two")
-    assert r.exit_code == 2, r.output
-    assert "gpumem-percentage" in r.output and "L40S" in r.output
+    assert r.exit_code == 0, r.output
+    rows = check_allocations(tmp_path / "two", fleet(mixed), tiers(QUEUES))
+    nodes = fleet(mixed)
+    cards = {(x["node"], int(x["memory_mib"])) for x in rows}
+    assert all(mib == nodes[n]["memory"] // 4 for n, mib in cards)
 
 
 MIG_LAYOUTS = (["3g.40gb", "2g.20gb", "1g.10gb", "1g.10gb"], ["7g.80gb"],

@@ -354,8 +354,8 @@ class ClusterState:
                 yield "gpu-memory", self.gpu_mem_cap[nodes] >= req.gpu_memory_mib
         else:
             yield "gpu", self.gpu_free[nodes] >= req.gpu_milli
-            if req.gpu_memory_mib:
-                yield "gpu-memory", self.gpu_mem_free[nodes] >= req.gpu_memory_mib
+            if req.gpu_memory_mib or req.gpu_memory_percent:
+                yield "gpu-memory", self.gpu_mem_free[nodes] >= self.memory_need(req, nodes)
         if self.has_power:
             if pods is None:
                 pods = self.dev_pods[nodes]
@@ -576,7 +576,18 @@ class ClusterState:
             if req.oversubscribe:
                 return milli, 0
             return milli, req.gpu_memory_mib or int(self.gpu_mem_cap[node, device])
+        if req.gpu_memory_percent:
+            return req.gpu_milli, int(self.memory_need(req, (node, device)))
         return req.gpu_milli, req.gpu_memory_mib
+
+    def memory_need(self, req: PodRequest, where) -> np.ndarray:
+        """GPU memory (MiB) `req` needs on each device of `where` (an index into the
+        [node, device] arrays): `gpu_memory_mib`, or `gpu_memory_percent` of that device's
+        own card (rounded up), so a percentage is a share of the card the pod lands on."""
+        if req.gpu_memory_percent:
+            cap = self.gpu_mem_cap[where]
+            return -((-cap * round(req.gpu_memory_percent * 1000)) // 100_000)
+        return np.asarray(req.gpu_memory_mib)
 
     def mig_start(self, req: PodRequest, node: int, device: int) -> int:
         """The start for a new `req.mig_profile` instance on `device`: on a fixed layout the
@@ -803,7 +814,8 @@ def _seals(req: PodRequest) -> bool:
 def shape_key(req: PodRequest) -> tuple:
     """Everything of a request the filter reads (not its name)."""
     return (req.cpu_milli, req.memory_mib, req.gpu_count, req.gpu_milli, req.models,
-            req.gpu_memory_mib, req.mode, req.mig_profile, int(req.min_isolation), req.tenant,
+            req.gpu_memory_mib, req.gpu_memory_percent, req.mode, req.mig_profile,
+            int(req.min_isolation), req.tenant,
             req.sealed, req.node_selector, req.tolerations, req.oversubscribe)
 
 

@@ -18,11 +18,18 @@ from gpugov.model.request import PodRequest
 
 @dataclass(frozen=True, slots=True)
 class GpuRequest:
-    """What one container asks for, whatever the spelling. Per-device values.
+    """What one container asks for, whatever the spelling. Per-device values: a soft slice
+    with `count` N is that slice on each of N distinct devices of one node (HAMi's
+    `nvidia.com/gpu: N` with `gpumem`/`gpucores`, KAI's `gpu-fraction-num-devices`).
 
-    `milli` None = compute not stated (a memory-only soft slice): `to_pod_request` derives it
-    from the memory share of the card. `isolation` is the minimum the pod asked for; None =
-    let the tenant's trust tier decide (`model.isolation.required_isolation`).
+    `milli` None = compute not stated (a memory-only soft slice, HAMi's `defaultCores: 0`):
+    it has no compute limit and shares the device's time; `to_pod_request` charges placement
+    and quotas the memory's share of the card as its compute (docs/migration.md).
+    `memory_percent` is a share of the card the pod lands on, resolved per candidate device
+    by the state (`PodRequest.gpu_memory_percent`), never of one card for the whole fleet.
+    `isolation` is the minimum the pod asked for; None = let the tenant's trust tier decide
+    (`model.isolation.required_isolation`). `priority` is HAMi's task priority (0 high,
+    1 low; None = not stated), carried to the node for the in-GPU mechanism.
     """
 
     count: int
@@ -35,6 +42,7 @@ class GpuRequest:
     isolation: IsolationLevel | None = None
     topology: str = "preferred"
     spellings: tuple[str, ...] = ()
+    priority: int | None = None
 
     @property
     def delivered_isolation(self) -> IsolationLevel:
@@ -58,12 +66,13 @@ class GpuRequest:
                        oversubscribe: bool = False) -> PodRequest:
         """The engine's request: compute share per device and GPU memory per device.
 
-        `gpu_memory_mib` is `memory_on(card)` when the request names memory (0 otherwise,
-        and for MIG, whose profile fixes the memory), so the state only places it on devices
-        with that much free memory. `card_memory_mib` is the card the share is taken of
-        (default: the largest in the catalog); a `memory_percent` request needs it to know
-        its MiB. A memory-only slice (`milli` None) also gets the memory's share of that card
-        as its compute share, so compute bin-packing counts it against something.
+        `gpu_memory_mib` is the MiB the request names (0 otherwise, and for MIG, whose
+        profile fixes the memory), so the state only places it on devices with that much
+        free memory; a soft slice's `memory_percent` becomes `gpu_memory_percent`, which the
+        state resolves on each candidate device's own card. A memory-only slice (`milli`
+        None) is charged the memory's share as its compute, for packing and quotas: the
+        percentage itself, or MiB over `card_memory_mib` (default: the largest card in the
+        catalog), a lower bound on smaller cards.
 
         With `modes` (a state whose devices have modes: the replay) the request is compiled in
         full (`compile_modes`): slice mode, MIG profile, isolation floor from the request and
@@ -74,16 +83,32 @@ class GpuRequest:
         card = card_memory_mib or largest_card_mib()
         need = self.memory_on(card)
         milli = self.milli
-        if milli is None:
+        if milli is None and self.memory_mib is None and self.memory_percent is not None:
+            milli = min(MILLI_PER_GPU, max(1, math.ceil(self.memory_percent * 10)))
+        elif milli is None:
             milli = min(MILLI_PER_GPU, max(1, math.ceil(MILLI_PER_GPU * (need or card) / card)))
         if self.mode is DeviceMode.MIG and self.mig_profile:
             milli = mig_milli(self.mig_profile, self.models)
             need = None
         if not modes:
             return PodRequest(name, cpu_milli, memory_mib, self.count, milli, self.models,
-                              gpu_memory_mib=int(need or 0))
+                              **self._memory_fields(need, milli))
         return self.compile_modes(name, cpu_milli, memory_mib, milli, int(need or 0), tier,
                                   tenant, node_selector, tolerations, oversubscribe)
+
+    def _memory_fields(self, need: int | None, milli: int) -> dict:
+        """PodRequest's per-device memory (a percentage stays a percentage, resolved per
+        device by the state) and mode (N soft slices say so)."""
+        out: dict = {}
+        if self.memory_mib is None and self.memory_percent is not None:
+            # a whole card (or a MIG profile) holds its memory: no share to resolve
+            if milli < MILLI_PER_GPU and self.mode is DeviceMode.SOFT:
+                out["gpu_memory_percent"] = float(self.memory_percent)
+        else:
+            out["gpu_memory_mib"] = int(need or 0)
+        if self.count > 1 and milli < MILLI_PER_GPU:
+            out["mode"] = DeviceMode.SOFT
+        return out
 
     def compile_modes(self, name: str, cpu_milli: int, memory_mib: int, milli: int, need: int,
                       tier: TrustTier | None, tenant: str,
@@ -123,7 +148,7 @@ class GpuRequest:
             return PodRequest(name, cpu_milli, memory_mib, 1, ask, mode=mode,
                               gpu_memory_mib=need, **common)
         return PodRequest(name, cpu_milli, memory_mib, self.count, milli,
-                          gpu_memory_mib=need, **common)
+                          **self._memory_fields(need, milli), **common)
 
 
 def largest_card_mib() -> int:

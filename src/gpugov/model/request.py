@@ -19,6 +19,10 @@ class PodRequest:
     and `0 < gpu_milli < 1000`. `models` empty means any GPU model is acceptable.
     `gpu_memory_mib` is the GPU memory needed on each device (0 = not asked, as in the
     openb traces); a whole-GPU pod holds all of its devices' memory whatever it asks.
+    `gpu_memory_percent` (0 = not asked) is a share of the card each device lands on: the
+    state resolves it per candidate device (`ClusterState.memory_need`), never of one card.
+    A soft slice may take several devices (`gpu_count > 1`, HAMi's `nvidia.com/gpu: N` with
+    `gpumem`/`gpucores`): the same slice on each of N distinct devices of one node.
 
     The remaining fields are the compiled form of a `GpuRequest` plus what the control plane
     knows of the pod's tenant; their defaults are what a trace pod means:
@@ -49,6 +53,7 @@ class PodRequest:
     node_selector: tuple[tuple[str, str], ...] = ()
     tolerations: tuple[Toleration, ...] = ()
     oversubscribe: bool = False
+    gpu_memory_percent: float = 0.0
     #: `is_plain`, computed once at construction (not an argument; not compared)
     plain: bool = dataclasses.field(init=False, repr=False, compare=False, default=True)
 
@@ -58,11 +63,17 @@ class PodRequest:
                 raise ValueError(f"{field} must be >= 0, got {getattr(self, field)}")
         if self.gpu_milli > MILLI_PER_GPU:
             raise ValueError(f"gpu_milli must be <= {MILLI_PER_GPU}, got {self.gpu_milli}")
-        if self.gpu_count > 1 and self.gpu_milli != MILLI_PER_GPU:
+        if self.gpu_count > 1 and self.gpu_milli != MILLI_PER_GPU and \
+                self.mode is not DeviceMode.SOFT:
             raise ValueError(
-                f"a {self.gpu_count}-GPU request must ask for whole GPUs (gpu_milli=1000), "
-                f"got gpu_milli={self.gpu_milli}"
+                f"a {self.gpu_count}-GPU request must ask for whole GPUs (gpu_milli=1000) "
+                f"or be a soft slice per device (mode=soft), got gpu_milli={self.gpu_milli}"
             )
+        if not 0 <= self.gpu_memory_percent <= 100:
+            raise ValueError(f"gpu_memory_percent must be in 0..100, got "
+                             f"{self.gpu_memory_percent}")
+        if self.gpu_memory_percent and (self.gpu_memory_mib or not self.gpu_count):
+            raise ValueError("gpu_memory_percent needs a GPU and excludes gpu_memory_mib")
         if (self.gpu_count == 0) != (self.gpu_milli == 0):
             raise ValueError(
                 f"gpu_count={self.gpu_count} and gpu_milli={self.gpu_milli} disagree: "
@@ -78,7 +89,7 @@ class PodRequest:
                              "MIG request names its profile, no other request does")
         if self.mode is not None and not self.gpu_count:
             raise ValueError(f"mode={self.mode} needs a GPU")
-        if self.mode in (DeviceMode.MIG, DeviceMode.TIMESLICE, DeviceMode.MPS, DeviceMode.SOFT
+        if self.mode in (DeviceMode.MIG, DeviceMode.TIMESLICE, DeviceMode.MPS
                          ) and self.gpu_count != 1:
             raise ValueError(f"a {self.mode} request takes one device per pod, got "
                              f"gpu_count={self.gpu_count}")
@@ -104,8 +115,10 @@ class PodRequest:
     def _is_plain(self) -> bool:
         if self.mode not in (None, DeviceMode.EXCLUSIVE, DeviceMode.SOFT):
             return False
-        if self.node_selector or self.tolerations:
+        if self.node_selector or self.tolerations or self.gpu_memory_percent:
             return False
+        if self.gpu_count > 1 and self.gpu_milli < MILLI_PER_GPU:
+            return False  # N soft slices: the per-device filter chooses N distinct devices
         return self.slice_mode is DeviceMode.EXCLUSIVE or (
             self.min_isolation <= IsolationLevel.SOFT and not self.sealed)
 

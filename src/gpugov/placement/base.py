@@ -68,7 +68,8 @@ class Policy(ABC):
 
 def general_devices(state: ClusterState, req: PodRequest, node: int) -> tuple[int, ...]:
     """Devices for any request mode (the per-device filter decides what fits):
-    whole GPUs the lowest-index fitting ones; a soft slice the best fit in compute; a MIG
+    whole GPUs the lowest-index fitting ones; a soft slice the best fit in compute (N slices:
+    the N best-fitting distinct devices); a MIG
     instance the device already most cut up (least free compute slices: whole devices stay
     whole), a time-slice replica the device with the most memory unpromised (least risk), an
     MPS client the most used device (whole devices stay free). Ties: lowest index."""
@@ -81,6 +82,9 @@ def general_devices(state: ClusterState, req: PodRequest, node: int) -> tuple[in
     if mode is DeviceMode.EXCLUSIVE:
         return tuple(int(i) for i in idx[:req.gpu_count])
     if mode is DeviceMode.SOFT:
+        if req.gpu_count > 1:  # N slices on N distinct devices: the N best fits
+            order = np.lexsort((idx, state.gpu_free[node, idx]))
+            return tuple(sorted(int(i) for i in idx[order[:req.gpu_count]]))
         return (best_fit_device(state.gpu_free[node], req.gpu_milli, fits),)
     if mode is DeviceMode.MIG:
         key = state.mig_compute_free[node, idx]

@@ -187,6 +187,8 @@ class GpugovPolicy(FgdPolicy):
 
     def _soft(self, state: ClusterState, req: PodRequest, nodes: np.ndarray, fits: np.ndarray
               ) -> tuple[np.ndarray, np.ndarray]:
+        if req.gpu_count > 1:
+            return self._soft_many(state, req, nodes, fits)
         rows, cols = np.nonzero(fits)
         if not len(rows):
             return np.zeros(len(nodes)), np.zeros(fits.shape, dtype=bool)
@@ -194,7 +196,7 @@ class GpugovPolicy(FgdPolicy):
         free = state.gpu_free[nodes[rows]]
         free[pick, cols] -= req.gpu_milli
         mem = state.gpu_mem_free[nodes[rows]]
-        mem[pick, cols] -= req.gpu_memory_mib
+        mem[pick, cols] -= state.memory_need(req, (nodes[rows], cols))
         gain = self._gain(state, req, nodes[rows], free)
         # best gain per node; ties: the device whose free memory and compute stay most in
         # proportion (least |memory share left - compute share left|), then the lowest index
@@ -207,6 +209,23 @@ class GpugovPolicy(FgdPolicy):
         primary[rows[first]] = gain[first]
         taken[rows[first], cols[first]] = True
         return primary, taken
+
+    def _soft_many(self, state: ClusterState, req: PodRequest, nodes: np.ndarray,
+                   fits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """N soft slices (one per device): per node the N fitting devices with the least
+        free compute (best fit, lowest index on ties), scored by the FGD gain of taking them."""
+        k = req.gpu_count
+        width = fits.shape[1]
+        key = np.where(fits, state.gpu_free[nodes] * (width + 1) + np.arange(width),
+                       np.iinfo(np.int64).max)
+        order = np.argsort(key, axis=1, kind="stable")
+        taken = np.zeros(fits.shape, dtype=bool)
+        np.put_along_axis(taken, order[:, :k], True, axis=1)
+        taken &= fits
+        ok = taken.sum(axis=1) == k
+        taken[~ok] = False
+        free = np.where(taken, state.gpu_free[nodes] - req.gpu_milli, state.gpu_free[nodes])
+        return np.where(ok, self._gain(state, req, nodes, free), 0.0), taken
 
     def _whole(self, state: ClusterState, req: PodRequest, nodes: np.ndarray, fits: np.ndarray
                ) -> tuple[np.ndarray, np.ndarray]:

@@ -134,8 +134,8 @@ def _replay_problems(i: int, pool: NodePool) -> list[str]:
 class FleetCards:
     """The cluster's GPU cards, to check a job's request against them before the replay:
     a MIG profile no node's model has, or more memory than any card the request may use,
-    is refused (it could never run); a memory percentage becomes MiB of the one card size
-    the request may use."""
+    is refused (it could never run); a memory percentage stays a percentage, resolved by
+    the state on the card each pod lands on (so a mixed fleet serves it)."""
 
     def __init__(self, nodes: Sequence[NodeSpec]) -> None:
         self.memory: dict[str, int] = {}
@@ -154,13 +154,8 @@ class FleetCards:
                     if req.mig_profile else f"GPU model {', '.join(req.models)}")
             raise ValueError(f"{', '.join(req.spellings) or 'the request'}: no node of the "
                              f"cluster has a GPU with {what}; the cluster's GPUs: {have}")
-        if req.memory_percent is not None:
-            sizes = sorted(set(cards.values()))
-            if len(sizes) > 1:
-                raise ValueError(f"nvidia.com/gpumem-percentage: the cluster's cards differ "
-                                 f"in memory ({have}), so a percentage is no single size; "
-                                 "write nvidia.com/gpumem in MiB")
-            return sizes[0] or None
+        if req.memory_percent is not None and req.memory_mib is None:
+            return None  # a share of the card each pod lands on: the state resolves it
         biggest = max(cards.values())
         if req.memory_mib is not None and req.memory_mib > biggest:
             raise ValueError(f"nvidia.com/gpumem: {req.memory_mib} MiB is more than any card "
