@@ -3,6 +3,10 @@
  * 1 GiB), FAKECUDA_FAIL=<function> (that call returns 999), FAKECUDA_QUEUE_US (launch
  * queue depth in device time before launches block, default 20000), CUDA_VISIBLE_DEVICES
  * (a list of device indexes: CUDA ordinal i is the i-th listed device, as in the driver).
+ * FAKECUDA_DEVICE_FILE=<path>: device 0's linear memory is that file (FAKECUDA_MEM_BYTES long,
+ * shared between processes), handed out from offset 0 by each process: what one process
+ * leaves in memory when it exits (the driver releases it without clearing) is what the next
+ * process's allocations start with, as a real GPU's memory outlives its processes.
  * Kernels are simulated: each function has a duration (a kernel whose first parameter
  * points to a uint64_t of 1 takes the duration in its second parameter instead: a
  * data-dependent kernel); a device runs one at a time.
@@ -10,8 +14,10 @@
  * refuses: sizes that cannot fit (2^64-byte requests fail with CUDA_ERROR_OUT_OF_MEMORY,
  * never wrap), destroying a pool with live allocations defers its release until the last
  * one is freed, cuMemFree / cuMemFreeAsync accept each other's pointers. */
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdint.h>
+#include <sys/mman.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,6 +56,8 @@ static const char *fail_name;
 static uint64_t queue_ns = 20000000ULL;
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static int vis[MAX_DEV], nvis; /* CUDA ordinal -> physical device */
+static unsigned char *device_file;  /* FAKECUDA_DEVICE_FILE mapped, or NULL */
+static uint64_t device_file_next;   /* next offset handed out (caller holds mu) */
 
 EXPORT uint64_t fakegpu_now_ns(void) {
     struct timespec ts;
@@ -65,6 +73,14 @@ static void setup(void) {
     uint64_t total = e ? strtoull(e, NULL, 10) : (1ULL << 30);
     for (int i = 0; i < ndev; i++) { devs[i].total = total; primary[i].dev = i; }
     fail_name = getenv("FAKECUDA_FAIL");
+    e = getenv("FAKECUDA_DEVICE_FILE");
+    if (e && *e) {
+        int fd = open(e, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+        void *m = fd >= 0 && ftruncate(fd, (off_t)total) == 0
+                  ? mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0) : MAP_FAILED;
+        if (fd >= 0) close(fd);
+        device_file = m == MAP_FAILED ? NULL : m;
+    }
     e = getenv("FAKECUDA_QUEUE_US");
     if (e) queue_ns = strtoull(e, NULL, 10) * 1000ULL;
     e = getenv("CUDA_VISIBLE_DEVICES");
@@ -106,13 +122,19 @@ static struct alloc *find_alloc(uint64_t p) {
 
 /* Freed buffers are kept and handed out again *without clearing*, like a real allocator
  * would reuse pages, so tests can see whether scrub worked. */
-static unsigned char *take_buffer(uint64_t size) {
+static unsigned char *take_buffer(uint64_t size, int dev) {
     for (int i = 0; i < nallocs; i++)
         if (!allocs[i].live && allocs[i].mem && allocs[i].size == size) {
             unsigned char *m = allocs[i].mem;
             allocs[i].mem = NULL;
             return m;
         }
+    if (device_file && dev == 0 && size <= devs[0].total) { /* the device's own memory */
+        if (device_file_next + size > devs[0].total) device_file_next = 0;
+        unsigned char *m = device_file + device_file_next;
+        device_file_next += (size + 4095) & ~(uint64_t)4095;
+        return m;
+    }
     return calloc(1, size ? size : 1);
 }
 
@@ -124,7 +146,7 @@ static CUresult new_alloc(CUdeviceptr *out, uint64_t size, int dev, int kind, in
     int slot = -1;
     for (int i = 0; i < nallocs && slot < 0; i++) if (!allocs[i].live && !allocs[i].mem) slot = i;
     if (slot < 0 && nallocs < MAX_ALLOCS) slot = nallocs++;
-    unsigned char *m = slot >= 0 ? take_buffer(size) : NULL;
+    unsigned char *m = slot >= 0 ? take_buffer(size, dev) : NULL;
     if (!m) { pthread_mutex_unlock(&mu); return CUDA_ERROR_OUT_OF_MEMORY; }
     allocs[slot] = (struct alloc){(uint64_t)(uintptr_t)m, size, m, dev, kind, 1, NULL, NULL};
     if (charge) devs[dev].used += size;

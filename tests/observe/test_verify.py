@@ -101,3 +101,18 @@ def test_mig_boundary_fails_when_cuda_sees_more_than_the_instance(fake, tmp_path
     mig = next(c for c in json.loads(out.read_text())["claims"] if c["name"] == "mig-boundary")
     assert mig["status"] == status, mig
     assert f"shows {cuda_gib * 1024} MiB" in mig["evidence"] and "40192 MiB" in mig["evidence"]
+
+
+def test_class13_verify_checks_the_scrub_between_tenants(fake, tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    # the fake's device memory outlives its processes here, as a GPU's does: what a process
+    # leaves at exit is visible to the next one unless the node scrubs the device
+    monkeypatch.setenv("FAKECUDA_DEVICE_FILE", str(tmp_path / "gpu0.mem"))
+    out = tmp_path / "verify.json"
+    code, text = _verify("--cuda-lib", str(fake.dir), "--library", "none", "--json", str(out))
+    claim = next(c for c in json.loads(out.read_text())["claims"]
+                 if c["name"] == "scrub-between-tenants")
+    assert claim["status"] == "pass", claim
+    ev = claim["evidence"]
+    assert "without a scrub the next process saw 67108864 bytes" in ev  # the residue is real
+    assert "after it the next process saw 0 bytes" in ev and "GiB/s" in ev

@@ -1,6 +1,6 @@
 """Probe workloads for `gpugov verify`, run in a child process through the CUDA driver API.
 
-`python -m gpugov.observe.probe info|memory|compute ...` loads `libcuda.so.1` and
+`python -m gpugov.observe.probe info|memory|compute|leave|peek ...` loads `libcuda.so.1` and
 `libnvidia-ml.so.1` with ctypes (no CUDA toolkit), does one thing a container would do, and
 prints JSON lines with what it saw. The parent (`verify.py`) decides pass/fail; the probe
 never judges. The enforcement library, when tested, is preloaded into this process.
@@ -171,6 +171,37 @@ def memory(limit: int) -> None:
     emit(step="scrub", rc=0, reused=reused, stale_bytes=stale, size=size)
 
 
+def leave(size: int) -> None:
+    """A tenant process that writes a pattern into `size` bytes and exits without freeing
+    them (as a crash would): the driver releases them, gpugov's library sees no free."""
+    d = Driver()
+    rc = d.init()
+    ptr = 0
+    if not rc:
+        rc, ptr = d.alloc(size)
+    if not rc:
+        rc = d.cuda.cuMemsetD8_v2(c_ulonglong(ptr), ctypes.c_ubyte(PATTERN), c_size_t(size))
+        rc = rc or d.cuda.cuCtxSynchronize()
+    emit(step="leave", rc=rc, size=size)
+
+
+def peek(size: int) -> None:
+    """The next tenant: allocates `size` bytes and counts the previous one's pattern in them."""
+    d = Driver()
+    rc = d.init()
+    if rc:
+        emit(step="peek", rc=rc)
+        return
+    rc, ptr = d.alloc(size)
+    if rc:
+        emit(step="peek", rc=rc)
+        return
+    buf = (ctypes.c_ubyte * size)()
+    rc = d.cuda.cuMemcpyDtoH_v2(buf, c_ulonglong(ptr), c_size_t(size))
+    emit(step="peek", rc=rc, size=size, stale_bytes=bytes(buf).count(PATTERN))
+    d.free(ptr)
+
+
 def _kernel(cuda: ctypes.CDLL) -> tuple[int, c_void_p, Any, str]:
     """A kernel of fixed duration: the fake driver's, or the PTX spin kernel."""
     if hasattr(cuda, "fakegpu_make_function"):  # the fake driver: kernels of a set duration
@@ -242,6 +273,10 @@ def main(argv: list[str]) -> None:
             info()
         elif argv[0] == "memory":
             memory(int(argv[1]))
+        elif argv[0] == "leave":
+            leave(int(argv[1]))
+        elif argv[0] == "peek":
+            peek(int(argv[1]))
         elif argv[0] == "calibrate":
             calibrate()
         elif argv[0] == "compute":

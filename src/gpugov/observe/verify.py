@@ -18,8 +18,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-CLAIMS = ("memory-view", "memory-cap", "scrub", "compute-throttle", "mig-boundary",
-          "metrics-agree")
+CLAIMS = ("memory-view", "memory-cap", "scrub", "scrub-between-tenants", "compute-throttle",
+          "mig-boundary", "metrics-agree")
 CORE_LIMIT = 30  # percent the compute probe runs under
 THROTTLE_TOLERANCE = 0.08  # |busy - limit| allowed, as a fraction of one device
 MIB = 1 << 20
@@ -204,6 +204,38 @@ def _read_region(path: Path) -> int | str:
         return f"the accounting region is unreadable: {e}"
 
 
+def check_handover_scrub(setup: Setup, size: int) -> Claim:
+    """scrub-between-tenants: memory a process leaves at exit (no free the library could
+    scrub) is zeroed by the node's scrub (gpugov.node.scrub) before the next tenant gets the
+    device. Probes run without the library, as whole-GPU and MIG pods do. The node's device
+    0 is scrubbed whole: run this on a node that holds no tenant yet."""
+    from gpugov.node.scrub import scrub_device
+
+    def peek() -> dict[str, Any]:
+        return _step(_probe(setup, ["peek", str(size)], {}, preload=False), "peek") or {}
+
+    left = _step(_probe(setup, ["leave", str(size)], {}, preload=False), "leave") or {}
+    if left.get("rc") != 0:
+        return Claim("scrub-between-tenants", "fail", "the probe could not leave data in "
+                     f"device memory (CUDA error {left.get('rc', 'no answer')})")
+    before = peek()
+    _probe(setup, ["leave", str(size)], {}, preload=False)
+    result = scrub_device(0, setup.cuda_lib)
+    after = peek()
+    seen = before.get("stale_bytes", "?")
+    if not result.ok:
+        return Claim("scrub-between-tenants", "fail", f"the node scrub failed: {result.error}")
+    stale = after.get("stale_bytes")
+    ok = after.get("rc") == 0 and stale == 0
+    return Claim("scrub-between-tenants", "pass" if ok else "fail",
+                 f"a process wrote a pattern into {_mib(size)} and exited without freeing it; "
+                 f"without a scrub the next process saw {seen} bytes of it; the node scrub "
+                 f"zeroed {_mib(result.bytes)} in {result.seconds:.3f} s "
+                 f"({result.gib_per_second:.1f} GiB/s); after it the next process saw "
+                 f"{stale if stale is not None else 'nothing (' + str(after.get('rc')) + ')'}"
+                 " bytes of it")
+
+
 def check_compute(setup: Setup) -> Claim:
     cal = _step(_probe(setup, ["calibrate"], {}, preload=False), "calibrate") or {}
     if cal.get("rc") or not cal.get("kernel_s"):
@@ -251,7 +283,8 @@ def run(setup: Setup) -> list[Claim]:
     with tempfile.TemporaryDirectory(prefix="gpugov-verify-") as tmp:
         memory = {c.name: c for c in check_memory(setup, limit, Path(tmp) / "region")}
     claims = {**memory, "compute-throttle": check_compute(setup),
-              "mig-boundary": check_mig(info)}
+              "mig-boundary": check_mig(info),
+              "scrub-between-tenants": check_handover_scrub(setup, min(64 * MIB, limit))}
     return [claims[n] for n in CLAIMS]
 
 
