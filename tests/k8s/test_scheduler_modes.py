@@ -214,23 +214,16 @@ def test_mig_pods_land_on_free_instances_and_the_record_names_them() -> None:
     assert {c.wanted for c in cands} == {(u,) for (i, s), u in uuids.items() if s in (2, 3)}
 
 
-def _replica_memory(st: SchedulerState, *pods: str) -> None:
-    """Time-slice replicas that name their GPU memory (20000 MiB). A pod's spec cannot say
-    it yet (`nvidia.com/gpu.shared` takes no gpumem; such a replica is promised the card's
-    memory, so one fits a device), so the translated requests are set here."""
-    for name in pods:
-        st.pods[f"team-a/{name}"].request = GpuRequest(1, DeviceMode.TIMESLICE, milli=None,
-                                                       memory_mib=20000)
+SHARED_20G = {**SHARED, "nvidia.com/gpumem": "20000"}  # a replica capped at 20000 MiB
 
 
 def test_a_restart_readopts_mig_instances_and_replicas_from_the_records() -> None:
     (obj,) = nodes(pool("h", 2, [{"index": "0", "mode": "mig", "layout": ["1g.10gb"] * 7},
                                  {"index": "1", "mode": "timeslice", "replicas": 2}]))
-    trusted = [tenant("t", "team-a", "trusted")]  # time-slicing isolates nothing
+    trusted = [tenant("t", "team-a", "trusted")]
     st = state([obj], trusted)
     objs = submit(st, *[pod(f"m{i}", limits=MIG_1G) for i in range(3)],
-                  *[pod(f"t{i}", limits=SHARED) for i in range(3)])
-    _replica_memory(st, "t0", "t1", "t2")
+                  *[pod(f"t{i}", limits=SHARED_20G) for i in range(3)])
     plan = st.cycle(T0)
     assert sorted(b.name for b in plan.binds) == ["m0", "m1", "m2", "t0", "t1"]
     for b in plan.binds:
@@ -238,7 +231,7 @@ def test_a_restart_readopts_mig_instances_and_replicas_from_the_records() -> Non
             (d,) = b.record.devices
             assert (d.index, d.mode, d.milli, d.memory_mib) == (1, DeviceMode.TIMESLICE, 500,
                                                                 20000)
-            assert str(b.record.isolation) == "none"
+            assert str(b.record.isolation) == "soft"  # capped at its memory
     assert "replicas" in {c.name: c.message for c in plan.conditions}["t2"]
     bound = bind(st, plan, objs)
     starts = {n: decode_allocation(o["metadata"]["annotations"][names.ANN_ALLOCATION])
@@ -247,7 +240,6 @@ def test_a_restart_readopts_mig_instances_and_replicas_from_the_records() -> Non
     # a new scheduler sees only the API objects
     fresh = state([obj], trusted)
     later = submit(fresh, *bound.values(), pod("m3", limits=MIG_1G))
-    _replica_memory(fresh, "t0", "t1")
     plan = fresh.cycle(T0 + 10)
     (b,) = plan.binds
     assert b.name == "m3" and b.record.devices[0].mig_start not in starts.values()
@@ -262,7 +254,6 @@ def test_a_restart_readopts_mig_instances_and_replicas_from_the_records() -> Non
     bind(fresh, plan, fill)
     # the replicas are counted again: t2 still waits until a replica is free
     submit(fresh, objs["t2"])
-    _replica_memory(fresh, "t2")
     plan = fresh.cycle(T0 + 12)
     assert not plan.binds and "replicas" in plan.conditions[0].message
     fresh.delete_pod("team-a/t0")

@@ -223,6 +223,13 @@ def test_untrusted_tenant_cannot_time_slice():
     assert "ask for a MIG profile" in msg
 
 
+def test_internal_tenant_may_time_slice_with_a_memory_cap():
+    """A capped replica delivers soft isolation, an internal tenant's floor."""
+    out = admission.mutate(review(pod({"nvidia.com/gpu.shared": 1, "nvidia.com/gpumem": 20000})),
+                           lambda ns: INTERNAL)
+    assert out["response"]["allowed"], out["response"]
+
+
 def test_validate_detects_a_request_changed_after_mutation():
     p = pod({"nvidia.com/gpu": 1}, {ann.REQUEST: ann.encode_request(
         admission.pod_request(pod({"nvidia.com/gpu": 2})))})

@@ -61,7 +61,7 @@ def expected_charge(spec: NodeSpec, device: int, req: PodRequest) -> tuple[int, 
         p = g.profile(req.mig_profile)
         return MILLI_PER_GPU * p.compute_slices // g.compute_slices, p.memory_mib
     if mode is DeviceMode.TIMESLICE:
-        mem = 0 if req.oversubscribe else (req.gpu_memory_mib or cap)
+        mem = 0 if req.oversubscribe else (req.gpu_memory_mib or cap // cfg.replicas)
         return MILLI_PER_GPU // cfg.replicas, mem
     if mode is DeviceMode.MPS:
         return MILLI_PER_GPU // cfg.replicas, cap // cfg.replicas
@@ -137,6 +137,11 @@ def device_steps(specs: Sequence[NodeSpec], live: Live, use: dict, req: PodReque
     else:
         out["gpu-mode"] = cfg.mode is mode
         out["isolation"] = cfg.mode.isolation >= req.min_isolation
+        if mode is DeviceMode.TIMESLICE and req.oversubscribe:  # uncapped: delivers none
+            out["isolation"] = req.min_isolation == 0 and not any(
+                p.min_isolation > 0 and not p.oversubscribe for p in u.pods)
+        elif mode is DeviceMode.TIMESLICE and req.min_isolation > 0:
+            out["isolation"] = out["isolation"] and not any(p.oversubscribe for p in u.pods)
     sealed = u.sealed
     if req.sealed:
         out["tenant-isolation"] = not u.pods or (
@@ -152,7 +157,7 @@ def device_steps(specs: Sequence[NodeSpec], live: Live, use: dict, req: PodReque
             out["gpu"] = req.gpu_milli <= MILLI_PER_GPU // cfg.replicas
             out["gpu-memory"] = req.gpu_memory_mib <= cap // cfg.replicas
         elif not req.oversubscribe:
-            out["gpu-memory"] = cap - u.memory >= (req.gpu_memory_mib or cap)
+            out["gpu-memory"] = cap - u.memory >= (req.gpu_memory_mib or cap // cfg.replicas)
     elif mode is DeviceMode.EXCLUSIVE:
         out["gpu"] = u.milli == 0
         if req.gpu_memory_mib:

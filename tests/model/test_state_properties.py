@@ -293,8 +293,8 @@ def relaxed(req: PodRequest, reason: str) -> PodRequest | None:
         return r(req, node_selector=())
     if reason == "taint":
         return r(req, tolerations=(Toleration(operator="Exists"),))
-    if reason == "isolation":
-        return r(req, min_isolation=IsolationLevel.NONE)
+    if reason == "isolation":  # an uncapped replica is kept off replicas that need soft
+        return r(req, min_isolation=IsolationLevel.NONE, oversubscribe=False)
     if reason == "gpu-memory":
         if req.slice_mode is DeviceMode.TIMESLICE:
             return r(req, oversubscribe=True)

@@ -99,12 +99,15 @@ CASES = [
     (("soft~", "ts", "excl"), SMALL, {}, U, DeviceMode.EXCLUSIVE, False),
     (("soft", "ts"), SMALL, {}, U, DeviceMode.EXCLUSIVE, False),  # a free soft GPU, whole
     (("mig", "excl"), SMALL, {}, U, DeviceMode.MIG, False),  # MIG wastes less than a card
-    # internal: soft or hard, never none
+    # internal: soft or hard, never none; a capped time-slice replica is soft (memory),
+    # after a soft slice, which also enforces the compute share
     (("ts", "mps", "soft", "mig"), SMALL, {}, INT, DeviceMode.SOFT, False),
-    (("ts", "mps", "soft!", "mig"), SMALL, {}, INT, DeviceMode.MIG, False),
-    (("ts", "mps", "soft!"), SMALL, {}, INT, None, True),
+    (("ts", "mps", "soft!", "mig"), SMALL, {}, INT, DeviceMode.TIMESLICE, False),
+    (("ts!", "mps", "soft!", "mig"), SMALL, {}, INT, DeviceMode.MIG, False),
+    (("mps", "soft!"), SMALL, {}, INT, None, True),
     # trusted: the weakest mode with room first, keeping isolated room for stricter tenants
-    (("excl", "mig", "soft", "ts"), SMALL, {}, T, DeviceMode.TIMESLICE, False),
+    (("excl", "mig", "soft", "ts"), SMALL, {}, T, DeviceMode.SOFT, False),
+    (("excl", "mig", "soft!", "ts"), SMALL, {}, T, DeviceMode.TIMESLICE, False),
     (("excl", "mig", "soft", "ts", "mps"), NOTEBOOK, {}, T, DeviceMode.MPS, False),
     (("excl", "mig", "soft", "ts!"), SMALL, {}, T, DeviceMode.SOFT, False),
     (("excl", "mig"), SMALL, {}, T, DeviceMode.MIG, False),
@@ -119,7 +122,8 @@ CASES = [
     (("mig", "mig", "excl"), {"nvidia.com/gpu": 2}, {}, T, None, False),
     # time-slice replicas have no size: never upgraded
     (("ts", "mig"), {"nvidia.com/gpu.shared": 1}, {}, T, DeviceMode.TIMESLICE, False),
-    (("ts", "mig"), {"nvidia.com/gpu.shared": 1}, {}, INT, None, True),
+    (("ts", "mig"), {"nvidia.com/gpu.shared": 1}, {}, INT, DeviceMode.TIMESLICE, False),
+    (("ts", "mig"), {"nvidia.com/gpu.shared": 1}, {}, U, None, True),
 ]
 
 
@@ -152,12 +156,12 @@ def test_refusal_names_tier_and_the_modes_that_had_room() -> None:
     got = place_rounded(placer_for(("soft~", "ts", "excl!")), translate(SMALL), "p", U)  # type: ignore[arg-type]
     assert not got.placed
     assert got.reason == ("needs hard isolation (tenant tier untrusted); room only on timeslice "
-                          "devices, which deliver none")  # sealed: not beside another tenant
+                          "devices, which deliver soft")  # sealed: not beside another tenant
     req = GpuRequest(1, DeviceMode.SOFT, 250, 12 * GIB, isolation=IsolationLevel.HARD)
     got = place_rounded(placer_for(("soft~", "ts", "excl!")), req, "p", INT)
     assert got.reason.startswith("needs hard isolation (asked by the pod; tenant tier internal "
                                  "needs soft)")
-    assert "timeslice/soft devices, which deliver none/soft" in got.reason
+    assert "soft/timeslice devices, which deliver soft" in got.reason
 
 
 def test_refusal_without_room_names_the_dimension_per_mode() -> None:

@@ -132,13 +132,13 @@ def demand_estimate(res: ResourceSet, req: PodRequest, pods: int,
     `card_mib`: GPU model -> card memory of the models in the cluster. GPU memory is what the
     request names, except where the device decides: a whole GPU takes its card (at least the
     smallest allowed card), a MIG instance its profile's memory (the smallest among allowed
-    models), a time-slice replica that names none the whole card (unless it oversubscribes).
+    models); a time-slice replica that names none is charged card/replicas of the device it
+    lands on, unknown before placement, so its lower bound is what it names (0).
     """
     mode = req.slice_mode if req.gpu_count else None
     per_dev = float(req.gpu_memory_mib)
     models = [m for m in card_mib if not req.models or m in req.models]
-    if mode is DeviceMode.EXCLUSIVE or (mode is DeviceMode.TIMESLICE and not per_dev
-                                         and not req.oversubscribe):
+    if mode is DeviceMode.EXCLUSIVE:
         cards = [card_mib[m] for m in models if card_mib[m] >= req.gpu_memory_mib]
         per_dev = float(min(cards)) if cards else per_dev
     elif mode is DeviceMode.MIG:

@@ -18,15 +18,19 @@ against all devices at once:
 - `exclusive`: whole-GPU pods only;
 - `mig`: MIG instances at valid starts (a bitmask of occupied memory slices per device; a
   fixed layout is a bitmask over the model's placements that are free);
-- `timeslice` / `mps`: replica counters; a time-slice pod is charged the memory it names (the
-  whole card if it names none) unless its tenant opted in to oversubscription, so time-slicing
+- `timeslice` / `mps`: replica counters; a time-slice pod is charged the memory it names
+  (card/replicas if it names none), which the enforcement library caps it at, unless its
+  tenant opted in to oversubscription (charged and capped at nothing), so capped time-slicing
   never promises more memory than the card has; an MPS client is capped at memory/clients and
   1000/clients milli, which is what it is charged.
 Each charge is also taken from the device's free milli and memory, so the FGD measures see
 a MIG instance or a replica as used capacity.
 
-A pod never lands below its isolation floor (`min_isolation`: soft devices deliver soft,
-time-slice and MPS none, whole devices and MIG hard), a sealed pod (an untrusted tenant's)
+A pod never lands below its isolation floor (`min_isolation`: soft devices and capped
+time-slice replicas deliver soft, MPS and oversubscribing replicas none, whole devices and MIG
+hard; a device holding an oversubscribing replica delivers none to anyone, so an
+oversubscribing replica never joins a device holding a replica that needs soft, and the other
+way round), a sealed pod (an untrusted tenant's)
 never shares a device with another tenant, node selectors and NoSchedule/NoExecute taints
 hold as in Kubernetes, and a node's power budget is hard: every device hosting a pod counts
 at its model's TDP.
@@ -64,7 +68,7 @@ _EXCL, _MIG, _SOFT, _TS, _MPS = range(5)
 #: mode code of the padding columns in the filter's view: no request's mode matches it.
 _NO_DEVICE = 5
 #: isolation each mode delivers to a pod that shares the device (a whole device is hard).
-_MODE_ISO = np.array([2, 2, 1, 0, 0, 0], dtype=np.int8)
+_MODE_ISO = np.array([2, 2, 1, 1, 0, 0], dtype=np.int8)
 
 #: the most memory slices of any MIG model: occupancy bitmasks are below 1 << this.
 MEMORY_SLICES = max(g.memory_slices for g in MIG_GEOMETRIES.values())
@@ -195,6 +199,9 @@ class ClusterState:
         self.dev_pods = np.zeros((n, width), dtype=np.int64)
         self.dev_sealed = np.zeros((n, width), dtype=np.int64)
         self.dev_owner = np.full((n, width), -1, dtype=np.int64)
+        #: time-slice replicas live per device that oversubscribe (uncapped) / need soft
+        self.dev_uncapped = np.zeros((n, width), dtype=np.int64)
+        self.dev_needs_soft = np.zeros((n, width), dtype=np.int64)
         self.dev_nvlink = np.full((n, width), -1, dtype=np.int64)
         self.power_budget = np.full(n, np.inf)
         self.dev_tdp = np.zeros(n)
@@ -321,8 +328,15 @@ class ClusterState:
         else:
             dm = self._filter_mode[nodes]
             yield "gpu-mode", dm == MODE_CODE[mode]
-            if req.min_isolation > IsolationLevel.NONE:
-                yield "isolation", _MODE_ISO[dm] >= int(req.min_isolation)
+            if mode is DeviceMode.TIMESLICE and req.oversubscribe:
+                # uncapped: delivers none, and never next to a replica that needs soft
+                ok = req.min_isolation <= IsolationLevel.NONE
+                yield "isolation", (self.dev_needs_soft[nodes] == 0) & ok
+            elif req.min_isolation > IsolationLevel.NONE:
+                iso = _MODE_ISO[dm] >= int(req.min_isolation)
+                if mode is DeviceMode.TIMESLICE:
+                    iso &= self.dev_uncapped[nodes] == 0
+                yield "isolation", iso
         pods = None
         if req.sealed or self._sealed_pods:
             tid = self.tenant_id(req.tenant)
@@ -346,7 +360,8 @@ class ClusterState:
                 yield "gpu", req.gpu_milli <= self.gpu_cap[nodes] // cap
                 yield "gpu-memory", req.gpu_memory_mib <= self.gpu_mem_cap[nodes] // cap
             elif not req.oversubscribe:
-                need = req.gpu_memory_mib if req.gpu_memory_mib else self.gpu_mem_cap[nodes]
+                need = req.gpu_memory_mib if req.gpu_memory_mib else \
+                    self.gpu_mem_cap[nodes] // np.maximum(self.rep_cap[nodes], 1)
                 yield "gpu-memory", self.gpu_mem_free[nodes] >= need
         elif mode is DeviceMode.EXCLUSIVE:
             yield "gpu", self.gpu_free[nodes] == MILLI_PER_GPU
@@ -558,7 +573,7 @@ class ClusterState:
     def charge(self, req: PodRequest, node: int, device: int) -> tuple[int, int]:
         """(milli, GPU memory MiB) a pod of `req` takes from `device` of `node`: a whole GPU
         its device; a MIG instance its profile's share and memory; a time-slice replica
-        1/replicas of compute and the memory it names (the card's if none, nothing if its
+        1/replicas of compute and the memory it names (card/replicas if none, nothing if its
         tenant accepts oversubscription); an MPS client the per-client caps; a soft slice
         what it asks."""
         mode = req.slice_mode
@@ -575,7 +590,7 @@ class ClusterState:
                 return milli, int(self.gpu_mem_cap[node, device]) // reps
             if req.oversubscribe:
                 return milli, 0
-            return milli, req.gpu_memory_mib or int(self.gpu_mem_cap[node, device])
+            return milli, req.gpu_memory_mib or int(self.gpu_mem_cap[node, device]) // reps
         if req.gpu_memory_percent:
             return req.gpu_milli, int(self.memory_need(req, (node, device)))
         return req.gpu_milli, req.gpu_memory_mib
@@ -708,6 +723,7 @@ class ClusterState:
             self.mig_compute_free[n, d] -= pl.compute_slices
         elif mode in (DeviceMode.TIMESLICE, DeviceMode.MPS):
             self.rep_free[n, devs] -= 1
+            self._count_capping(req, n, devs, 1)
         if mode is DeviceMode.EXCLUSIVE:
             self.gpu_mem_free[n, devs] = 0
         else:
@@ -720,6 +736,15 @@ class ClusterState:
         if req.sealed or tid >= 0:
             empty = self.dev_pods[n, devs] == 0
             self.dev_owner[n, np.array(devs)[empty]] = tid
+
+    def _count_capping(self, req: PodRequest, n: int, devs: list[int], step: int) -> None:
+        """Keep `dev_uncapped` / `dev_needs_soft` of a time-slice replica's device."""
+        if req.slice_mode is not DeviceMode.TIMESLICE:
+            return
+        if req.oversubscribe:
+            self.dev_uncapped[n, devs] += step
+        elif req.min_isolation > IsolationLevel.NONE:
+            self.dev_needs_soft[n, devs] += step
 
     def why_not_device(self, req: PodRequest, n: int, devs: list[int]) -> str:
         """The first device-level test `devs` of node `n` fail for `req`."""
@@ -752,6 +777,7 @@ class ClusterState:
                     self.mig_layout_free[n, d] |= 1 << k
             elif mode in (DeviceMode.TIMESLICE, DeviceMode.MPS):
                 self.rep_free[n, devs] += 1
+                self._count_capping(req, n, devs, -1)
             if _seals(req):
                 self.dev_sealed[n, devs] -= 1
                 self._sealed_pods -= 1
@@ -782,7 +808,7 @@ class ClusterState:
     _MUTABLE = ("cpu_free", "mem_free", "gpu_free", "gpu_mem_free", "kind_count", "pod_count",
                 "version", "gpu_free_total", "full_gpus", "max_gpu_free", "rep_free",
                 "mig_occ", "mig_compute_free", "mig_layout_free", "dev_pods", "dev_sealed",
-                "dev_owner", "busy_gpus")
+                "dev_owner", "busy_gpus", "dev_uncapped", "dev_needs_soft")
 
     def snapshot(self) -> dict[str, np.ndarray]:
         """A copy of everything allocation changes; `restore` puts it back."""

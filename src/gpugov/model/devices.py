@@ -17,7 +17,7 @@ class DeviceMode(StrEnum):
     EXCLUSIVE = "exclusive"  # one pod owns the whole device
     MIG = "mig"  # a concrete layout of GPU instances at positions
     SOFT = "soft"  # memory MiB + compute milli, enforced in software
-    TIMESLICE = "timeslice"  # N replicas; memory NOT isolated (charged, never enforced)
+    TIMESLICE = "timeslice"  # N replicas; each capped at its memory by the library (soft)
     MPS = "mps"  # N clients with per-client memory and SM caps
 
     @property
@@ -33,7 +33,11 @@ _MODE_ISOLATION = {
     # MPS caps pinned memory and SM share per client, but clients share one fault domain and
     # one MPS server: an error in one client can take the others down. Counted as none.
     DeviceMode.MPS: IsolationLevel.NONE,
-    DeviceMode.TIMESLICE: IsolationLevel.NONE,
+    # A time-slice replica is capped at its memory by the enforcement library (the device
+    # plugin passes its limit as for a soft slice): soft memory isolation; compute is shared
+    # by the driver's time-slicing. A replica whose tenant opted in to oversubscription is
+    # not capped and delivers none (the state keeps it off devices whose replicas need soft).
+    DeviceMode.TIMESLICE: IsolationLevel.SOFT,
 }
 
 

@@ -1,9 +1,11 @@
 """Isolation levels and trust tiers: the weaker the trust, the stronger the isolation.
 
-`none` (time-slicing, MPS: memory and fault domain shared), `soft` (memory MiB + compute %
-enforced in software by CUDA API interception, HAMi-core style: a bug or an unhooked allocation
-path escapes it), `hard` (MIG instance or whole device: enforced by the hardware). The tenant's
-trust tier, set by the control plane, sets the minimum level; placement never gives less.
+`none` (MPS, oversubscribed time-slicing: memory and fault domain shared), `soft` (memory MiB
++ compute % enforced in software by CUDA API interception, HAMi-core style: a bug or an
+unhooked allocation path escapes it; a capped time-slice replica gets the memory cap, and its
+compute is shared by the driver's time-slicing), `hard` (MIG instance or whole device:
+enforced by the hardware). The tenant's trust tier, set by the control plane, sets the
+minimum level; placement never gives less.
 """
 
 from __future__ import annotations

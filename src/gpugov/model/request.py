@@ -35,7 +35,9 @@ class PodRequest:
       another tenant's pod, and no other tenant's pod joins a device it holds.
     - `node_selector` / `tolerations`: Kubernetes semantics (`model.constraints`).
     - `oversubscribe`: the tenant accepts time-slice replicas whose memory together exceeds
-      the card (without it, time-slicing never promises more memory than the card has).
+      the card: the replica is charged and capped at nothing and delivers isolation none
+      (without it, a replica is charged and capped at the memory it names, else
+      card/replicas, so time-slicing never promises more memory than the card has).
     """
 
     name: str

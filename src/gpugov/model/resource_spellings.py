@@ -338,9 +338,28 @@ def _profiles_of(model: str) -> list[str]:
 
 
 def _shared(gpu_keys: Mapping[str, object], soft_keys: list[str], common: dict) -> GpuRequest:
-    if soft_keys:
-        raise RequestError(soft_keys[0], f"time-slicing ({SHARED}) does not enforce it",
-                           f"for a soft slice write {GPU}: 1 with {soft_keys[0]}")
+    """One time-slice replica; `gpumem` / `gpumem-percentage` name the memory it is charged
+    and capped at (else card/replicas of the device it lands on); its compute is the driver's
+    time-slicing, so `gpucores` is refused."""
+    if GPUCORES in soft_keys:
+        raise RequestError(GPUCORES, f"time-slicing ({SHARED}) does not enforce a compute share",
+                           f"for a soft slice write {GPU}: 1 with {GPUCORES}")
+    if GPUMEM in gpu_keys and GPUMEM_PCT in gpu_keys:
+        raise RequestError(GPUMEM_PCT, f"contradicts {GPUMEM} (two memory sizes)",
+                           f"keep only {GPUMEM} (MiB) or only {GPUMEM_PCT} (%)")
+    memory_mib = memory_pct = None
+    if GPUMEM in gpu_keys:
+        memory_mib = _int(GPUMEM, gpu_keys[GPUMEM], "MiB", f"{GPUMEM}: 10240")
+        biggest, name = _max_memory(common["models"])
+        if not 1 <= memory_mib <= biggest:
+            raise RequestError(GPUMEM, f"{memory_mib} MiB is outside 1..{biggest} ({name})",
+                               f"ask for 1..{biggest} MiB, or omit it for card/replicas")
+    if GPUMEM_PCT in gpu_keys:
+        pct = _int(GPUMEM_PCT, gpu_keys[GPUMEM_PCT], "%", f"{GPUMEM_PCT}: 25")
+        if not 1 <= pct <= 100:
+            raise RequestError(GPUMEM_PCT, f"{pct} is outside 1..100",
+                               f"write {GPUMEM_PCT}: 1..100 (100 = the whole card's memory)")
+        memory_pct = float(pct)
     if GPU in gpu_keys:
         raise RequestError(SHARED, f"mixes a time-slice replica with {GPU}",
                            "ask for one of the two")
@@ -351,7 +370,9 @@ def _shared(gpu_keys: Mapping[str, object], soft_keys: list[str], common: dict) 
                            f"write {SHARED}: 1, or {GPU}: {n} for {n} whole GPUs")
     _check_isolation(SHARED, DeviceMode.TIMESLICE, common["isolation"],
                      f"write {GPU}: 1 with {GPUMEM} for a soft slice, or {GPU}: 1 for hard")
-    return GpuRequest(1, DeviceMode.TIMESLICE, milli=None, spellings=(SHARED,), **common)
+    spellings = tuple(k for k in (SHARED, GPUMEM, GPUMEM_PCT) if k in gpu_keys)
+    return GpuRequest(1, DeviceMode.TIMESLICE, milli=None, memory_mib=memory_mib,
+                      memory_percent=memory_pct, spellings=spellings, **common)
 
 
 def _kai(ann: Mapping[str, str], kai: list[str], gpu_keys: Mapping[str, object],

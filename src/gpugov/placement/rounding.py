@@ -5,17 +5,19 @@ exactly that, on devices of that mode, never below `min_isolation`. A driver tha
 request served "however the fleet can, at the isolation the tenant needs" compiles the
 request's acceptable forms and tries them in order against the one `ClusterState`:
 
-- **fraction** (`gpumem`, `gpucores`, KAI fractions): `mps`, `timeslice` (isolation none) →
-  `soft` (soft) → `mig` (the smallest profile covering its compute and memory, then larger
-  ones) → `exclusive` (a whole GPU; hard). Only forms whose isolation meets the required
-  level are tried.
+- **fraction** (`gpumem`, `gpucores`, KAI fractions): `mps` (isolation none) → `soft`, then
+  a `timeslice` replica capped at the fraction's memory (both soft; an oversubscribing
+  tenant's replica is not capped: none) → `mig` (the smallest profile covering its compute
+  and memory, then larger ones) → `exclusive` (a whole GPU; hard). Only forms whose
+  isolation meets the required level are tried, weakest level first.
   1. *Weakest sufficient level first.* On a mixed fleet isolation is the scarce resource: an
      untrusted pod can use nothing but MIG instances and whole devices, so a trusted pod put
      there without need takes room a stricter tenant could not get anywhere else; the weaker
      modes also pack tighter.
   2. *Within a level, the form that reserves least beyond the request.* MIG rounds up to a
-     covering profile, a whole device to the card; MPS goes before time-slicing because its
-     per-client caps bound what a neighbour can take.
+     covering profile, a whole device to the card; a soft slice goes before a time-slice
+     replica because it also enforces the compute share (a replica's compute is whatever
+     the driver's time-slicing gives it).
 - **whole** (`nvidia.com/gpu: N`): N whole GPUs; one GPU may instead take a full-size MIG
   instance (7g) when no whole device is free. Multi-GPU requests never use MIG (no
   P2P/NVLink between GPU instances); their devices are the best-connected fitting set
@@ -143,11 +145,20 @@ def compiled_forms(request: GpuRequest, name: str, state: ClusterState, *,
     if kind == "replica":
         return [replace(base, gpu_milli=milli, gpu_memory_mib=mem, mode=DeviceMode.TIMESLICE)]
     forms = [replace(base, gpu_milli=milli, gpu_memory_mib=mem, mode=m)
-             for m in (DeviceMode.MPS, DeviceMode.TIMESLICE, DeviceMode.SOFT)]
+             for m in (DeviceMode.MPS, DeviceMode.SOFT, DeviceMode.TIMESLICE)]
+    forms.sort(key=delivered)  # stable: weakest level first, the order above within one
     forms += mig_forms(lambda g: covering_profiles(g, milli, request.memory_mib,
                                                    request.memory_percent))
     forms.append(replace(base, gpu_memory_mib=mem, mode=DeviceMode.EXCLUSIVE))
     return forms
+
+
+def delivered(form: PodRequest) -> IsolationLevel:
+    """Isolation a form delivers: its mode's, none for an oversubscribing (uncapped)
+    time-slice replica."""
+    if form.slice_mode is DeviceMode.TIMESLICE and form.oversubscribe:
+        return IsolationLevel.NONE
+    return form.slice_mode.isolation
 
 
 def describe(request: GpuRequest) -> str:
@@ -189,7 +200,7 @@ class Rounded:
     def isolation(self) -> IsolationLevel:
         """Isolation delivered (a whole device and a MIG instance are hard)."""
         assert self.request is not None
-        return self.request.slice_mode.isolation
+        return delivered(self.request)
 
 
 def place_rounded(placer: Placer, request: GpuRequest, name: str, tier: TrustTier, *,
@@ -206,19 +217,19 @@ def place_rounded(placer: Placer, request: GpuRequest, name: str, tier: TrustTie
                            cpu_milli=cpu_milli, memory_mib=memory_mib)
     if not forms:
         return Rounded(required, reason=_inexpressible(request))
-    allowed = [f for f in forms if f.slice_mode.isolation >= required]
+    allowed = [f for f in forms if delivered(f) >= required]
     reasons: dict[str, str] = {}
     for rank, form in enumerate(allowed):
         got = _decide(placer, form, request.topology == "required", exclude)
         if isinstance(got, Allocation):
             return Rounded(required, form, got, rank)
         reasons.setdefault(str(form.slice_mode), got)
-    weaker = [f for f in forms if f.slice_mode.isolation < required
+    weaker = [f for f in forms if delivered(f) < required
               and _fits_somewhere(state, replace(f, min_isolation=IsolationLevel.NONE), exclude)]
     why = _why_required(request, tier)
     if weaker:
         modes = "/".join(dict.fromkeys(str(f.slice_mode) for f in weaker))
-        levels = "/".join(dict.fromkeys(str(f.slice_mode.isolation) for f in weaker))
+        levels = "/".join(dict.fromkeys(str(delivered(f)) for f in weaker))
         msg = (f"needs {required} isolation ({why}); room only on {modes} devices, which "
                f"deliver {levels}")
         if request_kind(request) == "replica":

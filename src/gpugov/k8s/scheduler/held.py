@@ -11,6 +11,7 @@ Shared by the scheduler and the extender, so both read and write the one record 
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 from gpugov.k8s.annotations import AllocatedDevice
@@ -131,6 +132,13 @@ def _hold(state: ClusterState, i: int, d: int) -> None:
         for _ in range(int(state.rep_free[i, d])):
             req = PodRequest(BLOCKED_DEVICE, 0, 0, 1, MILLI_PER_GPU // reps, mode=mode,
                              oversubscribe=True, tolerations=_ANY_TAINT)
+            if not state.device_fits(req, i)[d]:
+                # an uncapped placeholder may not join replicas that need soft isolation:
+                # hold the replica with what memory is left (none left: nothing can join)
+                left_mem = int(state.gpu_mem_free[i, d]) // max(int(state.rep_free[i, d]), 1)
+                if left_mem < 1:
+                    return
+                req = dataclasses.replace(req, oversubscribe=False, gpu_memory_mib=left_mem)
             milli, mem = state.charge(req, i, d)
             state.allocate(req, Allocation(i, (d,), milli, mem))
         return
@@ -153,7 +161,8 @@ def allocation_record(node: NodeInfo, state: ClusterState | None, node_index: in
     plugin serves it as: a whole GPU on a soft device is `soft` with 1000 milli), else the
     request's; a MIG instance carries its profile, start and UUID; `milli` and `memoryMiB`
     are what the state charged — a whole device's card memory, a MIG profile's share and
-    memory, a time-slice or MPS replica's share and memory — except that a soft slice keeps
+    memory, a time-slice or MPS replica's share and memory (0 MiB for an oversubscribing
+    time-slice replica: the device plugin caps it at nothing) — except that a soft slice keeps
     the pod's own compute share (`own_milli`: an untrusted tenant's slice holds a device of
     its own but is limited to what it asked for) and, when it named no memory, the
     compute share's part of the card.
@@ -173,7 +182,9 @@ def allocation_record(node: NodeInfo, state: ClusterState | None, node_index: in
                 d, DeviceMode.MIG, alloc.milli, alloc.memory_mib, uuid, req.mig_profile,
                 alloc.mig_start, node.mig_uuids.get((d, req.mig_profile, alloc.mig_start), "")))
             continue
-        if slice_mode in (DeviceMode.TIMESLICE, DeviceMode.MPS):
+        if slice_mode is DeviceMode.TIMESLICE:  # 0 MiB: oversubscribing, not capped
+            share, mem = alloc.milli, alloc.memory_mib
+        elif slice_mode is DeviceMode.MPS:
             share, mem = alloc.milli, alloc.memory_mib or card
         elif slice_mode is DeviceMode.EXCLUSIVE and own_milli >= MILLI_PER_GPU:
             share, mem = MILLI_PER_GPU, card
@@ -184,6 +195,8 @@ def allocation_record(node: NodeInfo, state: ClusterState | None, node_index: in
         devices.append(AllocatedDevice(d, mode, share, int(mem), uuid))
     if slice_mode in (DeviceMode.EXCLUSIVE, DeviceMode.MIG):
         isolation = IsolationLevel.HARD
+    elif slice_mode is DeviceMode.TIMESLICE and req.oversubscribe:
+        isolation = IsolationLevel.NONE
     else:
         isolation = slice_mode.isolation
     return AllocationRecord(node.name, isolation, tuple(devices))

@@ -238,9 +238,9 @@ class SchedulerState:
             return
         for info in self.pods.values():
             if info.namespace == name:
-                before = (info.queue, info.trust)
+                before = (info.queue, info.trust, info.oversubscribe)
                 info.resolve(self.tenants)
-                if (info.queue, info.trust) != before:
+                if (info.queue, info.trust, info.oversubscribe) != before:
                     self._preq.pop(info.key, None)
                     self.version += 1
                     self.dirty = True  # charged elsewhere now: a rebuild recounts

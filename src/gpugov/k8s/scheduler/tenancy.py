@@ -29,6 +29,8 @@ class Owner:
     trust: TrustTier
     tenant: str = ""
     why: str = ""
+    #: the Tenant's time-slice replicas oversubscribe memory (`spec.timeSlicing`)
+    oversubscribe: bool = False
 
 
 @dataclass
@@ -69,7 +71,8 @@ class Tenancy:
             return Owner(None, TrustTier.UNTRUSTED if claimed else TrustTier.INTERNAL,
                          why=str(e))
         return Owner(res.queue or None, res.trust, res.tenant,
-                     "" if res.queue else f"Tenant {res.tenant} names no queue")
+                     "" if res.queue else f"Tenant {res.tenant} names no queue",
+                     res.oversubscribe)
 
     @staticmethod
     def _claims(t: Any, namespace: str, labels: Mapping[str, str]) -> bool:

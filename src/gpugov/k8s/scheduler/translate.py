@@ -45,7 +45,7 @@ from gpugov.model.cluster import NodeSpec
 from gpugov.model.constraints import Taint, Toleration
 from gpugov.model.devices import DeviceConfig, DeviceMode, DeviceTopology
 from gpugov.model.gpu_request import GpuRequest
-from gpugov.model.isolation import TrustTier, required_isolation
+from gpugov.model.isolation import IsolationLevel, TrustTier, required_isolation
 from gpugov.model.mig import MigInstance
 from gpugov.model.request import PodRequest
 
@@ -347,12 +347,16 @@ class PodInfo:
     node_affinity: str = ""
     allocation_text: str | None = None
     tolerations: tuple[Toleration, ...] = ()
+    #: its Tenant opts time-slice replicas in to memory oversubscription (not capped)
+    oversubscribe: bool = False
 
     def resolve(self, tenancy: Tenancy) -> None:
-        """Queue and trust tier from the Tenants (the pod's annotations are never read)."""
+        """Queue, trust tier and time-slice oversubscription from the Tenants (the pod's
+        annotations are never read)."""
         owner = tenancy.of(self.namespace)
         self.queue, self.trust = owner.queue, owner.trust
         self.tenant, self.tenancy_why = owner.tenant, owner.why
+        self.oversubscribe = owner.oversubscribe
 
 
 def _mapping(value: Any) -> dict[str, Any]:
@@ -662,6 +666,9 @@ def engine_request(info: PodInfo, card_mib: int, tolerations: bool = True) -> Po
     if base.gpu_count:
         floor = required_isolation(req.isolation if req is not None else None, info.trust)
         fill["min_isolation"] = max(floor, base.min_isolation)
+        # the Tenant's opt-in uncaps its time-slice replicas, unless the pod asks for soft
+        fill["oversubscribe"] = (info.oversubscribe and base.slice_mode is DeviceMode.TIMESLICE
+                                 and fill["min_isolation"] == IsolationLevel.NONE)
         fill["tenant"] = base.tenant or info.namespace
         fill["sealed"] = base.sealed or info.trust is TrustTier.UNTRUSTED
     if info.node_selector and not base.node_selector:

@@ -5,7 +5,10 @@ selector Tenants the most specific selector (most terms) wins, so `namespaceSele
 catch-all. Two Tenants that claim a namespace equally are ambiguous: the pod is refused with
 both names rather than guessed. A Tenant whose queue does not exist (or is not a leaf) is
 refused too. `spec.schedulers` lists the schedulers (besides gpugov's) the Tenant's GPU pods
-may name; an admin writes it (tenants cannot edit Tenants).
+may name; an admin writes it (tenants cannot edit Tenants). `spec.timeSlicing.oversubscribe:
+true` opts the Tenant's time-slice replicas in to memory oversubscription (not capped, as the
+NVIDIA plugin's time-slicing; isolation none): only a `trusted` Tenant may (its floor is none),
+any other Tenant saying so is refused with the field named.
 """
 
 from __future__ import annotations
@@ -32,6 +35,8 @@ class Resolution:
     trust: TrustTier
     #: other schedulers the Tenant's GPU pods may name (`spec.schedulers`)
     schedulers: tuple[str, ...] = ()
+    #: time-slice replicas are not capped at their memory (`spec.timeSlicing.oversubscribe`)
+    oversubscribe: bool = False
 
 
 def selector_matches(selector: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
@@ -99,4 +104,22 @@ def resolve(namespace: str, ns_labels: Mapping[str, str], tenants: list[dict[str
     if not isinstance(schedulers, list):
         schedulers = []
     names = tuple(s for s in schedulers[:MAX_SCHEDULERS] if isinstance(s, str) and s)
-    return Resolution(name, queue, trust, names)
+    return Resolution(name, queue, trust, names, _oversubscribe(name, spec, trust))
+
+
+def _oversubscribe(name: str, spec: Mapping[str, Any], trust: TrustTier) -> bool:
+    """`spec.timeSlicing.oversubscribe`: a boolean, and only on a trusted Tenant (an
+    uncapped replica delivers no isolation, below the floor of any other tier)."""
+    ts = spec.get("timeSlicing")
+    if ts is None:
+        return False
+    value = ts.get("oversubscribe", False) if isinstance(ts, Mapping) else ts
+    if not isinstance(value, bool):
+        raise TenancyError(f"Tenant {name!r}: spec.timeSlicing.oversubscribe is "
+                           f"{str(value)[:64]!r}; allowed: true or false")
+    if value and trust is not TrustTier.TRUSTED:
+        raise TenancyError(
+            f"Tenant {name!r}: spec.timeSlicing.oversubscribe is true but its trust is "
+            f"{trust.value}: an oversubscribed (uncapped) time-slice replica delivers no "
+            "isolation, below that tier's floor; set trust: trusted or remove the field")
+    return value
