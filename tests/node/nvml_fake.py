@@ -1,6 +1,9 @@
-"""The tests' fake NVML (tests/fake_cuda/fake_nvml.c): build it, describe a node, drive it.
+"""The tests' fake NVML: build it, describe a node, drive it.
 
-`FakeNode` writes the fake's config file (see the header of fake_nvml.c for the grammar) and
+The library is tests/fake_cuda/fake_nvml.c with the counters dcgm-exporter's default set reads
+(tests/node/fake_nvml_counters.c, which includes it: GPM on Hopper+, field values, energy, PCIe,
+remapped rows, each refused where the real NVML refuses it).
+`FakeNode` writes the fake's config file (see the headers of both files for the grammar) and
 appends to its events file, which the fake applies while the process under test runs: new
 processes, XID errors, a GPU falling off the bus.
 """
@@ -13,12 +16,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "native"))
-from native_build import FAKE, WARN, compiler  # noqa: E402
+from native_build import WARN, compiler  # noqa: E402
 
 A100_80 = ("0x20B210DE", 81920, "NVIDIA A100-SXM4-80GB")
 H100_80 = ("0x233010DE", 81559, "NVIDIA H100 80GB HBM3")
 A30 = ("0x20B710DE", 24576, "NVIDIA A30")
 T4 = ("0x1EB810DE", 15360, "Tesla T4")
+COUNTERS = Path(__file__).with_name("fake_nvml_counters.c")
 
 
 @dataclass
@@ -38,7 +42,7 @@ def build_fakes(out: Path) -> FakeLibs:
     for d, defs in ((dirs.current, []), (dirs.legacy, ["-DFAKE_NVML_LEGACY"])):
         d.mkdir(parents=True, exist_ok=True)
         subprocess.run([cc, *WARN, "-O2", "-fPIC", "-shared", "-fvisibility=hidden", *defs,
-                        "-o", str(d / "libnvidia-ml.so.1"), str(FAKE / "fake_nvml.c"), "-ldl",
+                        "-o", str(d / "libnvidia-ml.so.1"), str(COUNTERS), "-ldl",
                         "-lpthread"], check=True, capture_output=True)
     return dirs
 

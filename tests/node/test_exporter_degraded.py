@@ -30,8 +30,8 @@ def test_older_driver_gives_fewer_series_not_errors(node, open_nvml, tmp_path):
     assert {s[0]["gpu"] for s in m["DCGM_FI_DEV_POWER_USAGE"]} == {"1"}
     # memory and throttle reasons come from the older calls (v1 memory, the deprecated name)
     assert {s[0]["gpu"] for s in m["DCGM_FI_DEV_FB_USED"]} == {"0", "1"}
-    assert ({"gpu": "0"}.items() <= m["DCGM_FI_DEV_CLOCK_THROTTLE_REASONS"][0][0].items()
-            and m["DCGM_FI_DEV_CLOCK_THROTTLE_REASONS"][0][1] == 0x44)
+    assert ({"gpu": "0"}.items() <= m["DCGM_FI_DEV_CLOCKS_EVENT_REASONS"][0][0].items()
+            and m["DCGM_FI_DEV_CLOCKS_EVENT_REASONS"][0][1] == 0x44)
     assert "gpugov_exporter_errors_total" not in m  # degraded is not an error
 
 

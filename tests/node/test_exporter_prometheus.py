@@ -160,7 +160,7 @@ def test_every_metric_family_reaches_prometheus(exporter_node, prometheus):
     assert series(q("DCGM_FI_DEV_POWER_USAGE"), "gpu")[("0",)] == 250.0
     assert series(q("DCGM_FI_DEV_GPU_TEMP"), "gpu")[("0",)] == 61.0
     assert series(q("DCGM_FI_DEV_SM_CLOCK"), "gpu")[("0",)] == 1410.0
-    assert series(q("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS"), "gpu")[("0",)] == 4.0
+    assert series(q("DCGM_FI_DEV_CLOCKS_EVENT_REASONS"), "gpu")[("0",)] == 4.0
     fb = series(q("DCGM_FI_DEV_FB_USED"), "gpu", "GPU_I_PROFILE", "GPU_I_ID", "pod")
     assert fb[("0", "", "", "trainer-0")] == (4 * GiB + 256 * MiB) / MiB
     # MIG rows: the 3g.40gb instance holds the gone process's 2 GiB, the 2g.20gb nothing

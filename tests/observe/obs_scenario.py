@@ -79,7 +79,7 @@ class ExporterSeries(Collector):
                           "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE",
                           "DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_GPU_TEMP",
                           "DCGM_FI_DEV_SM_CLOCK", "DCGM_FI_DEV_XID_ERRORS",
-                          "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS")}
+                          "DCGM_FI_DEV_CLOCKS_EVENT_REASONS")}
         healthy = GaugeMetricFamily("gpugov_device_healthy", "", labels=dev)
         # the detection series carry the labels `gpugov node exporter` gives them
         zombie = GaugeMetricFamily("gpugov_device_memory_zombie_bytes", "",
@@ -101,7 +101,7 @@ class ExporterSeries(Collector):
                                 ("DCGM_FI_DEV_GPU_TEMP", 85 if i == 3 else 40),
                                 ("DCGM_FI_DEV_SM_CLOCK", 1410),
                                 ("DCGM_FI_DEV_XID_ERRORS", 0),
-                                ("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", 64 if i == 3 else 0)):
+                                ("DCGM_FI_DEV_CLOCKS_EVENT_REASONS", 64 if i == 3 else 0)):
                 fams[name].add_metric(labels, value)
             healthy.add_metric(labels[:4], 1)
             overhead.add_metric(labels[:2], 300 * MIB)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -137,3 +138,62 @@ def test_real_exporter_feeds_the_used_view(real_node, tmp_path: Path) -> None:
             assert not empty, "\n".join(empty)
     finally:
         prom.stop()
+
+
+UPSTREAM = Path(__file__).resolve().parents[1] / "node" / "upstream" / "dcgm-exporter"
+
+
+def test_dcgm_exporters_own_dashboard_has_data(tmp_path: Path) -> None:
+    """dcgm-exporter's Grafana dashboard (unedited, tests/node/upstream/dcgm-exporter) pointed
+    at gpugov's exporter through a real Prometheus: every panel's query and both variables
+    return series — the tensor-core panel from GPM on a Hopper GPU and on its MIG instances."""
+    if compiler() is None:
+        pytest.skip("no C compiler (cc): the fake NVML needs one")
+    if promserver.PROMETHEUS is None:
+        pytest.skip("needs prometheus (Debian package)")
+    from nvml_fake import A100_80, H100_80, FakeNode, build_fakes
+
+    libs = build_fakes(tmp_path / "build")
+    fake = FakeNode(tmp_path / "nvml")
+    fake.gpu(H100_80, "cc 9 0", "gpm 61 55 30 42 37 3 20 9", "util 70 30")
+    fake.gpu(H100_80, "cc 9 0", "mig-mode 1", "gi 9 0", "gi 14 4", "gpm-gi 1 80 70 50 66 20 0 10 5")
+    fake.gpu(A100_80, "util 40 12")  # no GPM: no tensor series, the other panels still
+    env = {**os.environ, **fake.write(), "LD_LIBRARY_PATH": str(libs.current)}
+    port = promserver.free_port()
+    log = (tmp_path / "exporter.log").open("w")
+    exporter = subprocess.Popen(
+        [sys.executable, "-c", "from gpugov.cli import app; app()", "node", "exporter",
+         "--listen", f"127.0.0.1:{port}", "--hostname", HOST], env=env, stdout=log,
+        stderr=subprocess.STDOUT, start_new_session=True)
+    prom = None
+    try:
+        _wait_http(f"http://127.0.0.1:{port}/healthz")
+        prom = promserver.start(tmp_path / "prom", [f"127.0.0.1:{port}"], interval="250ms")
+        prom.wait_for("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE")  # GPM: from the second scrape
+        dash = json.loads((UPSTREAM / "dcgm-exporter-dashboard.json").read_text())
+        variables = {v["name"]: v["query"] for v in dash["templating"]["list"]
+                     if v["type"] == "query"}
+        for name, query in variables.items():
+            m = re.fullmatch(r"label_values\((\w+), (\w+)\)", query)
+            assert m and prom.query(f"group by ({m.group(2)}) ({m.group(1)})"), name
+        empty, tensor = [], []
+        for p in dash["panels"]:
+            for t in p.get("targets", []):
+                # Grafana's "All" for $instance and $gpu (includeAll, no allValue)
+                expr = t["expr"].replace("$instance", ".*").replace("$gpu", ".*")
+                got = prom.query(expr)
+                if not got:
+                    empty.append(f"{p['title']}: {expr}")
+                if "TENSOR" in expr:
+                    tensor = got
+        assert not empty, "panels without data:\n" + "\n".join(empty)
+        rows = {(s["metric"]["gpu"], s["metric"].get("GPU_I_ID", "")): float(s["value"][1])
+                for s in tensor}
+        assert rows[("0", "")] == pytest.approx(0.42)  # the whole Hopper GPU
+        assert rows[("1", "1")] == pytest.approx(0.66)  # a MIG instance of the second one
+        assert not any(g == "2" for g, _ in rows)  # Ampere: NVML has no GPM there
+    finally:
+        if prom is not None:
+            prom.stop()
+        _stop(exporter)
+        log.close()

@@ -18,13 +18,16 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import pynvml
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from gpugov.node import metric_names as mn
 from gpugov.node.detect import Findings, detect, nvml_pids
+from gpugov.node.nvml.dcgm_fields import DRIVER_VERSION_LABEL, FIELDS, pcie_fallback
 from gpugov.node.nvml.discovery import GpuInfo, catalog_model, discover
+from gpugov.node.nvml.gpm import GpmSampler
 from gpugov.node.nvml.health import DEFAULT_RECOVERY_S, HealthTracker
 from gpugov.node.nvml.library import Nvml
 from gpugov.node.nvml.samples import DeviceSample, sample_all
@@ -32,8 +35,12 @@ from gpugov.node.pod_regions import PodRegion, scan
 from gpugov.node.procs import ProcTable
 
 log = logging.getLogger(__name__)
-DEV_LABELS = ["gpu", "UUID", "modelName", "Hostname", "GPU_I_PROFILE", "GPU_I_ID",
-              "pod", "namespace", "container"]
+# dcgm-exporter's labels (internal/pkg/rendermetrics): `Hostname` as gpugov's joins and
+# dcgm-exporter < 4.6 spell it, `hostname` as dcgm-exporter spells it since; pod labels from
+# the pod region on the device (empty = absent in Prometheus)
+DEV_LABELS = ["gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname", "hostname",
+              DRIVER_VERSION_LABEL, "GPU_I_PROFILE", "GPU_I_ID", "namespace", "pod",
+              "container", "pod_uid"]
 POD_LABELS = ["namespace", "pod", "container", "gpu", "UUID"]
 
 
@@ -61,6 +68,26 @@ class NodeCollector(Collector):
         self.last_findings = Findings()
         self._discovery_key: tuple | None = None
         self._topo: dict[int, GpuInfo] = {}
+        self._driver = ""
+        self.gpm = GpmSampler(nvml)
+
+    def _driver_version(self) -> str:
+        if not self._driver:
+            self._driver = self.nvml.query(pynvml.nvmlSystemGetDriverVersion) or ""
+        return self._driver
+
+    def _profiling(self, s: DeviceSample, uuid: str, targets: set,
+                   gi: int | None = None) -> dict[str, float]:
+        """DCGM_FI_PROF_* from GPM (Hopper+, per GPU instance too); PCIe throughput from
+        nvmlDeviceGetPcieThroughput where GPM is absent; nothing else on older GPUs."""
+        h = self.nvml.query(pynvml.nvmlDeviceGetHandleByIndex, s.index)
+        if h is None:
+            return {}
+        targets.add((uuid, gi))
+        got = self.gpm.read(h, uuid, gi)
+        if gi is None and not self.gpm.supported(h, uuid):
+            got = pcie_fallback(self.nvml, h)
+        return got
 
     def _count_nvml_errors(self) -> None:
         new = self.nvml.errors - self._nvml_errors_seen
@@ -111,20 +138,14 @@ class NodeCollector(Collector):
         self._count_nvml_errors()
 
         owners = _device_owners(regions, findings)
-        fams = {name: GaugeMetricFamily(name, help_, labels=DEV_LABELS) for name, help_ in (
-            (mn.DEV_GPU_UTIL, "GPU utilization (in %)."),
-            (mn.DEV_MEM_COPY_UTIL, "Memory utilization (in %)."),
-            (mn.DEV_FB_USED, "Framebuffer memory used (in MiB)."),
-            (mn.DEV_FB_FREE, "Framebuffer memory free (in MiB)."),
-            (mn.DEV_POWER_USAGE, "Power draw (in W)."),
-            (mn.DEV_GPU_TEMP, "GPU temperature (in C)."),
-            (mn.DEV_SM_CLOCK, "SM clock frequency (in MHz)."),
-            (mn.DEV_XID_ERRORS, "Value of the last XID error encountered."),
-            (mn.DEV_CLOCK_THROTTLE_REASONS, "Current clock throttle reasons (NVML bitmask)."),
-        )}
+        # every field typed gauge: dcgm-exporter's "counter" fields keep their names and values,
+        # and prometheus_client would append `_total` to a counter's name
+        fams = {f.name: GaugeMetricFamily(f.name, f.help, labels=DEV_LABELS) for f in FIELDS}
         healthy = GaugeMetricFamily(mn.DEVICE_HEALTHY, "1 healthy, 0 not (XID / lost)",
                                     labels=["gpu", "UUID", "modelName", "Hostname"])
         models: Counter[str] = Counter()
+        driver = self._driver_version()
+        targets: set = set()
         for s in samples:
             g = topo.get(s.index)
             model = g.name if g else s.name
@@ -134,8 +155,10 @@ class NodeCollector(Collector):
                                0.0 if s.lost or not self.health.healthy(s.index) else 1.0)
             if s.lost:
                 continue
-            ns, pod = owners.get(s.index, ("", ""))
-            base = [str(s.index), uuid, model, self.hostname, "", "", pod, ns, ""]
+            ns, pod, uid = owners.get(s.index, ("", "", ""))
+            ident = [str(s.index), uuid, g.bus_id if g else "", f"nvidia{s.index}", model,
+                     self.hostname, self.hostname, driver]
+            base = [*ident, "", "", ns, pod, "", uid]
             dh = self.health.devices.get(s.index)
             values = {
                 mn.DEV_GPU_UTIL: s.gpu_util, mn.DEV_MEM_COPY_UTIL: s.mem_copy_util,
@@ -143,20 +166,24 @@ class NodeCollector(Collector):
                 mn.DEV_POWER_USAGE: s.power_w, mn.DEV_GPU_TEMP: s.temp_c,
                 mn.DEV_SM_CLOCK: s.sm_clock_mhz,
                 mn.DEV_XID_ERRORS: float(dh.last_xid) if dh else 0.0,
-                mn.DEV_CLOCK_THROTTLE_REASONS: s.throttle_reasons,
+                mn.DEV_CLOCKS_EVENT_REASONS: s.throttle_reasons,
+                **s.fields, **self._profiling(s, uuid, targets),
             }
             for name, v in values.items():
-                if v is not None:
+                if v is not None and name in fams:
                     fams[name].add_metric(base, float(v))
-            # MIG rows: framebuffer per GPU instance (utilization is not defined for them)
+            # MIG rows: framebuffer and GPM activity per GPU instance (utilization is not
+            # defined for them); the parent's index and UUID, as dcgm-exporter writes them
             profiles = {m.gi_id: m.profile for m in (g.mig if g else ())}
             for m in s.mig:
-                row = [str(s.index), uuid, model, self.hostname, profiles.get(m.gi_id, ""),
-                       str(m.gi_id), "", "", ""]
-                if m.fb_used_mib is not None:
-                    fams[mn.DEV_FB_USED].add_metric(row, m.fb_used_mib)
-                if m.fb_free_mib is not None:
-                    fams[mn.DEV_FB_FREE].add_metric(row, m.fb_free_mib)
+                row = [*ident, profiles.get(m.gi_id, ""), str(m.gi_id), "", "", "", ""]
+                mig_values = {mn.DEV_FB_USED: m.fb_used_mib, mn.DEV_FB_FREE: m.fb_free_mib,
+                              "DCGM_FI_DEV_FB_RESERVED": m.fb_reserved_mib,
+                              **self._profiling(s, uuid, targets, m.gi_id)}
+                for name, v in mig_values.items():
+                    if v is not None and name in fams:
+                        fams[name].add_metric(row, float(v))
+        self.gpm.forget(targets)
         yield from fams.values()
         yield healthy
         gpus = GaugeMetricFamily(mn.NODE_GPUS, "GPUs on the node", labels=["modelName",
@@ -224,11 +251,12 @@ class NodeCollector(Collector):
         yield from (un, zo, ov)
 
 
-def _device_owners(regions: list[PodRegion], f: Findings) -> dict[int, tuple[str, str]]:
-    """gpu -> (namespace, pod) when exactly one pod region sits on the device."""
-    pods: dict[int, set[tuple[str, str]]] = {}
+def _device_owners(regions: list[PodRegion], f: Findings) -> dict[int, tuple[str, str, str]]:
+    """gpu -> (namespace, pod, pod uid) when exactly one pod region sits on the device."""
+    pods: dict[int, set[tuple[str, str, str]]] = {}
     for (ri, _), (gpu, _) in f.placement.items():
-        pods.setdefault(gpu, set()).add((regions[ri].namespace, regions[ri].pod))
+        r = regions[ri]
+        pods.setdefault(gpu, set()).add((r.namespace, r.pod, r.uid))
     return {g: next(iter(p)) for g, p in pods.items() if len(p) == 1}
 
 

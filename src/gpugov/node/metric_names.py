@@ -3,6 +3,7 @@ gpugov.observe.names, which the reconciler, alert rules and dashboards also impo
 
 from gpugov.observe.names import (  # noqa: F401
     DEV_CLOCK_THROTTLE_REASONS,
+    DEV_CLOCKS_EVENT_REASONS,
     DEV_FB_FREE,
     DEV_FB_USED,
     DEV_GPU_TEMP,

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 import pynvml
 
+from gpugov.node.nvml.dcgm_fields import device_fields, memory
 from gpugov.node.nvml.library import MEMORY_V2, GpuLost, Nvml
 
 
@@ -22,6 +23,7 @@ class MigSample:
     uuid: str
     fb_used_mib: float | None
     fb_free_mib: float | None
+    fb_reserved_mib: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +42,8 @@ class DeviceSample:
     throttle_reasons: int | None = None
     processes: tuple[Process, ...] | None = None  # None: the driver cannot list them
     mig: tuple[MigSample, ...] = field(default=())
+    # the other dcgm-exporter default counters NVML gave (gpugov.node.nvml.dcgm_fields)
+    fields: dict[str, float] = field(default_factory=dict)
 
 
 def _processes(nv: Nvml, h: object) -> tuple[Process, ...] | None:
@@ -87,9 +91,11 @@ def sample_device(nv: Nvml, index: int) -> DeviceSample:
                     continue
                 gi = nv.query(pynvml.nvmlDeviceGetGpuInstanceId, m)
                 mu, mf = _memory(nv, m)
+                reserved = memory(nv, m).get("DCGM_FI_DEV_FB_RESERVED")
                 if gi is not None:
                     mig.append(MigSample(int(gi), nv.query(pynvml.nvmlDeviceGetUUID, m) or "",
-                                         mu, mf))
+                                         mu, mf, reserved))
+        fields = device_fields(nv, h)
     except (GpuLost, pynvml.NVMLError_GpuIsLost):
         return DeviceSample(index, lost=True)
     return DeviceSample(
@@ -97,7 +103,7 @@ def sample_device(nv: Nvml, index: int) -> DeviceSample:
         None if util is None else float(util.gpu), None if util is None else float(util.memory),
         used, free, None if power is None else power / 1000, None if temp is None else float(temp),
         None if clock is None else float(clock), None if throttle is None else int(throttle),
-        procs, tuple(mig))
+        procs, tuple(mig), fields)
 
 
 def sample_all(nv: Nvml) -> list[DeviceSample]:
