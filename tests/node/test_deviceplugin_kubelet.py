@@ -214,12 +214,21 @@ def test_soft_slice_gets_library_limits_and_region(kubelet_driver_binary: Path,
         assert region.name == "team-a_notebook_uid-notebook"  # <ns>_<pod>_<uid>: the exporter's
         assert not m["/var/run/gpugov"]["ReadOnly"]
         assert (region / "devices").read_text() == uuid(4) + "\n"  # ordinal -> UUID
-        # a time-sliced replica: visible device only, no enforcement (isolation none)
-        node.pods.put(scheduled_pod("batch", [timeslice(6)]))
+        # a time-sliced replica: capped at its memory share by the library, compute not
+        node.pods.put(scheduled_pod("batch", [timeslice(6, 40779)]))
         result = await node.admit("batch", {SHARED: 1})
+        assert result["ok"], result
+        e = envs(result)
+        assert e["NVIDIA_VISIBLE_DEVICES"] == uuid(6)
+        assert e["GPUGOV_MEMORY_LIMIT_0"] == "40779Mi" and "GPUGOV_CORE_LIMIT_0" not in e
+        assert mounts(result)["/etc/ld.so.preload"]["ReadOnly"] is True
+        # an oversubscribing Tenant's replica (0 MiB): visible device only, no enforcement
+        node.pods.put(scheduled_pod("loose", [timeslice(6)]))
+        result = await node.admit("loose", {SHARED: 1})
         assert result["ok"], result
         assert envs(result)["NVIDIA_VISIBLE_DEVICES"] == uuid(6)
         assert "GPUGOV_MEMORY_LIMIT_0" not in envs(result)
+        assert "/etc/ld.so.preload" not in mounts(result)
 
     run(kubelet_driver_binary, tmp_path, mixed_node(), body)
 

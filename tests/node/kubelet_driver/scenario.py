@@ -77,8 +77,9 @@ def mig(i: int, profile: str, start: int) -> AllocatedDevice:
                            uuid=uuid(i), mig_profile=profile, mig_start=start)
 
 
-def timeslice(i: int) -> AllocatedDevice:
-    return AllocatedDevice(index=i, mode=DeviceMode.TIMESLICE, milli=0, memory_mib=0,
+def timeslice(i: int, memory_mib: int = 0) -> AllocatedDevice:
+    """A time-slice replica capped at `memory_mib` (0: an oversubscribing, uncapped one)."""
+    return AllocatedDevice(index=i, mode=DeviceMode.TIMESLICE, milli=500, memory_mib=memory_mib,
                            uuid=uuid(i))
 
 

@@ -7,7 +7,8 @@
   only the scheduler counts; the kubelet counts one replica per pod and device, so it caps how
   many pods share a GPU while gpugov's scheduler decides memory and compute.
 - `nvidia.com/gpu.shared`: GPUs in `timeslice` mode as `replicas` IDs `<uuid>::<n>` (the NVIDIA
-  plugin's `renameByDefault` name, so time-slicing is never mistaken for an isolated GPU).
+  plugin's `renameByDefault` name, so time-slicing is never mistaken for a whole GPU); each
+  replica is capped at the memory its allocation record names (`response`).
 - `nvidia.com/mig-<profile>`: each MIG instance by its `MIG-<uuid>` (`+` in a profile becomes
   `.`, as the NVIDIA plugin's mixed strategy does).
 

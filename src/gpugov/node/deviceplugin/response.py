@@ -1,5 +1,5 @@
 """What a container gets back from Allocate: its devices, and the enforcement library and
-limits for soft slices.
+limits for soft slices and capped time-slice replicas.
 
 Device list strategy: environment variables by UUID (`NVIDIA_VISIBLE_DEVICES`, read by the
 NVIDIA container toolkit; `CUDA_VISIBLE_DEVICES`, read by CUDA), plus, when enabled, the device
@@ -11,6 +11,11 @@ Soft slices: the library is mounted read-only and preloaded by mounting a one-li
 are `GPUGOV_MEMORY_LIMIT_<i>` / `GPUGOV_CORE_LIMIT_<i>` with `i` the container's CUDA ordinal
 (`CUDA_DEVICE_ORDER=PCI_BUS_ID`, so ordinals follow NVML index order), and the pod's accounting
 region lives in a host folder the exporter reads (docs/enforcement.md).
+
+Time-slice replicas: the record's `memoryMiB` is the replica's memory cap (what it named, else
+card/replicas), passed as `GPUGOV_MEMORY_LIMIT_<i>` with the library as for a soft slice, but
+no compute limit (the driver's time-slicing shares the device's time). A record with 0 MiB is
+an oversubscribing Tenant's replica: no library, no limit (as the NVIDIA plugin does).
 """
 
 from __future__ import annotations
@@ -72,13 +77,18 @@ def container_response(request: list[PluginDevice],
     resp.envs["CUDA_VISIBLE_DEVICES"] = visible
     resp.envs["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
     soft = [(i, slices[k]) for i, k in enumerate(keys) if slices[k].mode == DeviceMode.SOFT]
-    if soft:
+    capped = [(i, slices[k]) for i, k in enumerate(keys)
+              if slices[k].mode == DeviceMode.TIMESLICE and slices[k].memory_mib > 0]
+    if soft or capped:
         if cfg.library is None:
-            raise ValueError("soft slices need the enforcement library, and this plugin runs "
+            what = "soft slices" if soft else "capped time-slice replicas"
+            raise ValueError(f"{what} need the enforcement library, and this plugin runs "
                              "without one (libgpugov.so was not found)")
         for i, s in soft:
             resp.envs[f"GPUGOV_MEMORY_LIMIT_{i}"] = f"{s.memory_mib}Mi"
             resp.envs[f"GPUGOV_CORE_LIMIT_{i}"] = str(core_percent(s.milli))
+        for i, s in capped:  # memory only: compute is the driver's time-slicing
+            resp.envs[f"GPUGOV_MEMORY_LIMIT_{i}"] = f"{s.memory_mib}Mi"
         region = cfg.region_dir(*pod)
         region.mkdir(parents=True, exist_ok=True)
         # ordinal -> UUID for the exporter (docs/contracts.md, pod regions)
