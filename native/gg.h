@@ -110,6 +110,13 @@
 
 #define GG_REAL_NVML(X) \
     X(nvmlDeviceGetIndex, nvmlReturn_t, (nvmlDevice_t, unsigned int *)) \
+    X(nvmlDeviceGetUUID, nvmlReturn_t, (nvmlDevice_t, char *, unsigned int)) \
+    X(nvmlDeviceGetComputeRunningProcesses, nvmlReturn_t, (nvmlDevice_t, unsigned int *, void *)) \
+    X(nvmlDeviceGetComputeRunningProcesses_v2, nvmlReturn_t, (nvmlDevice_t, unsigned int *, void *)) \
+    X(nvmlDeviceGetComputeRunningProcesses_v3, nvmlReturn_t, (nvmlDevice_t, unsigned int *, void *)) \
+    X(nvmlDeviceGetGraphicsRunningProcesses, nvmlReturn_t, (nvmlDevice_t, unsigned int *, void *)) \
+    X(nvmlDeviceGetGraphicsRunningProcesses_v2, nvmlReturn_t, (nvmlDevice_t, unsigned int *, void *)) \
+    X(nvmlDeviceGetGraphicsRunningProcesses_v3, nvmlReturn_t, (nvmlDevice_t, unsigned int *, void *)) \
     X(nvmlDeviceGetMemoryInfo, nvmlReturn_t, (nvmlDevice_t, nvmlMemory_t *)) \
     X(nvmlDeviceGetMemoryInfo_v2, nvmlReturn_t, (nvmlDevice_t, nvmlMemory_v2_t *))
 
@@ -160,6 +167,8 @@ uint64_t gg_device_limit(int dev);
 uint32_t gg_device_core_limit(int dev);
 struct gg_region *gg_region_ptr(void);
 void gg_count_launch(int dev);
+/* 1 if pid (in the container's namespace) is a live process of this region. */
+int gg_region_has_pid(uint32_t pid);
 /* The region's monotonic per-device counters (layout v3): device time charged, time waited
  * for tokens, allocations refused at the memory cap. */
 void gg_count_device_ns(int dev, int64_t ns);

@@ -22,7 +22,10 @@
     X(cuArray3DCreate) X(cuIpcOpenMemHandle) X(cuMemGetInfo) X(cuDeviceTotalMem) X(cuGraphAddNode) \
     X(cuGraphAddNode_v2) X(cuGraphClone) X(cuDeviceGraphMemTrim) X(cuMemExportToShareableHandle) \
     X(cuGraphInstantiateWithFlags) X(cuGraphInstantiateWithParams) X(cuGraphInstantiateWithParams_ptsz) \
-    X(cuGraphInstantiate_v2) X(cuGraphExecDestroy) X(cuGraphInstantiate)
+    X(cuGraphInstantiate_v2) X(cuGraphExecDestroy) X(cuGraphInstantiate) \
+    X(nvmlDeviceGetComputeRunningProcesses) X(nvmlDeviceGetComputeRunningProcesses_v2) \
+    X(nvmlDeviceGetComputeRunningProcesses_v3) X(nvmlDeviceGetGraphicsRunningProcesses) \
+    X(nvmlDeviceGetGraphicsRunningProcesses_v2) X(nvmlDeviceGetGraphicsRunningProcesses_v3)
 
 struct hook { const char *name; void *fn; };
 

@@ -1117,7 +1117,27 @@ GG_EXPORT CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev) {
     return rc;
 }
 
+/* An NVML device's region index: by UUID when the plugin gave the container's UUIDs (NVML
+ * numbers devices by PCI order over the whole node, CUDA by the container's order), else its
+ * NVML index. -1 when it is not one of the container's devices. */
 static int nvml_index(nvmlDevice_t d) {
+    if (gg_cfg.n_uuids) {
+        char buf[96], hex[33];
+        int n = 0;
+        if (!gg_real.nvmlDeviceGetUUID || gg_real.nvmlDeviceGetUUID(d, buf, sizeof(buf)) != NVML_SUCCESS)
+            return -1;
+        buf[sizeof(buf) - 1] = 0;
+        const char *p = strncmp(buf, "GPU-", 4) == 0 || strncmp(buf, "MIG-", 4) == 0 ? buf + 4 : buf;
+        for (; *p && n < 32; p++) {
+            char c = *p >= 'A' && *p <= 'F' ? (char)(*p - 'A' + 'a') : *p;
+            if ((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f')) hex[n++] = c;
+            else if (c != '-') return -1;
+        }
+        hex[n] = 0;
+        for (int i = 0; n == 32 && i < gg_cfg.n_uuids; i++)
+            if (strcmp(hex, gg_cfg.uuids[i]) == 0) return i;
+        return -1;
+    }
     unsigned int idx = 0;
     if (!gg_real.nvmlDeviceGetIndex || gg_real.nvmlDeviceGetIndex(d, &idx) != NVML_SUCCESS
         || idx >= GG_MAX_DEVICES)
@@ -1154,3 +1174,49 @@ GG_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t d, nvmlMemory_v2_
     }
     return rc;
 }
+
+/* ---- NVML process lists: only this container's processes (live slots of its region) ----
+ * The driver lists every process on the device, other containers' included, with their
+ * memory; a container sees its own. Entries are {pid, ...}: 16 bytes (v1) or 24 (v2, v3). */
+
+#define NVML_ERROR_INSUFFICIENT_SIZE 7
+#define GG_MAX_PROCS 1024
+
+static nvmlReturn_t own_processes(nvmlReturn_t (*real)(nvmlDevice_t, unsigned int *, void *),
+                                  nvmlDevice_t d, unsigned int *count, void *out, size_t entry) {
+    nvmlReturn_t rc = gg_nvml_ready();
+    if (rc) return rc;
+    if (!real) return NVML_ERROR_NO_PERMISSION;
+    if (!count) return NVML_ERROR_INVALID_ARGUMENT;
+    unsigned int n = GG_MAX_PROCS;
+    unsigned char *all = malloc(GG_MAX_PROCS * entry);
+    if (!all) return 20; /* NVML_ERROR_MEMORY */
+    rc = real(d, &n, all);
+    if (rc != NVML_SUCCESS) {
+        free(all);
+        return rc;
+    }
+    unsigned int kept = 0, cap = *count;
+    for (unsigned int i = 0; i < n && i < GG_MAX_PROCS; i++) {
+        uint32_t pid;
+        memcpy(&pid, all + i * entry, sizeof(pid));
+        if (!gg_region_has_pid(pid)) continue;
+        if (out && kept < cap) memcpy((unsigned char *)out + kept * entry, all + i * entry, entry);
+        kept++;
+    }
+    free(all);
+    *count = kept;
+    return kept > cap || (kept && !out) ? NVML_ERROR_INSUFFICIENT_SIZE : NVML_SUCCESS;
+}
+
+#define GG_NVML_PROCS(name, size) \
+    GG_EXPORT nvmlReturn_t name(nvmlDevice_t d, unsigned int *count, void *out) { \
+        if (gg_nvml_ready()) return NVML_ERROR_NO_PERMISSION; \
+        return own_processes(gg_real.name, d, count, out, size); \
+    }
+GG_NVML_PROCS(nvmlDeviceGetComputeRunningProcesses, 16)
+GG_NVML_PROCS(nvmlDeviceGetComputeRunningProcesses_v2, 24)
+GG_NVML_PROCS(nvmlDeviceGetComputeRunningProcesses_v3, 24)
+GG_NVML_PROCS(nvmlDeviceGetGraphicsRunningProcesses, 16)
+GG_NVML_PROCS(nvmlDeviceGetGraphicsRunningProcesses_v2, 24)
+GG_NVML_PROCS(nvmlDeviceGetGraphicsRunningProcesses_v3, 24)

@@ -477,6 +477,15 @@ uint64_t gg_device_used(int dev) { return __atomic_load_n(&R->header.used[dev], 
 uint64_t gg_device_limit(int dev) { return R->header.mem_limit[dev]; }
 uint32_t gg_device_core_limit(int dev) { return (uint32_t)R->header.core_limit[dev]; }
 
+int gg_region_has_pid(uint32_t pid) {
+    if (!R || !pid) return 0;
+    for (int i = 0; i < GG_MAX_SLOTS; i++)
+        if (__atomic_load_n(&R->slots[i].state, __ATOMIC_ACQUIRE) == GG_SLOT_ACTIVE
+            && __atomic_load_n(&R->slots[i].pid, __ATOMIC_RELAXED) == pid)
+            return 1;
+    return 0;
+}
+
 void gg_count_launch(int dev) {
     int i = __atomic_load_n(&my_slot, __ATOMIC_ACQUIRE);
     if (i >= 0 && !__atomic_load_n(&slot_released, __ATOMIC_ACQUIRE))

@@ -21,6 +21,8 @@
  *   graphrun:I (launch executable graph I again)
  *   burst:N:US (N launches, then exit without synchronising: prints the device time submitted)
  *   pattern names: uniform random argdep rotating periodic16 loop4 multistream multidevice first
+ *   nvmlx:I (NVML device I: memory total, processes listed) nvmlproc:I:B (the fake NVML lists
+ *   this process on device I with B bytes)
  *   stream (a stream of the current context) asyncon:B:S (cuMemAllocAsync on stream S)
  *   exitfree:I / exitalloc:B (free handle I / allocate B bytes after the library's destructor)
  * free:I releases whatever I is (cuMemFree, cuMemFreeAsync, cuArrayDestroy, cuMemRelease,
@@ -632,6 +634,31 @@ static int run(char *cmd) {
         int r1 = m1(d, &v1), r2 = m2(d, &v2);
         printf("nvml rc=%d total=%llu used=%llu free=%llu v2rc=%d v2total=%llu v2used=%llu v2free=%llu\n",
                r1, v1.total, v1.used, v1.free, r2, v2.total, v2.used, v2.free);
+    } else if (strcmp(a[0], "nvmlx") == 0) {
+        /* NVML device I: memory info and the compute processes listed (pids) */
+        void *nv = dlopen("libnvidia-ml.so.1", RTLD_NOW);
+        int (*init)(void) = (int (*)(void))dlsym(nv, "nvmlInit_v2");
+        int (*get)(unsigned int, nvmlDevice_t *) = (int (*)(unsigned int, nvmlDevice_t *))dlsym(nv, "nvmlDeviceGetHandleByIndex_v2");
+        int (*m1)(nvmlDevice_t, nvmlMemory_t *) = (int (*)(nvmlDevice_t, nvmlMemory_t *))dlsym(nv, "nvmlDeviceGetMemoryInfo");
+        int (*procs)(nvmlDevice_t, unsigned int *, void *) = (int (*)(nvmlDevice_t, unsigned int *, void *))dlsym(nv, "nvmlDeviceGetComputeRunningProcesses_v3");
+        nvmlDevice_t d = NULL;
+        nvmlMemory_t v1 = {0, 0, 0};
+        struct { unsigned int pid; unsigned long long used; unsigned int gi, ci; } p[16];
+        unsigned int n = 16;
+        init();
+        int r0 = get((unsigned)atoi(a[1]), &d), r1 = r0 ? r0 : m1(d, &v1), r2 = r0 ? r0 : procs(d, &n, p);
+        unsigned long long others = 0, mine = 0;
+        for (unsigned int i = 0; !r2 && i < n; i++) {
+            if (p[i].pid == (unsigned)getpid()) mine += p[i].used;
+            else others += p[i].used;
+        }
+        printf("nvmlx rc=%d total=%llu procrc=%d procs=%u mine=%llu others=%llu\n", r1, v1.total, r2,
+               r2 ? 0 : n, mine, others);
+    } else if (strcmp(a[0], "nvmlproc") == 0) {
+        /* the fake NVML sees this process on device I with B bytes (FAKE_NVML_EVENTS) */
+        FILE *f = getenv("FAKE_NVML_EVENTS") ? fopen(getenv("FAKE_NVML_EVENTS"), "a") : NULL;
+        if (f) { fprintf(f, "proc %s %d %llu\n", a[1], (int)getpid(), (unsigned long long)parse_size(a[2])); fclose(f); }
+        printf("nvmlproc rc=%d\n", f ? 0 : 1);
     } else if (strcmp(a[0], "launch") == 0 || strcmp(a[0], "launchex") == 0 || strcmp(a[0], "coop") == 0) {
         CUfunction f = make_function(strtoull(a[2], NULL, 10) * 1000ULL);
         const char *kind = a[0][0] == 'c' ? "coop" : a[0][6] == 'e' ? "ex" : "kernel";

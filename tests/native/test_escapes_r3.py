@@ -152,3 +152,25 @@ def test_class06_multi_device_cooperative_launch_is_throttled_on_every_device(bu
     # device 1 limited to 20 %, the launch made from device 0's context (unlimited)
     share = _share(build, "multidevice", {"GPUGOV_CORE_LIMIT_1": "20"})
     assert share == pytest.approx(0.20, abs=0.05)
+
+
+# ---- class 10: NVML shows the container its own devices' quota and its own processes ----
+
+def test_class10_nvml_view_follows_the_uuid_map_and_hides_other_containers(build, tmp_path):
+    u0 = "GPU-face0000-0000-0000-0000-000000000000"
+    u1 = "GPU-face0000-0000-0000-0000-000000000001"
+    events = tmp_path / "nvml-events"
+    events.write_text("")
+    cfg = tmp_path / "nvml.conf"
+    cfg.write_text(f"device {u0} 20B2 00000000:01:00.0 1024 Fake GPU\n"
+                   f"device {u1} 20B2 00000000:02:00.0 1024 Fake GPU\n"
+                   f"proc 1 4242 {512 * MiB}\n"  # another container's process on device 1
+                   f"events {events}\n")
+    env = {"FAKECUDA_DEVICES": "2", "CUDA_VISIBLE_DEVICES": "1", "GPUGOV_DEVICE_UUIDS": u1,
+           "GPUGOV_MEMORY_LIMIT": "64Mi", "FAKE_NVML_CONFIG": str(cfg),
+           "FAKE_NVML_EVENTS": str(events)}
+    r = drv(build, "dlsym", "ctx:0", "alloc:4Mi", "nvmlproc:1:4Mi", "meminfo", "nvmlx:1", env=env)
+    nv = r.find("nvmlx")
+    assert int(r.find("meminfo")["total"]) == 64 * MiB, r.stderr
+    assert int(nv["total"]) == 64 * MiB, (nv, r.stderr)  # NVML index 1 is the container's device
+    assert nv["procs"] == "1" and int(nv["mine"]) == 4 * MiB and nv["others"] == "0", nv
