@@ -137,6 +137,10 @@ def test_apiserver_accepts_every_converted_object(with_crds):
      'spec.schedulers[1]: Duplicate value: "v"'),
     ("tenants", {"namespaces": ["a"], "queue": "q", "schedulers": [f"s{i}" for i in range(17)]},
      "spec.schedulers: Too many: 17: must have at most 16 items"),
+    ("tenants", {"namespaces": ["a"], "queue": "q", "timeSlicing": {"oversubscribe": True}},
+     "timeSlicing.oversubscribe needs trust: trusted"),
+    ("tenants", {"namespaces": ["a"], "queue": "q", "trust": "trusted",
+                 "timeSlicing": {"oversubscribe": "yes"}}, "spec.timeSlicing.oversubscribe"),
 ])
 def test_apiserver_refuses_bad_objects(with_crds, plural, spec, needle):
     kind = {"queues": "Queue", "tenants": "Tenant", "prioritypolicies": "PriorityPolicy"}[plural]
@@ -167,3 +171,16 @@ def test_tenant_lists_the_schedulers_its_gpu_pods_may_name(with_crds):
     desc = crds.tenant_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"][
         "spec"]["properties"]["schedulers"]["description"]
     assert "besides gpugov's" in desc
+
+
+def test_a_trusted_tenant_may_oversubscribe_time_slices(with_crds):
+    assert _create(with_crds, "tenants", {
+        "apiVersion": crds.API_VERSION, "kind": "Tenant", "metadata": {"name": "crd-over"},
+        "spec": {"namespaces": ["crd-over"], "queue": "q", "trust": "trusted",
+                 "timeSlicing": {"oversubscribe": True}}}) is None
+
+    async def cleanup() -> None:
+        async with with_crds.api() as api:
+            await client.CustomObjectsApi(api).delete_cluster_custom_object(
+                crds.GROUP, crds.VERSION, "tenants", "crd-over")
+    asyncio.run(cleanup())

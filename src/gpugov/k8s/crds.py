@@ -11,7 +11,9 @@ generate` rewrites it. `config_to_objects` / `objects_to_config` convert between
 - `Queue` (cluster-scoped): one node of the quota tree; `metadata.name` is the queue name.
 - `Tenant` (cluster-scoped): namespaces (a list, or a label selector) -> leaf queue + trust tier,
   and `schedulers`: the other schedulers its GPU pods may name (default: gpugov only; the
-  webhook refuses any other). The config's one `namespace` becomes `namespaces: [namespace]`.
+  webhook refuses any other), and `timeSlicing.oversubscribe` (a trusted tenant's time-slice
+  replicas are not capped at their memory). The config's one `namespace` becomes
+  `namespaces: [namespace]`.
 - `PriorityPolicy` (cluster-scoped): extends the Kubernetes PriorityClass of the same name with
   `preemptible` and `minRuntime`; the value stays on the PriorityClass.
 """
@@ -150,9 +152,23 @@ def tenant_crd() -> dict[str, Any]:
         "description": "schedulers besides gpugov's that GPU pods of this tenant may name in "
         "spec.schedulerName (default: none; gpugov's admission refuses any other, since a pod "
         "placed by another scheduler escapes gpugov's queues and quotas)"}
+    spec["properties"]["timeSlicing"] = {
+        "type": "object", "description": "how this tenant's time-slice replicas "
+        "(nvidia.com/gpu.shared) are served",
+        "properties": {"oversubscribe": {
+            "type": "boolean", "default": False,
+            "description": "false (default): each replica is charged and capped at the memory "
+            "it names (nvidia.com/gpumem), else card/replicas, by the enforcement library (soft "
+            "isolation); true: replicas are not capped and the card's memory may be "
+            "oversubscribed, as the NVIDIA device plugin's time-slicing (isolation none; only "
+            "a trusted tenant)"}}}
     spec["x-kubernetes-validations"] = [{
         "rule": "has(self.namespaces) != has(self.namespaceSelector)",
-        "message": "set exactly one of namespaces and namespaceSelector"}]
+        "message": "set exactly one of namespaces and namespaceSelector"}, {
+        "rule": "!has(self.timeSlicing) || !has(self.timeSlicing.oversubscribe) || "
+                "!self.timeSlicing.oversubscribe || (has(self.trust) && self.trust == 'trusted')",
+        "message": "timeSlicing.oversubscribe needs trust: trusted (an uncapped replica "
+                   "delivers no isolation)"}]
     status = {"type": "object", "properties": {"conditions": _conditions()}}
     return _crd("Tenant", "tenants", spec, status, [], [
         {"name": "Queue", "type": "string", "jsonPath": ".spec.queue"},
