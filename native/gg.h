@@ -102,6 +102,12 @@
     X(cuGraphInstantiateWithParams_ptsz, CUresult, (CUgraphExec *, CUgraph, void *)) \
     X(cuGraphInstantiate_v2, CUresult, (CUgraphExec *, CUgraph, CUgraphNode *, char *, size_t)) \
     X(cuGraphExecDestroy, CUresult, (CUgraphExec)) \
+    X(cuMemPrefetchAsync, CUresult, (CUdeviceptr, size_t, CUdevice, CUstream)) \
+    X(cuMemPrefetchAsync_ptsz, CUresult, (CUdeviceptr, size_t, CUdevice, CUstream)) \
+    X(cuMemPrefetchAsync_v2, CUresult, (CUdeviceptr, size_t, CUmemLocation, unsigned int, CUstream)) \
+    X(cuMemPrefetchAsync_v2_ptsz, CUresult, (CUdeviceptr, size_t, CUmemLocation, unsigned int, CUstream)) \
+    X(cuMemAdvise, CUresult, (CUdeviceptr, size_t, int, CUdevice)) \
+    X(cuMemAdvise_v2, CUresult, (CUdeviceptr, size_t, int, CUmemLocation)) \
     X(cuGraphInstantiate, CUresult, (CUgraphExec *, CUgraph, CUgraphNode *, char *, size_t)) \
     X(cuLaunch, CUresult, (CUfunction)) \
     X(cuLaunchGrid, CUresult, (CUfunction, int, int)) \

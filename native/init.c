@@ -187,6 +187,7 @@ static const struct gg_versioned versioned[] = {
     {"cuGraphAddNode", 12030, 0}, {"cuGraphClone", 0, 0}, {"cuDeviceGraphMemTrim", 0, 0},
     {"cuMemExportToShareableHandle", 0, 0}, {"cuGraphInstantiateWithFlags", 0, 0},
     {"cuGraphInstantiateWithParams", 0, 1}, {"cuGraphExecDestroy", 0, 0}, {"cuGraphInstantiate", 11000, 0},
+    {"cuMemPrefetchAsync", 12020, 1}, {"cuMemAdvise", 12020, 0},
 };
 
 /* Replaces the driver's answer with our wrapper. A hooked function whose variant we
@@ -206,9 +207,14 @@ static CUresult swap_for_hook(const char *symbol, int version, cuuint64_t flags,
         *pfn = gg_hook_for_symbol("cuGraphInstantiateWithFlags");
         return CUDA_SUCCESS;
     }
-    if (v->v2_since && version < v->v2_since && strcmp(symbol, "cuGraphAddNode") == 0) {
-        /* its v1 (before CUDA 12.3) differs only by the edge data, and is wrapped too */
-        *pfn = gg_hook_for_symbol(symbol);
+    if (v->v2_since && version < v->v2_since
+        && (strcmp(symbol, "cuGraphAddNode") == 0 || strcmp(symbol, "cuMemPrefetchAsync") == 0
+            || strcmp(symbol, "cuMemAdvise") == 0)) {
+        /* their v1 (cuGraphAddNode before 12.3 differs only by the edge data; the device-
+         * number cuMemPrefetchAsync / cuMemAdvise before 12.2) are wrapped too */
+        snprintf(name, sizeof(name), "%s%s", symbol,
+                 v->ptsz && (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) ? "_ptsz" : "");
+        *pfn = gg_hook_for_symbol(name);
         return *pfn ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
     }
     if (v->v2_since && version < v->v2_since) {

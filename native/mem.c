@@ -133,6 +133,11 @@ static void scrub(CUdeviceptr p, uint64_t bytes) {
  * limit; the driver could not have given them either. */
 #define GG_TOO_BIG UINT64_MAX
 
+/* aux of a linear entry: flags */
+#define GG_AUX_EXPORTED 1ULL /* exported with cuIpcGetMemHandle: its free settles the export */
+#define GG_AUX_MANAGED 2ULL  /* cuMemAllocManaged: follows prefetches and preferred locations */
+static CUresult call_managed(CUdeviceptr *p, size_t b, unsigned int f);
+
 static CUresult alloc_linear(CUdeviceptr *dptr, size_t bytes, const char *api,
                              CUresult (*call)(CUdeviceptr *, size_t, unsigned int), unsigned int flags) {
     int dev = gg_current_device();
@@ -144,7 +149,7 @@ static CUresult alloc_linear(CUdeviceptr *dptr, size_t bytes, const char *api,
         gg_uncharge(dev, bytes);
         return rc;
     }
-    gg_track_put(GG_KIND_LINEAR, *dptr, bytes, dev, 0);
+    gg_track_put(GG_KIND_LINEAR, *dptr, bytes, dev, call == call_managed ? GG_AUX_MANAGED : 0);
     return rc;
 }
 
@@ -205,7 +210,7 @@ static CUresult free_linear_entry(CUdeviceptr p, const struct gg_entry *e, CUres
     }
     CUresult rc = f ? f(p, s) : gg_real.cuMemFree_v2(p);
     if (rc == CUDA_SUCCESS) {
-        uint64_t kept = e->aux ? gg_export_drop(p) : 0; /* aux: exported with cuIpcGetMemHandle */
+        uint64_t kept = e->aux & GG_AUX_EXPORTED ? gg_export_drop(p) : 0;
         if (e->bytes > kept) gg_uncharge(e->dev, e->bytes - kept);
     } else {
         gg_track_put(GG_KIND_LINEAR, p, e->bytes, e->dev, e->aux);
@@ -221,6 +226,65 @@ GG_EXPORT CUresult cuMemFree_v2(CUdeviceptr p) {
     CUresult rc = gg_real.cuMemFree_v2(p); /* pool pointers imported from another process */
     if (rc == CUDA_SUCCESS) forget_import(p);
     return rc;
+}
+
+/* ---- managed memory follows its pages: prefetching it to a device, or making a device its
+ * preferred location, puts it in that device's memory, so its charge moves there first
+ * (refused over that device's limit; the call then does not happen). Moving it to the host
+ * keeps the charge where it was (the safe side). ---- */
+
+#define CU_DEVICE_CPU (-1)
+#define CU_MEM_ADVISE_SET_PREFERRED_LOCATION 3
+
+static CUresult follow_managed(CUdeviceptr p, CUdevice ord, const char *api) {
+    CUdeviceptr base = p;
+    size_t size = 0;
+    struct gg_entry e;
+    if (ord == CU_DEVICE_CPU || ord < 0) return CUDA_SUCCESS;
+    if (gg_real.cuMemGetAddressRange_v2(&base, &size, p) != CUDA_SUCCESS) base = p;
+    if (!gg_track_get(GG_KIND_LINEAR, base, &e) || !(e.aux & GG_AUX_MANAGED)) return CUDA_SUCCESS;
+    int dev = gg_device_index(ord);
+    if (dev == -2) return CUDA_ERROR_NOT_SUPPORTED;
+    if (dev < 0 || dev == e.dev) return CUDA_SUCCESS;
+    if (charge_or_oom(dev, e.bytes, api)) return CUDA_ERROR_OUT_OF_MEMORY;
+    gg_uncharge(e.dev, e.bytes);
+    gg_track_put(GG_KIND_LINEAR, base, e.bytes, dev, e.aux);
+    return CUDA_SUCCESS;
+}
+
+GG_EXPORT CUresult cuMemPrefetchAsync(CUdeviceptr p, size_t n, CUdevice dst, CUstream s) {
+    READY();
+    CUresult rc = follow_managed(p, dst, "cuMemPrefetchAsync");
+    return rc ? rc : gg_real.cuMemPrefetchAsync ? gg_real.cuMemPrefetchAsync(p, n, dst, s) : CUDA_ERROR_NOT_FOUND;
+}
+GG_EXPORT CUresult cuMemPrefetchAsync_ptsz(CUdeviceptr p, size_t n, CUdevice dst, CUstream s) {
+    READY();
+    CUresult rc = follow_managed(p, dst, "cuMemPrefetchAsync");
+    return rc ? rc : gg_real.cuMemPrefetchAsync_ptsz ? gg_real.cuMemPrefetchAsync_ptsz(p, n, dst, s)
+                                                   : CUDA_ERROR_NOT_FOUND;
+}
+GG_EXPORT CUresult cuMemPrefetchAsync_v2(CUdeviceptr p, size_t n, CUmemLocation loc, unsigned int fl, CUstream s) {
+    READY();
+    CUresult rc = loc.type == CU_MEM_LOCATION_TYPE_DEVICE ? follow_managed(p, loc.id, "cuMemPrefetchAsync") : 0;
+    return rc ? rc : gg_real.cuMemPrefetchAsync_v2 ? gg_real.cuMemPrefetchAsync_v2(p, n, loc, fl, s)
+                                                 : CUDA_ERROR_NOT_FOUND;
+}
+GG_EXPORT CUresult cuMemPrefetchAsync_v2_ptsz(CUdeviceptr p, size_t n, CUmemLocation loc, unsigned int fl, CUstream s) {
+    READY();
+    CUresult rc = loc.type == CU_MEM_LOCATION_TYPE_DEVICE ? follow_managed(p, loc.id, "cuMemPrefetchAsync") : 0;
+    return rc ? rc : gg_real.cuMemPrefetchAsync_v2_ptsz ? gg_real.cuMemPrefetchAsync_v2_ptsz(p, n, loc, fl, s)
+                                                      : CUDA_ERROR_NOT_FOUND;
+}
+GG_EXPORT CUresult cuMemAdvise(CUdeviceptr p, size_t n, int advice, CUdevice dev) {
+    READY();
+    CUresult rc = advice == CU_MEM_ADVISE_SET_PREFERRED_LOCATION ? follow_managed(p, dev, "cuMemAdvise") : 0;
+    return rc ? rc : gg_real.cuMemAdvise ? gg_real.cuMemAdvise(p, n, advice, dev) : CUDA_ERROR_NOT_FOUND;
+}
+GG_EXPORT CUresult cuMemAdvise_v2(CUdeviceptr p, size_t n, int advice, CUmemLocation loc) {
+    READY();
+    CUresult rc = advice == CU_MEM_ADVISE_SET_PREFERRED_LOCATION && loc.type == CU_MEM_LOCATION_TYPE_DEVICE
+                      ? follow_managed(p, loc.id, "cuMemAdvise") : 0;
+    return rc ? rc : gg_real.cuMemAdvise_v2 ? gg_real.cuMemAdvise_v2(p, n, advice, loc) : CUDA_ERROR_NOT_FOUND;
 }
 
 /* ---- stream-ordered allocations: a pool is charged max(reserved, live) bytes ---- */
@@ -1044,8 +1108,9 @@ GG_EXPORT CUresult cuIpcGetMemHandle(CUipcMemHandle *h, CUdeviceptr p) {
     if (gg_real.cuMemGetAddressRange_v2(&base, &size, p) != CUDA_SUCCESS) base = p;
     struct gg_entry e;
     if (gg_track_get(GG_KIND_LINEAR, base, &e)
-        && gg_export_record(GG_EXPORT_KIND_IPC, h->reserved, base, e.bytes, e.dev) == 0 && !e.aux)
-        gg_track_put(GG_KIND_LINEAR, base, e.bytes, e.dev, 1); /* its free must settle the export */
+        && gg_export_record(GG_EXPORT_KIND_IPC, h->reserved, base, e.bytes, e.dev) == 0
+        && !(e.aux & GG_AUX_EXPORTED))
+        gg_track_put(GG_KIND_LINEAR, base, e.bytes, e.dev, e.aux | GG_AUX_EXPORTED); /* its free settles it */
     return rc;
 }
 

@@ -21,6 +21,7 @@
  *   graphrun:I (launch executable graph I again)
  *   burst:N:US (N launches, then exit without synchronising: prints the device time submitted)
  *   pattern names: uniform random argdep rotating periodic16 loop4 multistream multidevice first
+ *   prefetch:I:D / advise:I:D (managed handle I to device D: prefetch / preferred location)
  *   nvmlx:I (NVML device I: memory total, processes listed) nvmlproc:I:B (the fake NVML lists
  *   this process on device I with B bytes)
  *   stream (a stream of the current context) asyncon:B:S (cuMemAllocAsync on stream S)
@@ -634,6 +635,20 @@ static int run(char *cmd) {
         int r1 = m1(d, &v1), r2 = m2(d, &v2);
         printf("nvml rc=%d total=%llu used=%llu free=%llu v2rc=%d v2total=%llu v2used=%llu v2free=%llu\n",
                r1, v1.total, v1.used, v1.free, r2, v2.total, v2.used, v2.free);
+    } else if (strcmp(a[0], "prefetch") == 0 || strcmp(a[0], "advise") == 0) {
+        /* managed handle I to device D: cuMemPrefetchAsync / cuMemAdvise(SET_PREFERRED_LOCATION) */
+        struct handle *h = &handles[atoi(a[1])];
+        CUdevice dst = atoi(a[2]);
+        if (a[0][0] == 'p') {
+            CUresult (*f)(CUdeviceptr, size_t, CUdevice, CUstream);
+            *(void **)&f = entry("cuMemPrefetchAsync", 12000);
+            rc = f ? f(h->v, h->size, dst, NULL) : 500;
+        } else {
+            CUresult (*f)(CUdeviceptr, size_t, int, CUdevice);
+            *(void **)&f = entry("cuMemAdvise", 12000);
+            rc = f ? f(h->v, h->size, 3, dst) : 500;
+        }
+        printf("%s rc=%d\n", a[0], rc);
     } else if (strcmp(a[0], "nvmlx") == 0) {
         /* NVML device I: memory info and the compute processes listed (pids) */
         void *nv = dlopen("libnvidia-ml.so.1", RTLD_NOW);

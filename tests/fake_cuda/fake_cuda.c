@@ -179,6 +179,32 @@ static CUresult pool_free(CUdeviceptr p);
 static int is_pool_ptr(CUdeviceptr p);
 /* cuMemFree also frees stream-ordered pointers (synchronously), as the driver does. */
 EXPORT CUresult cuMemFree_v2(CUdeviceptr p) { ENTER(); return is_pool_ptr(p) ? pool_free(p) : drop_alloc(p, 1); }
+/* Managed memory moves to the device it is prefetched to, or that is made its preferred
+ * location (the whole allocation, in the fake); -1 (the host) leaves it where it is. */
+static CUresult migrate(CUdeviceptr p, CUdevice dst) {
+    if (dst == -1) return 0;
+    int d = phys(dst);
+    if (d < 0) return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&mu);
+    struct alloc *a = find_alloc(p);
+    CUresult rc = a ? 0 : CUDA_ERROR_INVALID_VALUE;
+    if (a && a->kind == 0 && a->dev != d) {
+        if (a->size > devs[d].total - devs[d].used) rc = CUDA_ERROR_OUT_OF_MEMORY;
+        else { devs[a->dev].used -= a->size; devs[d].used += a->size; a->dev = d; }
+    }
+    pthread_mutex_unlock(&mu);
+    return rc;
+}
+EXPORT CUresult cuMemPrefetchAsync(CUdeviceptr p, size_t n, CUdevice dst, CUstream s) { (void)n; (void)s; ENTER(); return migrate(p, dst); }
+EXPORT CUresult cuMemPrefetchAsync_v2(CUdeviceptr p, size_t n, CUmemLocation loc, unsigned int f, CUstream s) {
+    (void)n; (void)f; (void)s; ENTER();
+    return migrate(p, loc.type == CU_MEM_LOCATION_TYPE_DEVICE ? loc.id : -1);
+}
+EXPORT CUresult cuMemAdvise(CUdeviceptr p, size_t n, int advice, CUdevice dev) { (void)n; ENTER(); return advice == 3 ? migrate(p, dev) : 0; }
+EXPORT CUresult cuMemAdvise_v2(CUdeviceptr p, size_t n, int advice, CUmemLocation loc) {
+    (void)n; ENTER();
+    return advice == 3 ? migrate(p, loc.type == CU_MEM_LOCATION_TYPE_DEVICE ? loc.id : -1) : 0;
+}
 EXPORT CUresult cuMemAllocHost_v2(void **p, size_t n) { ENTER(); *p = malloc(n); return *p ? 0 : 2; }
 EXPORT CUresult cuMemFreeHost(void *p) { ENTER(); free(p); return 0; }
 
@@ -1090,6 +1116,7 @@ EXPORT CUresult cuIpcOpenMemHandle(CUdeviceptr *p, CUipcMemHandle h, unsigned in
     X(cuLaunchKernelEx) X(cuLaunchKernelEx_ptsz) X(cuLaunchCooperativeKernel) X(cuLaunchCooperativeKernel_ptsz) \
     X(cuGraphLaunch) X(cuGraphLaunch_ptsz) X(cuStreamCreate) X(cuStreamSynchronize) X(cuStreamDestroy_v2) \
     X(cuStreamGetDevice) X(cuStreamGetCtx) X(cuCtxPushCurrent_v2) X(cuCtxPopCurrent_v2) \
+    X(cuMemPrefetchAsync) X(cuMemPrefetchAsync_v2) X(cuMemAdvise) X(cuMemAdvise_v2) \
     X(cuEventCreate) X(cuEventRecord) X(cuEventQuery) X(cuEventSynchronize) X(cuEventElapsedTime) X(cuEventDestroy_v2) \
     X(cuGetProcAddress) X(cuGetProcAddress_v2) X(cuDeviceGetUuid) X(cuDeviceGetUuid_v2) X(cuCtxSetLimit) \
     X(cuCtxGetLimit) X(cuGraphCreate) X(cuGraphAddMemAllocNode) X(cuGraphDestroy) X(cuStreamBeginCapture_v2) \

@@ -174,3 +174,16 @@ def test_class10_nvml_view_follows_the_uuid_map_and_hides_other_containers(build
     assert int(r.find("meminfo")["total"]) == 64 * MiB, r.stderr
     assert int(nv["total"]) == 64 * MiB, (nv, r.stderr)  # NVML index 1 is the container's device
     assert nv["procs"] == "1" and int(nv["mine"]) == 4 * MiB and nv["others"] == "0", nv
+
+
+# ---- class 7: managed memory is charged to the device its pages are moved to ----
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("how", ["prefetch", "advise"])
+def test_class07_managed_memory_moved_to_another_device_is_charged_there(build, mode, how):
+    env = {"FAKECUDA_DEVICES": "2", "GPUGOV_MEMORY_LIMIT_0": "512Mi",
+           "GPUGOV_MEMORY_LIMIT_1": "64Mi"}
+    r = drv(build, mode, "ctx:0", "managed:48Mi", f"{how}:0:1", "managed:48Mi", f"{how}:1:1",
+            "meminfo", "ctx:1", "meminfo", env=env)
+    assert r.rcs(how) == [0, 2], r.stderr  # 96 MiB on device 1 under its 64 MiB
+    assert free_bytes(r, 0) == 512 * MiB - 48 * MiB and free_bytes(r, 1) == 16 * MiB
