@@ -6,10 +6,19 @@ from __future__ import annotations
 import pytest
 
 from gpugov.k8s.resources import RequestError, model_from_product_label, translate
+from gpugov.model.catalog import CATALOG
 from gpugov.model.devices import DeviceMode
 from gpugov.model.isolation import IsolationLevel
+from gpugov.model.mig import models_with_profile
 
 H100_PRODUCT = "NVIDIA-H100-80GB-HBM3"
+
+
+def _hami_match(test) -> tuple[str, ...]:
+    """Catalog models whose card name (NVML name and ours, upper case) passes `test`, as
+    HAMi matches nvidia.com/use-gputype (a case-insensitive substring)."""
+    return tuple(m.name for m in CATALOG.values()
+                 if test(f"{m.nvml_name or ''} {m.name}".upper()))
 
 ACCEPTED = [
     # (id, limits, annotations, node_selector, expected fields)
@@ -30,7 +39,7 @@ ACCEPTED = [
      dict(mode=DeviceMode.EXCLUSIVE, milli=1000)),
     ("mig-mixed", {"nvidia.com/mig-1g.10gb": "1"}, {}, {},
      dict(count=1, mode=DeviceMode.MIG, mig_profile="1g.10gb", milli=142,
-          models=("A100-SXM4-40GB", "A100-SXM4-80GB", "H100-SXM5-80GB"))),
+          models=tuple(models_with_profile("1g.10gb")))),
     ("mig-mixed-model", {"nvidia.com/mig-3g.40gb": 2}, {"gpugov.io/model": "H100-SXM5-80GB"}, {},
      dict(count=2, mode=DeviceMode.MIG, mig_profile="3g.40gb", milli=428,
           models=("H100-SXM5-80GB",))),
@@ -45,12 +54,45 @@ ACCEPTED = [
      {}, {}, dict(mode=DeviceMode.TIMESLICE, memory_percent=25.0)),
     ("timeslice-mig", {"nvidia.com/mig-1g.10gb.shared": 1}, {}, {},
      dict(mode=DeviceMode.TIMESLICE, mig_profile="1g.10gb")),
+    # KAI: a fraction of the device's memory, compute shared in time (no compute limit)
     ("kai-fraction", {}, {"gpu-fraction": "0.5"}, {},
-     dict(count=1, mode=DeviceMode.SOFT, milli=500, memory_percent=50.0)),
+     dict(count=1, mode=DeviceMode.SOFT, milli=None, memory_percent=50.0)),
+    ("kai-fraction-two-devices", {}, {"gpu-fraction": "0.5", "gpu-fraction-num-devices": "2"},
+     {}, dict(count=2, mode=DeviceMode.SOFT, milli=None, memory_percent=50.0)),
+    ("kai-fraction-one", {}, {"gpu-fraction": "1"}, {},
+     dict(count=1, mode=DeviceMode.EXCLUSIVE, milli=1000, memory_percent=None)),
     ("kai-memory", {}, {"gpu-memory": "20000"}, {},
      dict(mode=DeviceMode.SOFT, memory_mib=20000)),
     ("kai-one-device", {}, {"gpu-fraction": "0.25", "gpu-fraction-num-devices": "1"}, {},
-     dict(milli=250)),
+     dict(count=1, memory_percent=25.0)),
+    # HAMi: nvidia.com/gpu: N with a slice = N devices, each with that slice
+    ("hami-n-devices", {"nvidia.com/gpu": 2, "nvidia.com/gpumem-percentage": 50,
+                        "nvidia.com/gpucores": 30}, {}, {},
+     dict(count=2, mode=DeviceMode.SOFT, milli=300, memory_percent=50.0)),
+    ("hami-n-devices-mib", {"nvidia.com/gpu": 3, "nvidia.com/gpumem": 1000}, {}, {},
+     dict(count=3, mode=DeviceMode.SOFT, milli=None, memory_mib=1000)),
+    # HAMi's defaultExclusiveCoreIfNeeded: all of the memory, or gpucores 100, is a whole card
+    ("hami-pct-100", {"nvidia.com/gpu": 2, "nvidia.com/gpumem-percentage": 100}, {}, {},
+     dict(count=2, mode=DeviceMode.EXCLUSIVE, milli=1000, memory_percent=None)),
+    ("hami-priority", {"nvidia.com/gpu": 1, "nvidia.com/gpumem": 3000,
+                       "nvidia.com/priority": 0}, {}, {}, dict(priority=0, memory_mib=3000)),
+    ("hami-use-type", {"nvidia.com/gpu": 2}, {"nvidia.com/use-gputype": "A100,V100"}, {},
+     dict(models=_hami_match(lambda n: "A100" in n or "V100" in n))),
+    ("hami-use-type-within-ours", {"nvidia.com/gpu": 1},
+     {"nvidia.com/use-gputype": "a100", "gpugov.io/model": "A100-SXM4-80GB,H200"}, {},
+     dict(models=("A100-SXM4-80GB",))),
+    ("hami-nouse-type", {"nvidia.com/gpu": 1}, {"nvidia.com/nouse-gputype": "H100,H200"}, {},
+     dict(models=_hami_match(lambda n: "H100" not in n and "H200" not in n))),
+    ("hami-nouse-nothing-known", {"nvidia.com/gpu": 1}, {"nvidia.com/nouse-gputype": "1080"},
+     {}, dict(models=())),
+    ("hami-binpack", {"nvidia.com/gpu": 1}, {"hami.io/node-scheduler-policy": "binpack",
+                                              "hami.io/gpu-scheduler-policy": "binpack"}, {},
+     dict(count=1)),
+    ("hami-core-mode", {"nvidia.com/gpu": 1, "nvidia.com/gpumem": 100},
+     {"nvidia.com/vgpu-mode": "hami-core"}, {}, dict(mode=DeviceMode.SOFT)),
+    ("volcano", {"volcano.sh/vgpu-number": 2, "volcano.sh/vgpu-memory": 3000,
+                 "volcano.sh/vgpu-cores": 50}, {}, {},
+     dict(count=2, mode=DeviceMode.SOFT, memory_mib=3000, milli=500)),
     ("ours", {"nvidia.com/gpu": 4},
      {"gpugov.io/model": "H100-SXM5-80GB,H200", "gpugov.io/isolation": "hard",
       "gpugov.io/topology": "required"}, {},
@@ -78,18 +120,37 @@ REJECTED = [
      {}, ["does not exist on H100-SXM5-80GB", "A100-SXM4-40GB", "1g.10gb"]),
     ("mig-on-non-mig", {"nvidia.com/mig-1g.10gb": 1}, {"gpugov.io/model": "L4"}, {},
      ["(no MIG)"]),
-    ("memory-too-big", {"nvidia.com/gpumem": 200000}, {}, {},
-     ["more than any allowed card (H200", "whole GPUs"]),
+    ("memory-too-big", {"nvidia.com/gpumem": 2_000_000}, {}, {},
+     ["more than any allowed card (", "whole GPUs"]),
     ("memory-too-big-for-model", {"nvidia.com/gpumem": 30000}, {"gpugov.io/model": "T4"}, {},
      ["T4: 16384 MiB"]),
     ("cores-over-100", {"nvidia.com/gpucores": 150}, {}, {},
      ["more than one GPU", "nvidia.com/gpucores: 100"]),
     ("cores-zero", {"nvidia.com/gpu": 1, "nvidia.com/gpucores": 0}, {}, {},
      ["no compute share"]),
-    ("fraction-count", {"nvidia.com/gpu": 2, "nvidia.com/gpumem": 1000}, {}, {},
-     ["cannot be combined with nvidia.com/gpu: 2", "whole GPUs"]),
-    ("kai-fraction-multi", {}, {"gpu-fraction": "0.5", "gpu-fraction-num-devices": "2"}, {},
-     ["on 2 devices", "nvidia.com/gpu: 2"]),
+    ("kai-fraction-zero-devices", {}, {"gpu-fraction": "0.5", "gpu-fraction-num-devices": "0"},
+     {}, ["0 devices", "'1' or more"]),
+    ("hami-type-contradiction", {"nvidia.com/gpu": 1},
+     {"nvidia.com/use-gputype": "A100,H100", "nvidia.com/nouse-gputype": "h100"}, {},
+     ["both name H100", "only one of them"]),
+    ("hami-type-unknown", {"nvidia.com/gpu": 1}, {"nvidia.com/use-gputype": "MI300"}, {},
+     ["no GPU model gpugov knows matches", "A100"]),
+    ("hami-uuid", {"nvidia.com/gpu": 1}, {"nvidia.com/use-gpuuuid": "GPU-03f69c50"}, {},
+     ["by UUID", "nodeSelector"]),
+    ("hami-nouuid", {"nvidia.com/gpu": 1}, {"nvidia.com/nouse-gpuuuid": "GPU-03f69c50"}, {},
+     ["by UUID"]),
+    ("hami-spread", {"nvidia.com/gpu": 1}, {"hami.io/node-scheduler-policy": "spread"}, {},
+     ["spread is not a policy", "binpack"]),
+    ("hami-mig-mode", {"nvidia.com/gpu": 2, "nvidia.com/gpumem": 8000},
+     {"nvidia.com/vgpu-mode": "mig"}, {}, ["nvidia.com/mig-<profile>"]),
+    ("hami-priority-range", {"nvidia.com/gpu": 1, "nvidia.com/priority": 2}, {}, {},
+     ["0 (high) or 1 (low"]),
+    ("hami-annotation-without-gpu", {"cpu": "1"}, {"nvidia.com/use-gputype": "A100"}, {},
+     ["no GPU"]),
+    ("volcano-and-nvidia", {"volcano.sh/vgpu-number": 1, "nvidia.com/gpu": 1}, {}, {},
+     ["same thing as", "only one of"]),
+    ("volcano-cores-in-its-words", {"volcano.sh/vgpu-cores": 150}, {}, {},
+     ["volcano.sh/vgpu-cores: 100", "volcano.sh/vgpu-number: N"]),
     ("kai-fraction-over-one", {}, {"gpu-fraction": "1.5"}, {}, ["nvidia.com/gpu: 2"]),
     ("kai-fraction-negative", {}, {"gpu-fraction": "-0.1"}, {}, ["(0, 1]"]),
     ("kai-both", {}, {"gpu-fraction": "0.5", "gpu-memory": "1000"}, {}, ["two sizes"]),

@@ -49,7 +49,7 @@ def test_hami_spelling_becomes_the_canonical_annotation():
 def test_kai_annotation_alone_asks_for_a_gpu():
     out = admission.mutate(review(pod(annotations={"gpu-fraction": "0.5"})), lambda ns: INTERNAL)
     req = ann.decode_request(patch_of(out)["/metadata/annotations/gpugov.io~1request"])
-    assert req.milli == 500
+    assert (req.milli, req.memory_percent) == (None, 50.0)  # KAI: memory share, time shared
 
 
 def no_tenancy(ns):

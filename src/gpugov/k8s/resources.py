@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from gpugov.model.gpu_request import GpuRequest, mig_milli
 from gpugov.model.resource_spellings import (
+    ALIASES,
     ANN_ISOLATION,
     ANN_MODEL,
     ANN_TOPOLOGY,
@@ -20,15 +21,19 @@ from gpugov.model.resource_spellings import (
     KAI_NUM_DEVICES,
     MIG_PREFIX,
     OUR_ANNOTATIONS,
+    PRIORITY,
     PRODUCT_LABEL,
     SHARED,
     TOPOLOGY_VALUES,
     RequestError,
+    ResourceNames,
+    annotation_warnings,
     model_from_product_label,
     translate,
 )
 
-__all__ = ["ANN_ISOLATION", "ANN_MODEL", "ANN_TOPOLOGY", "GPU", "GPUCORES", "GPUMEM",
+__all__ = ["ALIASES", "PRIORITY", "ResourceNames", "annotation_warnings",
+           "ANN_ISOLATION", "ANN_MODEL", "ANN_TOPOLOGY", "GPU", "GPUCORES", "GPUMEM",
            "GPUMEM_PCT", "KAI_FRACTION", "KAI_MEMORY", "KAI_NUM_DEVICES", "MIG_PREFIX",
            "OUR_ANNOTATIONS", "PRODUCT_LABEL", "SHARED", "TOPOLOGY_VALUES", "GpuRequest",
            "RequestError", "mig_milli", "model_from_product_label", "translate"]

@@ -8,12 +8,23 @@ control-plane-anchors.md §1.8 for KAI):
 
 - `nvidia.com/gpu: N` (device plugin): N whole GPUs, hard isolation;
 - `nvidia.com/gpumem: MiB`, `nvidia.com/gpumem-percentage: P`, `nvidia.com/gpucores: P` (HAMi):
-  a soft slice of memory and/or SM share (`gpucores: 100` = a whole card);
+  a soft slice of memory and/or SM share (`gpucores: 100` = a whole card); with
+  `nvidia.com/gpu: N` it is N devices each with that slice; without `gpucores` the slice has no
+  compute limit (HAMi's `defaultCores: 0`); `nvidia.com/priority: 0|1` is HAMi's task
+  priority. The names can be renamed as HAMi's chart does (`ResourceNames`), and Volcano's
+  `volcano.sh/vgpu-number|vgpu-memory|vgpu-cores` are the same three roles (`ALIASES`);
+- annotations `nvidia.com/use-gputype|nouse-gputype` (HAMi: comma lists, case-insensitive
+  substrings of the card name) narrow the allowed models; `use-gpuuuid|nouse-gpuuuid`,
+  `nvidia.com/vgpu-mode` other than `hami-core`, and scheduler policies gpugov cannot honour
+  are refused (`HAMI_ANNOTATIONS`); `annotation_warnings` names unknown `hami.io/*`,
+  `kai.scheduler/*` and `volcano.sh/*` annotations;
 - `nvidia.com/mig-<profile>: N` (mixed strategy), or `nvidia.com/gpu` with the node selector
   `nvidia.com/gpu.product: <PRODUCT>-MIG-<profile>` (single strategy): N MIG instances;
 - `nvidia.com/gpu.shared: 1`, `nvidia.com/mig-<p>.shared: 1` (time-slicing, renameByDefault):
-  one replica, no isolation;
-- annotations `gpu-fraction`, `gpu-memory` (KAI): a soft slice by memory fraction or MiB;
+  one replica, capped at the memory `nvidia.com/gpumem` / `gpumem-percentage` name (else
+  card/replicas): soft isolation, unless its Tenant oversubscribes (none);
+- annotations `gpu-fraction`, `gpu-memory` (KAI): a soft slice by memory fraction or MiB, no
+  compute limit (KAI shares the device's time), on `gpu-fraction-num-devices` devices;
 - annotations `gpugov.io/model`, `gpugov.io/isolation`, `gpugov.io/topology` (ours): allowed
   models, minimum isolation level, topology policy (none | preferred | required).
 
@@ -29,6 +40,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 from gpugov.model.catalog import CATALOG, MILLI_PER_GPU
 from gpugov.model.devices import DeviceMode
@@ -46,6 +58,30 @@ PRODUCT_LABEL = "nvidia.com/gpu.product"
 KAI_FRACTION = "gpu-fraction"
 KAI_MEMORY = "gpu-memory"
 KAI_NUM_DEVICES = "gpu-fraction-num-devices"
+KAI_CONTAINER = "gpu-fraction-container-name"
+PRIORITY = "nvidia.com/priority"
+USE_GPUTYPE = "nvidia.com/use-gputype"
+NOUSE_GPUTYPE = "nvidia.com/nouse-gputype"
+USE_GPUUUID = "nvidia.com/use-gpuuuid"
+NOUSE_GPUUUID = "nvidia.com/nouse-gpuuuid"
+VGPU_MODE = "nvidia.com/vgpu-mode"
+NODE_POLICY = "hami.io/node-scheduler-policy"
+GPU_POLICY = "hami.io/gpu-scheduler-policy"
+#: Volcano's vGPU device plugin: the same roles as HAMi's names (volcano-vgpu-device-plugin)
+ALIASES = {"volcano.sh/vgpu-number": GPU, "volcano.sh/vgpu-memory": GPUMEM,
+           "volcano.sh/vgpu-cores": GPUCORES}
+#: policy values gpugov's placement honours per pod: gpugov packs nodes and devices
+#: (fragmentation-aware best fit, which is a binpack) and keeps multi-GPU pods close
+#: (`topology-aware` = gpugov.io/topology: preferred, its default)
+POLICIES_HONOURED = {NODE_POLICY: ("binpack",), GPU_POLICY: ("binpack", "topology-aware")}
+#: annotations the translation reads besides ours (the rest of `WATCHED_PREFIXES` warn)
+HAMI_ANNOTATIONS = (USE_GPUTYPE, NOUSE_GPUTYPE, USE_GPUUUID, NOUSE_GPUUUID, VGPU_MODE,
+                    NODE_POLICY, GPU_POLICY)
+KAI_ANNOTATIONS = ("gpu-fraction", "gpu-memory", "gpu-fraction-num-devices",
+                   "gpu-fraction-container-name")
+#: annotation namespaces of the schedulers gpugov replaces: an annotation there that gpugov
+#: does not read gets a warning naming it (it would otherwise be silently without effect)
+WATCHED_PREFIXES = ("hami.io/", "kai.scheduler/", "volcano.sh/", "scheduling.volcano.sh/")
 ANN_MODEL = "gpugov.io/model"
 ANN_ISOLATION = "gpugov.io/isolation"
 ANN_TOPOLOGY = "gpugov.io/topology"
@@ -56,8 +92,36 @@ MAX_INT = 2**31 - 1
 #: longest number text read
 MAX_TEXT = 64
 _ZERO = re.compile(r"[+-]?(0+\.?0*|\.0+)([eE][+-]?\d{1,4}|[numkMGTPE]i?)?")
-_KNOWN_NVIDIA = (GPU, GPUMEM, GPUMEM_PCT, GPUCORES, SHARED, f"{MIG_PREFIX}<profile>",
-                 f"{MIG_PREFIX}<profile>.shared")
+_KNOWN_NVIDIA = (GPU, GPUMEM, GPUMEM_PCT, GPUCORES, PRIORITY, SHARED, f"{MIG_PREFIX}<profile>",
+                 f"{MIG_PREFIX}<profile>.shared", *ALIASES)
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceNames:
+    """The resource names of HAMi's roles, renamable as HAMi's chart allows (`resourceName`,
+    `resourceMem`, `resourceMemPercentage`, `resourceCores`, `resourcePriority`): a cluster
+    that renamed them keeps its pod specs. The default names are always understood too."""
+
+    gpu: str = GPU
+    gpumem: str = GPUMEM
+    gpumem_percentage: str = GPUMEM_PCT
+    gpucores: str = GPUCORES
+    priority: str = PRIORITY
+
+    def table(self) -> dict[str, str]:
+        """Spelling -> canonical name, for every name this cluster's pods may use."""
+        out = {GPU: GPU, GPUMEM: GPUMEM, GPUMEM_PCT: GPUMEM_PCT, GPUCORES: GPUCORES,
+               PRIORITY: PRIORITY, **ALIASES}
+        out.update({self.gpu: GPU, self.gpumem: GPUMEM, self.gpumem_percentage: GPUMEM_PCT,
+                    self.gpucores: GPUCORES, self.priority: PRIORITY})
+        return out
+
+    def renamed(self) -> tuple[str, ...]:
+        """Names outside `nvidia.com/` a pod may ask with (they must reach the webhook)."""
+        return tuple(sorted(k for k in self.table() if not k.startswith("nvidia.com/")))
+
+
+DEFAULT_NAMES = ResourceNames()
 
 
 class RequestError(ValueError):
@@ -155,27 +219,83 @@ def _max_memory(models: tuple[str, ...]) -> tuple[int, str]:
     return best.memory_mib or 0, best.name
 
 
+def canonical_limits(limits: Mapping[str, object], names: ResourceNames = DEFAULT_NAMES
+                     ) -> tuple[dict[str, object], dict[str, str]]:
+    """GPU limits under their canonical names, and canonical -> the name the pod used.
+    RequestError when two spellings name the same role (`nvidia.com/gpumem` and
+    `volcano.sh/vgpu-memory`)."""
+    table = names.table()
+    out: dict[str, object] = {}
+    used: dict[str, str] = {}
+    for k, v in limits.items():
+        canon = table.get(k)
+        if canon is None:
+            if not k.startswith("nvidia.com/"):
+                continue  # cpu, memory, other vendors: not a GPU gpugov governs
+            canon = k
+        if canon in out:
+            raise RequestError(k, f"asks for the same thing as {used[canon]}",
+                               f"keep only one of {used[canon]} and {k}")
+        out[canon] = v
+        used[canon] = k
+    return out, used
+
+
+def _spoken(exc: RequestError, used: Mapping[str, str]) -> RequestError:
+    """`exc` in the names the pod used (a renamed or Volcano spelling)."""
+    renames = {c: u for c, u in used.items() if c != u}
+    if any(u in ALIASES for u in used.values()):  # the pod speaks Volcano: answer in it
+        renames.update({c: a for a, c in ALIASES.items() if c not in renames})
+    if not renames:
+        return exc
+
+    def say(text: str) -> str:
+        for c in sorted(renames, key=len, reverse=True):
+            text = re.sub(re.escape(c) + r"(?![\w.-])", renames[c], text)
+        return text
+    return RequestError(say(exc.spelling), say(exc.problem), say(exc.instead))
+
+
 def translate(limits: Mapping[str, object], annotations: Mapping[str, str] | None = None,
-              node_selector: Mapping[str, str] | None = None) -> GpuRequest | None:
+              node_selector: Mapping[str, str] | None = None,
+              names: ResourceNames = DEFAULT_NAMES) -> GpuRequest | None:
     """Translate one container's resource limits plus pod annotations/node selector.
 
-    Returns None for a container that asks for no GPU at all.
+    Returns None for a container that asks for no GPU at all. `names`: this cluster's
+    resource names (HAMi's chart renames); messages use the names the pod used.
     """
-    ann = dict(annotations or {})
-    sel = dict(node_selector or {})
-    gpu_keys = {k: v for k, v in limits.items() if k.startswith("nvidia.com/")}
+    canon, used = canonical_limits(limits, names)
+    try:
+        return _translate(canon, dict(annotations or {}), dict(node_selector or {}))
+    except RequestError as exc:
+        raise _spoken(exc, used) from None
+
+
+def _translate(gpu_keys: dict[str, object], ann: dict[str, str], sel: dict[str, str]
+               ) -> GpuRequest | None:
     if gpu_keys and all(is_zero(v) for v in gpu_keys.values()):
         gpu_keys = {}  # `nvidia.com/gpu: 0`: no GPU (the kubelet reads it the same way)
     for k in gpu_keys:
-        if not (k in (GPU, GPUMEM, GPUMEM_PCT, GPUCORES, SHARED) or k.startswith(MIG_PREFIX)):
+        if not (k in (GPU, GPUMEM, GPUMEM_PCT, GPUCORES, SHARED, PRIORITY)
+                or k.startswith(MIG_PREFIX)):
             raise RequestError(k, "is not a GPU resource gpugov knows",
                                f"use one of {', '.join(_KNOWN_NVIDIA)}")
+    priority = None
+    if PRIORITY in gpu_keys:
+        priority = _int(PRIORITY, gpu_keys.pop(PRIORITY), "priority", f"{PRIORITY}: 1")
+        if priority not in (0, 1):
+            raise RequestError(PRIORITY, f"{priority} is not a HAMi task priority",
+                               f"write {PRIORITY}: 0 (high) or 1 (low, the default)")
+        if not gpu_keys:
+            raise RequestError(PRIORITY, "the container asks for no GPU",
+                               f"add {GPU}: 1 (or another GPU resource) or drop it")
     for k in ann:
         if k.startswith("gpugov.io/") and k not in OUR_ANNOTATIONS:
             raise RequestError(k, "is not a gpugov.io annotation",
                                f"use one of {', '.join(OUR_ANNOTATIONS)}")
 
     models = _parse_models(ann[ANN_MODEL]) if ANN_MODEL in ann else ()
+    models = _hami_annotations(ann, models)
     isolation = None
     if ANN_ISOLATION in ann:
         try:
@@ -190,11 +310,16 @@ def translate(limits: Mapping[str, object], annotations: Mapping[str, str] | Non
     kai = [k for k in (KAI_FRACTION, KAI_MEMORY, KAI_NUM_DEVICES) if k in ann]
     mig_keys = [k for k in gpu_keys if k.startswith(MIG_PREFIX)]
     soft_keys = [k for k in (GPUMEM, GPUMEM_PCT, GPUCORES) if k in gpu_keys]
-    common = {"models": models, "isolation": isolation, "topology": topology}
+    common = {"models": models, "isolation": isolation, "topology": topology,
+              "priority": priority}
 
     if not gpu_keys and not kai:
-        if models or isolation is not None:
-            raise RequestError(ANN_MODEL if models else ANN_ISOLATION,
+        hami = [k for k in HAMI_ANNOTATIONS if k in ann]
+        if hami:
+            raise RequestError(hami[0], "the container asks for no GPU",
+                               f"add {GPU}: 1 (or another GPU resource) or drop the annotation")
+        if ANN_MODEL in ann or isolation is not None:
+            raise RequestError(ANN_MODEL if ANN_MODEL in ann else ANN_ISOLATION,
                                "the container asks for no GPU",
                                f"add {GPU}: 1 (or another GPU resource) or drop the annotation")
         return None
@@ -221,13 +346,97 @@ def _check_isolation(spelling: str, mode: DeviceMode, isolation: IsolationLevel 
             instead)
 
 
-def _one_gpu(spelling: str, gpu_keys: Mapping[str, object]) -> None:
-    if GPU in gpu_keys:
-        n = _int(GPU, gpu_keys[GPU], "GPUs", f"{GPU}: 1")
-        if n != 1:
-            raise RequestError(
-                spelling, f"a fraction of a GPU cannot be combined with {GPU}: {n}",
-                f"ask for {GPU}: {n} whole GPUs without fractions, or {GPU}: 1 with the fraction")
+def _gpu_count(gpu_keys: Mapping[str, object]) -> int:
+    """`nvidia.com/gpu` of a slice request: how many devices each get the slice (HAMi:
+    `defaultGPUNum` 1 when absent)."""
+    if GPU not in gpu_keys:
+        return 1
+    n = _int(GPU, gpu_keys[GPU], "GPUs", f"{GPU}: 1")
+    if n < 1:
+        raise RequestError(GPU, f"asks for {n} GPUs", f"write {GPU}: 1 or more")
+    return n
+
+
+def _matches(card: str, entries: list[str]) -> bool:
+    card = card.upper()
+    return any(e.upper() in card for e in entries)
+
+
+def _card_names(model: str) -> str:
+    """The text HAMi's type filter matches: the NVML name (HAMi registers it) and ours."""
+    m = CATALOG[model]
+    return f"{m.nvml_name or ''} {m.name}"
+
+
+def _list(ann: Mapping[str, str], key: str) -> list[str]:
+    value = ann.get(key, "")
+    if len(value) > 4096:
+        raise RequestError(key, "is longer than 4096 characters", "list fewer entries")
+    return [e.strip() for e in value.split(",") if e.strip()]
+
+
+def _hami_annotations(ann: Mapping[str, str], models: tuple[str, ...]) -> tuple[str, ...]:
+    """HAMi's pod annotations as gpugov's allowed models; refuses what gpugov cannot honour.
+
+    `use-gputype` / `nouse-gputype` are comma lists matched as HAMi does (a case-insensitive
+    substring of the card's name: `A100` matches every A100): the catalog models they allow
+    (intersected with `gpugov.io/model`). An empty value is no constraint, as in HAMi."""
+    use, nouse = _list(ann, USE_GPUTYPE), _list(ann, NOUSE_GPUTYPE)
+    both = sorted({e.upper() for e in use} & {e.upper() for e in nouse})
+    if both:
+        raise RequestError(f"{USE_GPUTYPE}, {NOUSE_GPUTYPE}",
+                           f"both name {', '.join(both)}: a card cannot be wanted and refused",
+                           f"name {both[0]} in only one of them")
+    if use or nouse:
+        pool = models or tuple(CATALOG)
+        allowed = tuple(m for m in pool if (not use or _matches(_card_names(m), use))
+                        and not _matches(_card_names(m), nouse))
+        if not allowed:
+            known = ", ".join(f"{m} ({CATALOG[m].nvml_name})" if CATALOG[m].nvml_name else m
+                              for m in CATALOG)
+            raise RequestError(USE_GPUTYPE if use else NOUSE_GPUTYPE,
+                               f"no GPU model gpugov knows matches (use: {use or '-'}, nouse: "
+                               f"{nouse or '-'}{', within ' + ','.join(models) if models else ''})",
+                               f"name a part of a card name, e.g. A100 or H100; known: {known}")
+        if models or allowed != pool:  # nothing excluded from "any model": stays any
+            models = allowed
+    for key in (USE_GPUUUID, NOUSE_GPUUUID):
+        if _list(ann, key):
+            raise RequestError(key, "pins GPUs by UUID, which gpugov's scheduler does not "
+                               "place by (it places by model and node)",
+                               f"select the GPUs' model with {USE_GPUTYPE} or {ANN_MODEL}, or "
+                               "their node with a nodeSelector (kubernetes.io/hostname), and "
+                               "drop the UUID list")
+    mode = ann.get(VGPU_MODE)
+    if mode is not None and mode.strip() not in ("", "hami-core"):
+        raise RequestError(VGPU_MODE, f"{_short(mode)} is not served through this annotation",
+                           "drop it (hami-core is gpugov's soft slice); for MIG ask for "
+                           "nvidia.com/mig-<profile>: 1, for MPS see docs/migration.md")
+    for key, ok in POLICIES_HONOURED.items():
+        if key in ann:
+            values = _list(ann, key)
+            bad = [v for v in values if v.lower() not in ok]
+            if bad:
+                raise RequestError(key, f"{', '.join(bad)} is not a policy gpugov applies per "
+                                   "pod (gpugov packs nodes and devices, fragmentation-aware)",
+                                   f"drop {key} or write {' or '.join(ok)}")
+    return models
+
+
+def annotation_warnings(annotations: Mapping[str, str] | None) -> list[str]:
+    """A warning per annotation in another scheduler's namespace (`WATCHED_PREFIXES`) that
+    gpugov does not read, so a migrated pod never relies on one silently."""
+    out = []
+    for k in sorted(annotations or {}):
+        if k.startswith(WATCHED_PREFIXES) and k not in HAMI_ANNOTATIONS and \
+                k not in IGNORED_KNOWN:
+            out.append(f"annotation {k[:120]} has no effect under gpugov (it is not read); "
+                       "see docs/migration.md for what carries over")
+    return out
+
+
+#: annotations in the watched namespaces that gpugov reads elsewhere (the Volcano gang name)
+IGNORED_KNOWN = ("scheduling.volcano.sh/group-name", "scheduling.k8s.io/group-name")
 
 
 def _soft(gpu_keys: Mapping[str, object], common: dict) -> GpuRequest:
@@ -235,7 +444,7 @@ def _soft(gpu_keys: Mapping[str, object], common: dict) -> GpuRequest:
     if GPUMEM in gpu_keys and GPUMEM_PCT in gpu_keys:
         raise RequestError(GPUMEM_PCT, f"contradicts {GPUMEM} (two memory sizes)",
                            f"keep only {GPUMEM} (MiB) or only {GPUMEM_PCT} (%)")
-    _one_gpu(next(k for k in (GPUMEM, GPUMEM_PCT, GPUCORES) if k in gpu_keys), gpu_keys)
+    count = _gpu_count(gpu_keys)
     milli: int | None = None
     memory_mib = memory_pct = None
     spellings = [k for k in (GPU, GPUMEM, GPUMEM_PCT, GPUCORES) if k in gpu_keys]
@@ -264,13 +473,17 @@ def _soft(gpu_keys: Mapping[str, object], common: dict) -> GpuRequest:
             raise RequestError(GPUMEM_PCT, f"{pct} is outside 1..100",
                                f"write {GPUMEM_PCT}: 1..100 (100 = the whole card's memory)")
         memory_pct = float(pct)
-    whole = milli == MILLI_PER_GPU
+    # HAMi (defaultExclusiveCoreIfNeeded): gpucores 100, or all of the memory without
+    # gpucores, is an exclusive card
+    whole = milli == MILLI_PER_GPU or (milli is None and memory_pct == 100.0)
+    if whole:
+        milli, memory_mib, memory_pct = MILLI_PER_GPU, None, None
     mode = DeviceMode.EXCLUSIVE if whole else DeviceMode.SOFT
     _check_isolation(", ".join(spellings), mode, common["isolation"],
                      "ask for a MIG profile (nvidia.com/mig-<profile>) or a whole "
                      f"{GPU} for hard isolation")
-    return GpuRequest(1, mode, milli=milli, memory_mib=memory_mib, memory_percent=memory_pct,
-                      spellings=tuple(spellings), **common)
+    return GpuRequest(count, mode, milli=milli, memory_mib=memory_mib,
+                      memory_percent=memory_pct, spellings=tuple(spellings), **common)
 
 
 def _mig(gpu_keys: Mapping[str, object], mig_keys: list[str], soft_keys: list[str],
@@ -384,11 +597,12 @@ def _kai(ann: Mapping[str, str], kai: list[str], gpu_keys: Mapping[str, object],
     if KAI_FRACTION in ann and KAI_MEMORY in ann:
         raise RequestError(KAI_MEMORY, f"contradicts {KAI_FRACTION} (two sizes)",
                            f"keep only {KAI_FRACTION} or only {KAI_MEMORY}")
+    n = 1
     if KAI_NUM_DEVICES in ann:
         n = _int(KAI_NUM_DEVICES, ann[KAI_NUM_DEVICES], "devices", f"{KAI_NUM_DEVICES}: '1'")
-        if n != 1:
-            raise RequestError(KAI_NUM_DEVICES, f"a fraction on {n} devices is not supported",
-                               f"ask for {GPU}: {n} whole GPUs, or one fraction of one GPU")
+        if n < 1:
+            raise RequestError(KAI_NUM_DEVICES, f"{n} devices", f"write {KAI_NUM_DEVICES}: '1' "
+                               "or more (each device gets the fraction)")
     spellings = tuple(kai)
     if KAI_FRACTION in ann:
         frac = _float(KAI_FRACTION, ann[KAI_FRACTION], f"{KAI_FRACTION}: '0.5'")
@@ -398,12 +612,15 @@ def _kai(ann: Mapping[str, str], kai: list[str], gpu_keys: Mapping[str, object],
         if frac <= 0:
             raise RequestError(KAI_FRACTION, f"{frac} is not a positive fraction",
                                f"write a value in (0, 1], e.g. {KAI_FRACTION}: '0.5'")
-        milli = max(1, round(frac * MILLI_PER_GPU))
-        mode = DeviceMode.EXCLUSIVE if milli == MILLI_PER_GPU else DeviceMode.SOFT
+        # KAI: a share of the device's memory; compute is shared in time (no limit)
+        pct = min(100.0, max(0.1, round(frac * 100, 1)))
+        mode = DeviceMode.EXCLUSIVE if pct >= 100 else DeviceMode.SOFT
         _check_isolation(KAI_FRACTION, mode, common["isolation"],
                          f"ask for a MIG profile or {GPU}: 1 for hard isolation")
-        return GpuRequest(1, mode, milli=milli, memory_percent=frac * 100,
-                          spellings=spellings, **common)
+        if mode is DeviceMode.EXCLUSIVE:
+            return GpuRequest(n, mode, spellings=spellings, **common)
+        return GpuRequest(n, mode, milli=None, memory_percent=pct, spellings=spellings,
+                          **common)
     if KAI_MEMORY not in ann:
         raise RequestError(KAI_NUM_DEVICES, "gives no size",
                            f"add {KAI_FRACTION} or {KAI_MEMORY}")
@@ -414,5 +631,5 @@ def _kai(ann: Mapping[str, str], kai: list[str], gpu_keys: Mapping[str, object],
                            f"ask for 1..{biggest} MiB, or {GPU}: N whole GPUs")
     _check_isolation(KAI_MEMORY, DeviceMode.SOFT, common["isolation"],
                      f"ask for a MIG profile or {GPU}: 1 for hard isolation")
-    return GpuRequest(1, DeviceMode.SOFT, milli=None, memory_mib=mib, spellings=spellings,
+    return GpuRequest(n, DeviceMode.SOFT, milli=None, memory_mib=mib, spellings=spellings,
                       **common)

@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from gpugov.k8s import annotations as ann
@@ -37,6 +39,15 @@ from gpugov.k8s.webhook.policy import (
 from gpugov.k8s.webhook.tenancy import Resolution, TenancyError
 from gpugov.model.gpu_request import GpuRequest
 from gpugov.model.isolation import MIN_ISOLATION
+from gpugov.model.resource_spellings import (
+    DEFAULT_NAMES,
+    KAI_CONTAINER,
+    KAI_FRACTION,
+    KAI_MEMORY,
+    ResourceNames,
+    annotation_warnings,
+    canonical_limits,
+)
 
 #: annotations only gpugov's components may write; stripped before translating
 OWNED = OWNED_ANNOTATIONS
@@ -45,6 +56,50 @@ OWNED = OWNED_ANNOTATIONS
 DEFAULT_SCHEDULER = "default-scheduler"
 #: longest queue chain walked when looking for a cycle (Queues are few)
 MAX_QUEUE_DEPTH = 10_000
+
+
+#: the annotation recording the schedulerName a pod was written for, when adopted
+ORIGINAL_SCHEDULER = "gpugov.io/original-scheduler"
+#: queue labels of KAI-Scheduler (and Run:ai before it): they must name the Tenant's queue
+QUEUE_LABELS = ("kai.scheduler/queue", "runai/queue")
+
+
+@dataclass(frozen=True, slots=True)
+class Options:
+    """What the operator configured (chart: webhook.adoptSchedulers, webhook.resourceNames).
+
+    `adopt`: schedulerNames (e.g. kai-scheduler, volcano, hami-scheduler) whose GPU pods the
+    webhook hands to gpugov, recording the original in `gpugov.io/original-scheduler`; off
+    (empty) by default, so a pod meant for another scheduler is refused with the reason
+    rather than taken silently. `names`: HAMi's renamed resources; the webhook rewrites them
+    (and Volcano's) to gpugov's names so the device plugin allocates the devices and the
+    scheduler reads one spelling."""
+
+    adopt: tuple[str, ...] = ()
+    names: ResourceNames = DEFAULT_NAMES
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Options:
+        """From GPUGOV_ADOPT_SCHEDULERS (comma list) and GPUGOV_RESOURCE_NAMES (JSON object
+        with gpu, gpumem, gpumemPercentage, gpucores, priority), as the chart sets them."""
+        env = os.environ if env is None else env
+        adopt = tuple(a.strip() for a in env.get("GPUGOV_ADOPT_SCHEDULERS", "").split(",")
+                      if a.strip())
+        names = DEFAULT_NAMES
+        text = env.get("GPUGOV_RESOURCE_NAMES", "").strip()
+        if text:
+            raw = json.loads(text)
+            keys = {"gpu": "gpu", "gpumem": "gpumem", "gpumemPercentage": "gpumem_percentage",
+                    "gpucores": "gpucores", "priority": "priority"}
+            unknown = sorted(set(raw) - set(keys))
+            if unknown:
+                raise ValueError(f"GPUGOV_RESOURCE_NAMES: unknown keys {unknown}; allowed: "
+                                 f"{', '.join(keys)}")
+            names = ResourceNames(**{keys[k]: str(v) for k, v in raw.items() if v})
+        return cls(adopt, names)
+
+
+DEFAULT_OPTIONS = Options()
 
 
 class ReviewError(ValueError):
@@ -110,23 +165,64 @@ def _limits(where: str, c: Mapping[str, Any]) -> dict[str, Any]:
     return {k: plain(v) if k.startswith("nvidia.com/") else v for k, v in merged.items()}
 
 
-def pod_request(pod: Mapping[str, Any]) -> GpuRequest | None:
+def pod_request(pod: Mapping[str, Any], names: ResourceNames = DEFAULT_NAMES
+                ) -> GpuRequest | None:
     """The pod's one GPU request (None = no GPU); RequestError when impossible/ambiguous.
 
-    The container with `nvidia.com/` resources carries it; with none, annotations alone may
-    (KAI's `gpu-fraction`/`gpu-memory`). Limits win over requests for the same resource.
+    The container with GPU resources (any spelling `names` knows) carries it; with none,
+    annotations alone may (KAI's `gpu-fraction`/`gpu-memory`, given to the first container
+    or the one `gpu-fraction-container-name` names, init containers included). Limits win
+    over requests for the same resource.
     """
     meta = pod.get("metadata") or {}
-    annots = {k: v for k, v in (meta.get("annotations") or {}).items() if k not in OWNED}
+    annots = {k: v for k, v in (meta.get("annotations") or {}).items()
+              if k not in OWNED and k != ORIGINAL_SCHEDULER}  # records, never a request
     sel = (pod.get("spec") or {}).get("nodeSelector") or {}
     limits = [(where, _limits(where, c)) for where, c in _containers(pod)]
-    gpu = [(w, lim) for w, lim in limits if any(k.startswith("nvidia.com/") for k in lim)]
+    gpu = [(w, lim) for w, lim in limits if canonical_limits(lim, names)[0]]
     if len(gpu) > 1:
         raise RequestError(", ".join(w for w, _ in gpu),
                            "more than one container asks for GPUs",
                            "put the GPU work in one container (gpugov gives one GPU request "
                            "per pod)")
-    return translate(gpu[0][1] if gpu else {}, annots, sel)
+    if KAI_CONTAINER in annots:
+        wanted = str(annots[KAI_CONTAINER])
+        found = [c.get("name") for _, c in _containers(pod)]
+        if wanted not in found:
+            raise RequestError(KAI_CONTAINER, f"names {wanted[:64]!r}, which is no container "
+                               "of the pod", f"name one of {', '.join(map(str, found))}")
+        if KAI_FRACTION not in annots and KAI_MEMORY not in annots:
+            raise RequestError(KAI_CONTAINER, "gives no size",
+                               f"add {KAI_FRACTION} or {KAI_MEMORY}, or drop it")
+    return translate(gpu[0][1] if gpu else {}, annots, sel, names)
+
+
+def rename_patch(pod: Mapping[str, Any], names: ResourceNames = DEFAULT_NAMES
+                 ) -> list[dict[str, Any]]:
+    """JSON patch giving renamed and Volcano resources gpugov's names (`nvidia.com/gpu`...),
+    so the kubelet asks gpugov's device plugin for the devices (a name no plugin serves is
+    dropped by the kubelet and the container would get no GPU) and every reader sees one
+    spelling."""
+    table = names.table()
+    patch: list[dict[str, Any]] = []
+    spec = pod.get("spec") or {}
+    for key in ("initContainers", "containers"):
+        for i, c in enumerate(spec.get(key) or []):
+            res = c.get("resources") if isinstance(c, Mapping) else None
+            if not isinstance(res, Mapping):
+                continue
+            for part in ("limits", "requests"):
+                values = res.get(part)
+                if not isinstance(values, Mapping):
+                    continue
+                for name, value in values.items():
+                    canon = table.get(name)
+                    if canon is None or canon == name:
+                        continue
+                    base = f"/spec/{key}/{i}/resources/{part}/"
+                    patch.append({"op": "remove", "path": base + _escape(name)})
+                    patch.append({"op": "add", "path": base + _escape(canon), "value": value})
+    return patch
 
 
 def _user(req: Mapping[str, Any]) -> tuple[str, list[str]]:
@@ -210,14 +306,20 @@ def _node_name_refusal(pod: Mapping[str, Any], req: Mapping[str, Any],
     return None
 
 
-def _scheduler_patch(pod: Mapping[str, Any], res: Resolution, scheduler_name: str
-                     ) -> tuple[list[dict[str, Any]], str | None]:
+def _scheduler_patch(pod: Mapping[str, Any], res: Resolution, scheduler_name: str,
+                     adopt: tuple[str, ...] = ()) -> tuple[list[dict[str, Any]], str | None]:
     """The schedulerName patch, or a refusal when the pod names a scheduler its Tenant does
-    not allow (another scheduler would escape gpugov's queues and quotas)."""
+    not allow (another scheduler would escape gpugov's queues and quotas). A scheduler on
+    the operator's adoption list (`Options.adopt`) is replaced by gpugov's, the original
+    recorded in `gpugov.io/original-scheduler`."""
     current = (pod.get("spec") or {}).get("schedulerName")
     unset = current in (None, "", DEFAULT_SCHEDULER)
     if scheduler_name and unset:
         return [{"op": "add", "path": "/spec/schedulerName", "value": scheduler_name}], None
+    if scheduler_name and current in adopt and current not in res.schedulers:
+        return [{"op": "add", "path": "/spec/schedulerName", "value": scheduler_name},
+                {"op": "add", "path": f"/metadata/annotations/{_escape(ORIGINAL_SCHEDULER)}",
+                 "value": str(current)}], None
     ours = scheduler_name or DEFAULT_SCHEDULER
     name = current or DEFAULT_SCHEDULER
     if name == ours or name in res.schedulers:
@@ -225,12 +327,27 @@ def _scheduler_patch(pod: Mapping[str, Any], res: Resolution, scheduler_name: st
     allowed = ", ".join([ours, *res.schedulers])
     return [], (f"gpugov: schedulerName {str(name)[:64]!r} is not allowed for GPU pods of Tenant "
                 f"{res.tenant!r} (allowed: {allowed}); instead, leave schedulerName unset "
-                f"(gpugov places the pod), or have an admin list the scheduler in the Tenant's "
-                "spec.schedulers")
+                f"(gpugov places the pod), have an admin list the scheduler in the Tenant's "
+                "spec.schedulers, or (migrating from it) add it to the chart's "
+                "webhook.adoptSchedulers so gpugov takes such pods over")
+
+
+def _queue_refusal(pod: Mapping[str, Any], res: Resolution) -> str | None:
+    """KAI's queue label must name the queue the pod's Tenant gives it: a tenant never picks
+    another tenant's queue by label (docs/migration.md)."""
+    labels = _strings(pod.get("metadata") or {}, "labels")
+    for key in QUEUE_LABELS:
+        if key in labels and str(labels[key]) != res.queue:
+            return (f"gpugov: label {key}={str(labels[key])[:64]!r}: the pods of Tenant "
+                    f"{res.tenant!r} run in its queue {res.queue!r}; instead, set {key}: "
+                    f"{res.queue} or drop the label (an admin moves a namespace to another "
+                    "queue through its Tenant)")
+    return None
 
 
 def mutate(req: Mapping[str, Any], resolve_tenancy, scheduler_name: str = ann.SCHEDULER_NAME,
-           system_namespace: str = identities.SYSTEM_NAMESPACE) -> dict[str, Any]:
+           system_namespace: str = identities.SYSTEM_NAMESPACE,
+           options: Options = DEFAULT_OPTIONS) -> dict[str, Any]:
     """Answer a mutating review. `resolve_tenancy(namespace) -> Resolution` may raise
     TenancyError (the pod is refused with its message)."""
     uid = req["uid"]
@@ -245,7 +362,7 @@ def mutate(req: Mapping[str, Any], resolve_tenancy, scheduler_name: str = ann.SC
     if spoofed:
         return response(uid, False, create_message(spoofed[0]), code=403)
     try:
-        gpu = pod_request(pod)
+        gpu = pod_request(pod, options.names)
     except RequestError as exc:
         return response(uid, False, f"gpugov: {exc}")
     if gpu is None:
@@ -262,10 +379,11 @@ def mutate(req: Mapping[str, Any], resolve_tenancy, scheduler_name: str = ann.SC
         _check_tier(gpu, res)
     except (TenancyError, RequestError) as exc:
         return response(uid, False, f"gpugov: {exc}")
-    sched_patch, refusal = _scheduler_patch(pod, res, scheduler_name)
+    sched_patch, refusal = _scheduler_patch(pod, res, scheduler_name, options.adopt)
+    refusal = refusal or _queue_refusal(pod, res)
     if refusal:
         return response(uid, False, refusal, code=403)
-    patch: list[dict[str, Any]] = []
+    patch: list[dict[str, Any]] = rename_patch(pod, options.names)
     if not annots:
         patch.append({"op": "add", "path": "/metadata/annotations", "value": {}})
     for key, value in ((ann.REQUEST, ann.encode_request(gpu)), (ann.TENANT, res.tenant),
@@ -277,7 +395,8 @@ def mutate(req: Mapping[str, Any], resolve_tenancy, scheduler_name: str = ann.SC
     patch.append({"op": "add", "path": f"/metadata/labels/{_escape(ann.MANAGED_LABEL)}",
                   "value": "true"})
     patch += sched_patch
-    return response(uid, patch=patch, warnings=_ignore_warning(meta) or None)
+    warnings = _ignore_warning(meta) + annotation_warnings(annots)
+    return response(uid, patch=patch, warnings=warnings or None)
 
 
 def validate(req: Mapping[str, Any], scheduler_name: str = ann.SCHEDULER_NAME,

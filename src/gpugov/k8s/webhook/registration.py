@@ -26,12 +26,17 @@ from gpugov.k8s import identities
 from gpugov.k8s.webhook.policy import OWNED_ANNOTATIONS, OWNED_LABELS
 
 NAME = "gpugov"
+#: a GPU resource name: gpugov's and HAMi's (nvidia.com/), Volcano's vGPU (volcano.sh/vgpu-*);
+#: the chart adds HAMi-renamed names (webhook.resourceNames) after the last one
+GPU_RESOURCE = "(k.startsWith('nvidia.com/') || k.startsWith('volcano.sh/vgpu'))"
 GPU_POD_CONDITION = (
     "["
     "(has(object.spec.initContainers) ? object.spec.initContainers : []), object.spec.containers"
     "].exists(cs, cs.exists(c, has(c.resources) && ("
-    "(has(c.resources.limits) && c.resources.limits.exists(k, k.startsWith('nvidia.com/'))) || "
-    "(has(c.resources.requests) && c.resources.requests.exists(k, k.startsWith('nvidia.com/')))"
+    "(has(c.resources.limits) && c.resources.limits.exists(k, "
+    f"{GPU_RESOURCE})) || "
+    "(has(c.resources.requests) && c.resources.requests.exists(k, "
+    f"{GPU_RESOURCE}))"
     "))) || (has(object.metadata.annotations) && object.metadata.annotations.exists(k, "
     "k == 'gpu-fraction' || k == 'gpu-memory' || k.startsWith('gpugov.io/'))) || "
     "(has(object.metadata.labels) && object.metadata.labels.exists(k, "

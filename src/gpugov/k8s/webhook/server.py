@@ -101,8 +101,10 @@ class WebhookApp:
 
     def __init__(self, tenancy: TenancySource, scheduler_name: str = ann.SCHEDULER_NAME,
                  system_namespace: str = identities.SYSTEM_NAMESPACE,
-                 budget: float = REVIEW_BUDGET) -> None:
+                 budget: float = REVIEW_BUDGET,
+                 options: admission.Options = admission.DEFAULT_OPTIONS) -> None:
         self.tenancy = tenancy
+        self.options = options
         self.scheduler_name = scheduler_name
         self.system_namespace = system_namespace
         self.budget = budget
@@ -186,7 +188,7 @@ class WebhookApp:
         try:
             namespace = req.get("namespace") or "default"
             resolution: Resolution | TenancyError | None = None
-            if await self._run(_asks_for_gpu, req):  # only GPU pods cost API reads
+            if await self._run(_asks_for_gpu, req, self.options.names):  # only GPU pods
                 try:
                     resolution = await self.tenancy.resolve(str(namespace))
                 except TenancyError as exc:
@@ -199,7 +201,7 @@ class WebhookApp:
                     raise TenancyError("gpugov: tenancy was not resolved for this pod")
                 return resolution
             out = await self._run(admission.mutate, req, sync_resolve, self.scheduler_name,
-                                  self.system_namespace)
+                                  self.system_namespace, self.options)
         except ReviewTimeout:
             out = self._over_budget("mutate", req)
         except Exception as exc:  # never crash; refuse the GPU pod with the reason
@@ -231,13 +233,14 @@ class WebhookApp:
                             headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 
-def _asks_for_gpu(req: dict[str, Any]) -> bool:
+def _asks_for_gpu(req: dict[str, Any],
+                  names: admission.ResourceNames = admission.DEFAULT_NAMES) -> bool:
     pod = req.get("object")
     if (req.get("kind") or {}).get("kind") != "Pod" or not isinstance(pod, dict) or \
             req.get("operation", "CREATE") != "CREATE":
         return False
     try:
-        return admission.pod_request(pod) is not None
+        return admission.pod_request(pod, names) is not None
     except RequestError:
         return False  # refused by mutate before tenancy is needed
 
@@ -266,7 +269,9 @@ async def serve(cert: Path, key: Path, host: str, port: int, kubeconfig: Path | 
         config.load_incluster_config()
         ctx = _incluster()
     async with ctx as api:
-        hook = WebhookApp(TenancySource(api), scheduler_name, system_namespace)
+        # adoption list and resource renames: the chart's env (admission.Options.from_env)
+        hook = WebhookApp(TenancySource(api), scheduler_name, system_namespace,
+                          options=admission.Options.from_env())
         runner = web.AppRunner(hook.app, access_log=None)
         await runner.setup()
         site = web.TCPSite(runner, host, port, ssl_context=ssl_context(cert, key, client_ca))
