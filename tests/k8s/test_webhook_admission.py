@@ -344,3 +344,124 @@ def test_tenant_schedulers_are_resolved_and_bounded():
     assert res.schedulers[0] == "volcano" and len(res.schedulers) <= 16
     assert resolve("ns", {}, [{**tenant, "spec": {**tenant["spec"], "schedulers": "v"}}],
                    QUEUES).schedulers == ()
+
+
+# -- issue 19: pods written for HAMi, KAI-Scheduler and Volcano --------------------------------
+
+def ops_of(out: dict) -> list[dict]:
+    return json.loads(base64.b64decode(out["response"]["patch"]))
+
+
+def added(out: dict) -> dict[str, object]:
+    return {op["path"]: op["value"] for op in ops_of(out) if op["op"] == "add"}
+
+
+def apply_ops(obj: dict, ops: list[dict]) -> dict:
+    """RFC 6902 add/remove on mappings (what the webhook's patches use), as the apiserver
+    applies them."""
+    obj = json.loads(json.dumps(obj))
+    for op in ops:
+        *parents, last = [p.replace("~1", "/").replace("~0", "~")
+                          for p in op["path"].split("/")[1:]]
+        node = obj
+        for key in parents:
+            node = node[int(key)] if isinstance(node, list) else node[key]
+        if op["op"] == "remove":
+            del node[last]
+        else:
+            node[last] = op["value"]
+    return obj
+
+
+def test_adopted_scheduler_is_handed_to_gpugov_and_recorded():
+    opts = admission.Options(adopt=("kai-scheduler",))
+    p = pod({"nvidia.com/gpu": 1}, schedulerName="kai-scheduler")
+    out = admission.mutate(review(p), lambda ns: INTERNAL, options=opts)
+    assert out["response"]["allowed"], out
+    patch = patch_of(out)
+    assert patch["/spec/schedulerName"] == "gpugov"
+    assert patch["/metadata/annotations/gpugov.io~1original-scheduler"] == "kai-scheduler"
+    # not on the list (the default): refused with where to list it, never taken silently
+    out = admission.mutate(review(p), lambda ns: INTERNAL)
+    assert not out["response"]["allowed"]
+    assert "webhook.adoptSchedulers" in out["response"]["status"]["message"]
+
+
+def test_adopted_pod_passes_validation_with_its_record():
+    opts = admission.Options(adopt=("volcano",))
+    p = pod({"volcano.sh/vgpu-number": 1, "volcano.sh/vgpu-memory": 2000},
+            schedulerName="volcano")
+    out = admission.mutate(review(p), lambda ns: INTERNAL, options=opts)
+    assert out["response"]["allowed"], out
+    mutated = apply_ops(p, ops_of(out))
+    assert mutated["spec"]["containers"][0]["resources"]["limits"] == {
+        "nvidia.com/gpu": 1, "nvidia.com/gpumem": 2000}
+    assert admission.validate(review(mutated))["response"]["allowed"]
+
+
+def test_renamed_hami_resources_are_rewritten_to_gpugovs_names():
+    names = admission.ResourceNames(gpu="example.com/vgpu", gpumem="example.com/vmem")
+    opts = admission.Options(names=names)
+    p = pod({"example.com/vgpu": 2, "example.com/vmem": 3000, "cpu": "1"})
+    out = admission.mutate(review(p), lambda ns: INTERNAL, options=opts)
+    assert out["response"]["allowed"], out
+    ops = ops_of(out)
+    base = "/spec/containers/0/resources/limits/"
+    assert {"op": "remove", "path": base + "example.com~1vgpu"} in ops
+    assert {"op": "add", "path": base + "nvidia.com~1gpumem", "value": 3000} in ops
+    req = ann.decode_request(added(out)["/metadata/annotations/gpugov.io~1request"])
+    assert (req.count, req.memory_mib) == (2, 3000)
+    # without the knob the renamed name is no GPU resource at all
+    assert admission.pod_request(p) is None
+
+
+def test_options_from_the_charts_env():
+    opts = admission.Options.from_env({
+        "GPUGOV_ADOPT_SCHEDULERS": "kai-scheduler, volcano",
+        "GPUGOV_RESOURCE_NAMES": '{"gpu": "example.com/vgpu", "gpucores": "example.com/c"}'})
+    assert opts.adopt == ("kai-scheduler", "volcano")
+    assert opts.names.gpu == "example.com/vgpu" and opts.names.gpumem == "nvidia.com/gpumem"
+    with pytest.raises(ValueError, match="unknown keys"):
+        admission.Options.from_env({"GPUGOV_RESOURCE_NAMES": '{"resourceName": "x"}'})
+
+
+def test_unknown_annotations_of_other_schedulers_are_named_in_a_warning():
+    p = pod({"nvidia.com/gpu": 1}, annotations={"hami.io/vgpu-node": "n1",
+                                                 "kai.scheduler/whatever": "x",
+                                                 "hami.io/gpu-scheduler-policy": "binpack"})
+    out = admission.mutate(review(p), lambda ns: INTERNAL)
+    assert out["response"]["allowed"]
+    warnings = out["response"]["warnings"]
+    assert any("hami.io/vgpu-node" in w for w in warnings)
+    assert any("kai.scheduler/whatever" in w for w in warnings)
+    assert not any("gpu-scheduler-policy" in w for w in warnings)  # read: binpack honoured
+
+
+def test_contradictory_hami_annotations_are_refused_with_the_reason():
+    p = pod({"nvidia.com/gpu": 1}, annotations={"nvidia.com/use-gputype": "A100",
+                                                 "nvidia.com/nouse-gputype": "A100"})
+    out = admission.mutate(review(p), lambda ns: INTERNAL)
+    assert not out["response"]["allowed"]
+    assert "both name A100" in out["response"]["status"]["message"]
+
+
+@pytest.mark.parametrize("label", ["kai.scheduler/queue", "runai/queue"])
+def test_kai_queue_label_must_name_the_tenants_queue(label):
+    ok = pod({"nvidia.com/gpu": 1})
+    ok["metadata"]["labels"] = {label: "q"}
+    assert admission.mutate(review(ok), lambda ns: INTERNAL)["response"]["allowed"]
+    other = pod({"nvidia.com/gpu": 1})
+    other["metadata"]["labels"] = {label: "someone-elses"}
+    out = admission.mutate(review(other), lambda ns: INTERNAL)
+    assert not out["response"]["allowed"]
+    assert "its queue 'q'" in out["response"]["status"]["message"]
+
+
+def test_kai_fraction_container_name_must_name_a_container():
+    p = pod(annotations={"gpu-fraction": "0.5", "gpu-fraction-container-name": "gpu-init"},
+            initContainers=[{"name": "gpu-init", "image": "x"}])
+    assert admission.mutate(review(p), lambda ns: INTERNAL)["response"]["allowed"]
+    p["metadata"]["annotations"]["gpu-fraction-container-name"] = "nope"
+    out = admission.mutate(review(p), lambda ns: INTERNAL)
+    assert not out["response"]["allowed"]
+    assert "'nope'" in out["response"]["status"]["message"]
