@@ -21,7 +21,7 @@ TRACES = Path(__file__).resolve().parents[1] / "../shared/traces/alibaba-gpu-v20
         (["--model", "H100-SXM5-80GB", "3g.40gb", "3g.40gb", "1g.10gb"], 1, "memory slices"),
         (["--model", "H100-SXM5-80GB", "4g.40gb", "2g.20gb", "2g.20gb"], 1, "does not fit"),
         (["--model", "H100-SXM5-80GB", "1g.5gb"], 2, "valid: 1g.10gb"),
-        (["--model", "B300", "1g.10gb"], 2, "no MIG geometry"),
+        (["--model", "L40S", "1g.10gb"], 2, "no MIG geometry"),
     ],
 )
 def test_mig_check_exit_codes(args: list[str], code: int, text: str) -> None:

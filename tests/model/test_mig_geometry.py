@@ -18,7 +18,9 @@ from gpugov.model.mig import (
     models_with_profile,
 )
 
-EIGHT_SLICE = ["A100-SXM4-40GB", "A100-SXM4-80GB", "H100-SXM5-80GB", "H100-NVL", "H200"]
+EIGHT_SLICE = ["A100-SXM4-40GB", "A100-SXM4-80GB", "H100-SXM5-80GB", "H100-NVL", "H200",
+               "H100-PCIE-80GB", "H100-96GB", "GH200", "H20", "GH200-144GB", "H200-NVL", "B200",
+               "GB200", "B300", "GB300"]
 
 
 def _names(model: str) -> dict[str, str]:
@@ -98,7 +100,7 @@ def test_catalog_knows_every_mig_model_and_flags_it() -> None:
         assert CATALOG[model].mig_capable
     assert not CATALOG["L4"].mig_capable
     assert models_with_profile("1g.10gb") == ["A100-SXM4-40GB", "A100-SXM4-80GB",
-                                              "H100-SXM5-80GB"]
+                                              "H100-SXM5-80GB", "H100-PCIE-80GB"]
     assert all(not p.confirmed for p in get_geometry("H200").profiles)
 
 

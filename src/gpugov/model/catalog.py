@@ -88,7 +88,7 @@ _DATACENTER_MODELS = [
     GpuModel("H100-PCIE-80GB", memory_mib=80 * _GIB, sms=114, memory_bandwidth_gbs=2000,
              tdp_w=350, nvlink_gbs=600, mig_capable=True, arch="hopper",
              pci_device_id="0x233110DE", nvml_name="NVIDIA H100 PCIe", fp16_tflops=756,
-             note="MIG per-profile SM counts not captured; no MIG geometry in gpugov yet",
+             note="MIG geometry: the H100-80GB table (mig-parted); per-profile SMs unconfirmed",
              unconfirmed=("tdp_w", "fp16_tflops")),
     GpuModel("H100-NVL", memory_mib=94 * _GIB, sms=132, memory_bandwidth_gbs=3900, tdp_w=400,
              nvlink_gbs=600, mig_capable=True, arch="hopper", pci_device_id="0x232110DE",
@@ -100,7 +100,47 @@ _DATACENTER_MODELS = [
              unconfirmed=("fp16_tflops",)),
 ]
 
-CATALOG: dict[str, GpuModel] = {m.name: m for m in _TRACE_MODELS + _DATACENTER_MODELS}
+# Current data-centre GPUs with MIG (issue 19). PCI ids: mig-parted's config-default.yaml
+# device filters (tests/model/upstream/mig-parted); memory: the capacity MIG's 7g profile
+# names (what the GPU exposes), in MiB. Other specs are public datasheet figures written from
+# memory and marked unconfirmed; NVML names likewise (the node agent also matches by PCI id).
+_U = ("sms", "memory_bandwidth_gbs", "tdp_w", "nvlink_gbs", "nvml_name")
+_CURRENT_MODELS = [
+    GpuModel("H100-96GB", memory_mib=96 * _GIB, sms=132, memory_bandwidth_gbs=3350, tdp_w=700,
+             nvlink_gbs=900, mig_capable=True, arch="hopper", pci_device_id="0x233D10DE",
+             nvml_name="NVIDIA H100 96GB HBM3", unconfirmed=_U),
+    GpuModel("H20", memory_mib=96 * _GIB, sms=78, memory_bandwidth_gbs=4000, tdp_w=400,
+             nvlink_gbs=900, mig_capable=True, arch="hopper", pci_device_id="0x232910DE",
+             nvml_name="NVIDIA H20", unconfirmed=_U),
+    GpuModel("GH200", memory_mib=96 * _GIB, sms=132, memory_bandwidth_gbs=4000, tdp_w=900,
+             nvlink_gbs=900, mig_capable=True, arch="hopper", pci_device_id="0x234210DE",
+             nvml_name="NVIDIA GH200 480GB", note="Grace Hopper, 96 GB HBM3", unconfirmed=_U),
+    GpuModel("GH200-144GB", memory_mib=144 * _GIB, sms=132, memory_bandwidth_gbs=4900,
+             tdp_w=900, nvlink_gbs=900, mig_capable=True, arch="hopper",
+             pci_device_id="0x234810DE", nvml_name="NVIDIA GH200 144G HBM3e", unconfirmed=_U),
+    GpuModel("H200-NVL", memory_mib=141 * _GIB, sms=132, memory_bandwidth_gbs=4800, tdp_w=600,
+             nvlink_gbs=900, mig_capable=True, arch="hopper", pci_device_id="0x233B10DE",
+             nvml_name="NVIDIA H200 NVL", unconfirmed=_U),
+    GpuModel("B200", memory_mib=180 * _GIB, sms=148, memory_bandwidth_gbs=8000, tdp_w=1000,
+             nvlink_gbs=1800, mig_capable=True, arch="blackwell", pci_device_id="0x290110DE",
+             nvml_name="NVIDIA B200", unconfirmed=_U),
+    GpuModel("GB200", memory_mib=186 * _GIB, sms=148, memory_bandwidth_gbs=8000, tdp_w=1200,
+             nvlink_gbs=1800, mig_capable=True, arch="blackwell", pci_device_id="0x294110DE",
+             nvml_name="NVIDIA GB200", unconfirmed=_U),
+    GpuModel("B300", memory_mib=269 * _GIB, sms=148, memory_bandwidth_gbs=8000, tdp_w=1100,
+             nvlink_gbs=1800, mig_capable=True, arch="blackwell", pci_device_id="0x318210DE",
+             nvml_name="NVIDIA B300 SXM6 AC", unconfirmed=_U),
+    GpuModel("GB300", memory_mib=278 * _GIB, sms=148, memory_bandwidth_gbs=8000, tdp_w=1400,
+             nvlink_gbs=1800, mig_capable=True, arch="blackwell", pci_device_id="0x31C210DE",
+             nvml_name="NVIDIA GB300", unconfirmed=_U),
+    GpuModel("RTX-PRO-6000", memory_mib=96 * _GIB, sms=188, memory_bandwidth_gbs=1792,
+             tdp_w=600, mig_capable=True, arch="blackwell", pci_device_id="0x2BB510DE",
+             nvml_name="NVIDIA RTX PRO 6000 Blackwell Server Edition",
+             note="GDDR7; MIG with 4 slices", unconfirmed=_U),
+]
+
+CATALOG: dict[str, GpuModel] = {m.name: m for m in
+                                _TRACE_MODELS + _DATACENTER_MODELS + _CURRENT_MODELS}
 
 
 def register(model: GpuModel) -> GpuModel:

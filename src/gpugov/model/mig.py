@@ -31,6 +31,9 @@ class MigProfile:
     max_count: int  # most instances of this profile on one GPU
     media_extensions: bool = False  # the `+me` variant: at most one per GPU
     confirmed: bool = True  # False: inferred, not read from a real -lgip/-lgipp capture
+    # another flavour of a base profile on the same slices (`+gfx`, `-me` on RTX PRO
+    # Blackwell): valid in layouts, left out of the planner's candidate profiles
+    variant: bool = False
 
     @property
     def memory_mib(self) -> int:
@@ -57,11 +60,12 @@ class MigGeometry:
         )
 
     def profile_names(self, include_media: bool = True) -> list[str]:
-        return [p.name for p in self.profiles if include_media or not p.media_extensions]
+        return [p.name for p in self.profiles
+                if include_media or not (p.media_extensions or p.variant)]
 
     def base_profiles(self) -> tuple[MigProfile, ...]:
-        """Profiles without `+me` variants: what layouts and planners work with."""
-        return tuple(p for p in self.profiles if not p.media_extensions)
+        """Profiles without `+me`/`+gfx`/`-me` variants: what layouts and planners work with."""
+        return tuple(p for p in self.profiles if not (p.media_extensions or p.variant))
 
     @property
     def whole(self) -> MigProfile:
@@ -130,8 +134,70 @@ _A30 = MigGeometry(
     ),
 )
 
+# --- current data-centre GPUs (issue 19) -----------------------------------------------------
+# Profile names, memory/compute fractions and instance counts: NVIDIA's MIG user guide
+# ("Supported MIG Profiles": every Hopper and Blackwell data-centre GPU has the 8-memory /
+# 7-compute-slice layout of the H100, 1/8 .. 8/8 of memory, 1/7 .. 7/7 of the SMs) and
+# mig-parted's config-default.yaml (tests/model/upstream/mig-parted, unedited), whose
+# per-model layouts name every profile below. Starts and profile IDs are the 8-slice ones
+# every captured Hopper GPU reports; GiB are the names' GB (x 0.93, on the low side) and SM
+# counts are not published per profile: both are marked unconfirmed, and a node with MIG on
+# uses what its driver reports (gpugov.node.mig_apply.runtime_geometry) instead.
+_GB = 0.93  # GB in a profile name -> GiB, rounded down
+
+
+def _published(model: str, gb: tuple[int, int, int, int], sm_per_slice: int) -> MigGeometry:
+    g1, g2, g4, g8 = gb
+    sms = (sm_per_slice, sm_per_slice, 2 * sm_per_slice, 3 * sm_per_slice, 4 * sm_per_slice,
+           7 * sm_per_slice)
+    return _eight_slice(model, gb, (g1 * _GB, g2 * _GB, g4 * _GB, g8 * _GB), sms,
+                        confirmed=False,
+                        note="names, fractions and counts published (MIG user guide, "
+                             "mig-parted); GiB and SM counts unconfirmed")
+
+
+# H100 PCIe: mig-parted applies the H100-80GB layouts to it (device 0x233110DE); 114 SMs, so
+# the SXM5's per-profile SM counts do not hold there.
+_H100_PCIE = _published("H100-PCIE-80GB", (10, 20, 40, 80), 16)
+# 96 GB Hopper parts share one table: H100-96GB, GH200 (96 GB HBM3) and H20
+_H100_96 = _published("H100-96GB", (12, 24, 48, 96), 16)
+_GH200 = _published("GH200", (12, 24, 48, 96), 16)
+_H20 = _published("H20", (12, 24, 48, 96), 11)  # 78 SMs
+_GH200_144 = _published("GH200-144GB", (18, 36, 72, 144), 16)
+_H200_NVL = _published("H200-NVL", (18, 35, 71, 141), 16)
+_B200 = _published("B200", (23, 45, 90, 180), 18)
+_GB200 = _published("GB200", (23, 47, 93, 186), 18)
+_B300 = _published("B300", (34, 67, 135, 269), 18)
+_GB300 = _published("GB300", (35, 70, 139, 278), 18)
+
+
+def _rtx_pro_6000() -> MigGeometry:
+    """RTX PRO 6000 Blackwell Server Edition: 4 memory and 4 compute slices like the A30,
+    each profile also as `+gfx` (graphics), `-me` (no media engines) and `+me.all` (all media
+    engines, one per GPU); counts from mig-parted (1g.24gb x4, 2g.48gb x2, 4g.96gb x1)."""
+    out = []
+    for name, pid, sl, gib, starts, most in (("1g.24gb", 14, 1, 22.3, (0, 1, 2, 3), 4),
+                                             ("2g.48gb", 5, 2, 44.6, (0, 2), 2),
+                                             ("4g.96gb", 0, 4, 89.3, (0,), 1)):
+        sms = 47 * sl  # 188 SMs / 4 (unconfirmed)
+        out.append(MigProfile(name, pid, sl, sl, gib, sms, starts, most, confirmed=False))
+        out.append(MigProfile(f"{name}+gfx", pid, sl, sl, gib, sms, starts, most,
+                              confirmed=False, variant=True))
+        if sl < 4:
+            out.append(MigProfile(f"{name}-me", pid, sl, sl, gib, sms, starts, most,
+                                  confirmed=False, variant=True))
+            out.append(MigProfile(f"{name}+me.all", pid, sl, sl, gib, sms, starts, 1,
+                                  media_extensions=True, confirmed=False))
+    return MigGeometry("RTX-PRO-6000", memory_slices=4, compute_slices=4, profiles=tuple(out),
+                       note="profile IDs, GiB and SM counts unconfirmed")
+
+
+_RTX_PRO_6000 = _rtx_pro_6000()
+
 MIG_GEOMETRIES: dict[str, MigGeometry] = {
-    g.model: g for g in (_A100_40, _A100_80, _H100, _H100_NVL, _H200, _A30)
+    g.model: g for g in (_A100_40, _A100_80, _H100, _H100_NVL, _H200, _A30, _H100_PCIE,
+                         _H100_96, _GH200, _H20, _GH200_144, _H200_NVL, _B200, _GB200, _B300,
+                         _GB300, _RTX_PRO_6000)
 }
 
 
