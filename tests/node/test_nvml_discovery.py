@@ -87,3 +87,11 @@ def test_lost_gpu_is_left_out(node, open_nvml):
 def test_missing_library_is_a_clear_error(tmp_path):
     with pytest.raises(NvmlUnavailable, match="cannot load NVML"):
         Nvml(str(tmp_path / "libnvidia-ml.so.1"))
+
+
+def test_board_name_unknown_but_pci_id_known_is_the_catalog_model(node, open_nvml):
+    # drivers and OEMs spell board names differently; mig-parted matches the PCI device id
+    node.gpu(("0x290110DE", 183359, "NVIDIA B200 OEM board"), "cc 10 0")
+    node.gpu(("0x12345678", 1024, "Some Future GPU"))
+    found = discover(open_nvml(node))
+    assert [g.model for g in found.gpus] == ["B200", "Some Future GPU"]

@@ -87,10 +87,15 @@ class NodeGpus:
         raise KeyError(f"no GPU with index {index}")
 
 
-def catalog_model(nvml_name: str) -> str:
-    """The catalog's model name for an NVML device name (the NVML name when unknown)."""
+def catalog_model(nvml_name: str, pci_device_id: str = "") -> str:
+    """The catalog's model name for an NVML device name, else for its PCI device id (the
+    spelling mig-parted's device filters use: board names vary between drivers and OEMs),
+    else the NVML name."""
     for name, spec in CATALOG.items():
         if spec.nvml_name and spec.nvml_name == nvml_name:
+            return name
+    for name, spec in CATALOG.items():
+        if pci_device_id and spec.pci_device_id == pci_device_id.upper().replace("0X", "0x"):
             return name
     return nvml_name
 
@@ -292,9 +297,9 @@ def _one(nv: Nvml, index: int, h: object) -> GpuInfo:
     mig_enabled = bool(mode and mode[0] == pynvml.NVML_DEVICE_MIG_ENABLE)
     mig: tuple[MigDevice, ...] = ()
     if mig_enabled:
-        mig = tuple(gpu_instances(nv, h, mig_profiles(nv, h, catalog_model(name))))
+        mig = tuple(gpu_instances(nv, h, mig_profiles(nv, h, catalog_model(name, pci_id))))
     return GpuInfo(
-        index=index, uuid=uuid, name=name, model=catalog_model(name),
+        index=index, uuid=uuid, name=name, model=catalog_model(name, pci_id),
         memory_mib=int(mem.total >> 20) if mem else 0, pci_device_id=pci_id, bus_id=bus,
         numa=_numa(nv, h, bus), compute_capability=tuple(cc) if cc else None,  # type: ignore
         power_limit_w=limit / 1000 if limit else None, mig_capable=mode is not None,
