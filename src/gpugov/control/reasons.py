@@ -16,6 +16,7 @@ gpu, gpu-memory, power, cpu, memory) or a queue resource (gpu, gpumem, mig-<prof
 from __future__ import annotations
 
 from gpugov.model.cluster import REASONS
+from gpugov.model.devices import DeviceMode
 from gpugov.model.request import PodRequest
 
 REJECTED = "rejected"
@@ -67,6 +68,12 @@ def node_words(code: str, req: PodRequest | None = None) -> str:
     words = NODE_WORDS.get(code, code)
     if req is None:
         return words
+    if code == "isolation" and req.slice_mode is DeviceMode.TIMESLICE and (
+            req.oversubscribe or req.slice_mode.isolation >= req.min_isolation):
+        return ("time-slice replicas that need soft isolation (capped at their memory) and a "
+                "Tenant's oversubscribing (uncapped) replicas never share a device, and an "
+                "uncapped replica gives none; wait for a device without the other kind, or ask "
+                "for a soft slice, a MIG profile or a whole GPU")
     if code == "isolation" and req.min_isolation:
         return (f"it needs {req.min_isolation} isolation (its tenant's trust tier) and a "
                 f"{req.slice_mode} slice gives {req.slice_mode.isolation}; ask for a MIG "

@@ -187,7 +187,9 @@ def simulate(mode: DeviceMode, pods: list[Pod], nodes: int = 16, gpus_per_node: 
         ts_over = float((risk > 1.0).sum() / total_gpus)
     name = mode.value if oversubscribe or mode is not DeviceMode.TIMESLICE \
         else "timeslice-capped"
-    return ModeResult(name, mode.isolation, placed, len(pods),
+    iso = IsolationLevel.NONE if mode is DeviceMode.TIMESLICE and oversubscribe \
+        else mode.isolation  # an uncapped replica isolates nothing
+    return ModeResult(name, iso, placed, len(pods),
                       compute / (total_gpus * MILLI_PER_GPU), stranded, mig_idle, ts_max,
                       ts_over, dict(sorted(refused.items())))
 
