@@ -135,12 +135,25 @@ typedef struct {
 
 /* The generic node parameters (cuGraphAddNode): a type, then a union of node kinds. */
 #define CU_GRAPH_NODE_TYPE_MEM_ALLOC 10
+#define CU_GRAPH_NODE_TYPE_MEM_FREE 11
+typedef struct {
+    CUdeviceptr dptr;
+} CUDA_MEM_FREE_NODE_PARAMS;
+typedef struct {
+    CUdeviceptr dst;
+    size_t pitch;
+    unsigned int value;
+    unsigned int elementSize;
+    size_t width;
+    size_t height;
+} CUDA_MEMSET_NODE_PARAMS;
 typedef struct {
     int type;
     int reserved0[3];
     union {
         long long reserved1[29];
         CUDA_MEM_ALLOC_NODE_PARAMS alloc;
+        CUDA_MEM_FREE_NODE_PARAMS free_;
     };
     long long reserved2;
 } CUgraphNodeParams;

@@ -103,6 +103,9 @@
     X(cuGraphInstantiate_v2, CUresult, (CUgraphExec *, CUgraph, CUgraphNode *, char *, size_t)) \
     X(cuGraphExecDestroy, CUresult, (CUgraphExec)) \
     X(cuMemPrefetchAsync, CUresult, (CUdeviceptr, size_t, CUdevice, CUstream)) \
+    X(cuGraphAddMemFreeNode, CUresult, (CUgraphNode *, CUgraph, const CUgraphNode *, size_t, CUdeviceptr)) \
+    X(cuGraphAddMemsetNode, CUresult, (CUgraphNode *, CUgraph, const CUgraphNode *, size_t, const CUDA_MEMSET_NODE_PARAMS *, CUcontext)) \
+    X(cuCtxGetCurrent, CUresult, (CUcontext *)) \
     X(cuMemPrefetchAsync_ptsz, CUresult, (CUdeviceptr, size_t, CUdevice, CUstream)) \
     X(cuMemPrefetchAsync_v2, CUresult, (CUdeviceptr, size_t, CUmemLocation, unsigned int, CUstream)) \
     X(cuMemPrefetchAsync_v2_ptsz, CUresult, (CUdeviceptr, size_t, CUmemLocation, unsigned int, CUstream)) \
@@ -160,6 +163,8 @@ int gg_nvml_ready(void);
 extern struct gg_config gg_cfg;
 void gg_load_real_nvml(void);
 void *gg_real_dlsym(void *handle, const char *name);
+/* A symbol of the C library (libc.so.6 / libdl.so.2) found in its ELF tables (elfsym.c). */
+void *gg_libc_symbol(const char *name);
 void *gg_hook_for_symbol(const char *name);
 uint64_t gg_now_ns(void);
 
@@ -211,7 +216,8 @@ enum { GG_KIND_LINEAR = 1, GG_KIND_ASYNC, GG_KIND_ARRAY, GG_KIND_MIPMAP, GG_KIND
        GG_KIND_CAPTURE,    /* memory nodes captured on a stream: key = stream ^ device, bytes */
        GG_KIND_GRAPH,      /* memory nodes of a graph: key = graph ^ device, bytes */
        GG_KIND_VMM_EXPORTED, /* a VMM handle exported to a shareable handle (key = handle) */
-       GG_KIND_EXEC };     /* memory nodes of an executable graph: key = exec ^ device, bytes */
+       GG_KIND_EXEC,       /* memory nodes of an executable graph: key = exec ^ device, bytes */
+       GG_KIND_GRAPHPTR }; /* the address of a graph allocation (memory node): key = address */
 struct gg_entry {
     uint64_t key;
     uint64_t bytes;

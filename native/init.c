@@ -115,13 +115,25 @@ int gg_nvml_ready(void) {
 /* ---- symbol resolution: dlsym and cuGetProcAddress ---- */
 
 static void *(*next_dlsym)(void *, const char *);
+static void *(*libc_dlvsym)(void *, const char *, const char *);
+
+/* glibc's dlvsym (gpugov's own export would answer a plain call). */
+GG_NO_SANITIZE static void *(*real_dlvsym(void))(void *, const char *, const char *) {
+    void *(*f)(void *, const char *, const char *) = __atomic_load_n(&libc_dlvsym, __ATOMIC_ACQUIRE);
+    if (!f) {
+        *(void **)&f = gg_libc_symbol("dlvsym");
+        if (f) __atomic_store_n(&libc_dlvsym, f, __ATOMIC_RELEASE);
+    }
+    return f;
+}
 
 GG_NO_SANITIZE void *gg_real_dlsym(void *handle, const char *name) {
     void *(*f)(void *, const char *) = __atomic_load_n(&next_dlsym, __ATOMIC_ACQUIRE);
     if (!f) {
         static const char *versions[] = {"GLIBC_2.34", "GLIBC_2.17", "GLIBC_2.2.5", "GLIBC_2.0"};
-        for (size_t i = 0; !f && i < sizeof(versions) / sizeof(versions[0]); i++)
-            f = (void *(*)(void *, const char *))dlvsym(RTLD_NEXT, "dlsym", versions[i]);
+        void *(*vsym)(void *, const char *, const char *) = real_dlvsym();
+        for (size_t i = 0; vsym && !f && i < sizeof(versions) / sizeof(versions[0]); i++)
+            f = (void *(*)(void *, const char *))vsym(RTLD_NEXT, "dlsym", versions[i]);
         if (!f) return NULL;
         __atomic_store_n(&next_dlsym, f, __ATOMIC_RELEASE);
     }
@@ -132,32 +144,67 @@ GG_NO_SANITIZE void *gg_real_dlsym(void *handle, const char *name) {
  * before gpugov (e.g. a sanitizer runtime) the two agree except for gpugov's own
  * exports, so the real RTLD_NEXT is used. For a caller loaded after gpugov, the
  * link map after the caller is searched (in glibc a link_map is a dlopen handle). */
-GG_NO_SANITIZE static void *next_after(const void *caller, const char *name) {
+GG_NO_SANITIZE static void *next_after(const void *caller, const char *name, const char *version) {
     Dl_info info;
     struct link_map *lm = NULL, *self = NULL, *p;
+    void *(*vsym)(void *, const char *, const char *) = version ? real_dlvsym() : NULL;
+    if (version && !vsym) return NULL;
+#define GG_LOOKUP(h) (version ? vsym((h), name, version) : gg_real_dlsym((h), name))
     if (!dladdr1(caller, &info, (void **)&lm, RTLD_DL_LINKMAP) || !lm
         || !dladdr1((void *)next_after, &info, (void **)&self, RTLD_DL_LINKMAP) || !self)
-        return gg_real_dlsym(RTLD_NEXT, name);
+        return GG_LOOKUP(RTLD_NEXT);
     for (p = lm; p && p != self; p = p->l_next) {
     }
-    if (p == self) return gg_real_dlsym(RTLD_NEXT, name); /* caller precedes gpugov */
+    if (p == self) return GG_LOOKUP(RTLD_NEXT); /* caller precedes gpugov */
     for (p = lm->l_next; p; p = p->l_next) {
         if (!p->l_name || !p->l_name[0]) continue;
-        void *sym = gg_real_dlsym(p, name);
+        void *sym = GG_LOOKUP(p);
         if (sym) return sym;
     }
+#undef GG_LOOKUP
     return NULL;
+}
+
+/* Names that would hand out a symbol lookup gpugov does not see: its own answers instead
+ * (dlsym, dlvsym), or none (glibc's private lookups). */
+GG_NO_SANITIZE static int lookup_entry(const char *n, void **out) {
+    if (strcmp(n, "dlsym") == 0) { *out = (void *)dlsym; return 1; }
+    if (strcmp(n, "dlvsym") == 0) { *out = (void *)dlvsym; return 1; }
+    if (strcmp(n, "__libc_dlsym") == 0 || strcmp(n, "__libc_dlvsym") == 0 || strcmp(n, "_dl_sym") == 0
+        || strcmp(n, "_dl_vsym") == 0) {
+        *out = NULL;
+        return 1;
+    }
+    return 0;
 }
 
 GG_EXPORT GG_NO_SANITIZE void *dlsym(void *handle, const char *name) {
     const char *n = name; /* glibc declares name nonnull; callers still pass NULL */
     __asm__("" : "+r"(n));
+    void *e;
     if (n && ((n[0] == 'c' && n[1] == 'u') || strncmp(n, "nvml", 4) == 0)) {
         void *hook = gg_hook_for_symbol(n);
         if (hook) return hook;
     }
-    if (handle == RTLD_NEXT) return next_after(__builtin_return_address(0), name);
+    if (n && (n[0] == 'd' || n[0] == '_') && lookup_entry(n, &e)) return e;
+    if (handle == RTLD_NEXT) return next_after(__builtin_return_address(0), name, NULL);
     return gg_real_dlsym(handle, name);
+}
+
+/* dlvsym answers like dlsym: a wrapped driver function's wrapper whatever version is asked,
+ * gpugov's dlsym/dlvsym for those names, so no lookup reaches the unwrapped driver. */
+GG_EXPORT GG_NO_SANITIZE void *dlvsym(void *handle, const char *name, const char *version) {
+    const char *n = name;
+    __asm__("" : "+r"(n));
+    void *e;
+    if (n && ((n[0] == 'c' && n[1] == 'u') || strncmp(n, "nvml", 4) == 0)) {
+        void *hook = gg_hook_for_symbol(n);
+        if (hook) return hook;
+    }
+    if (n && (n[0] == 'd' || n[0] == '_') && lookup_entry(n, &e)) return e;
+    if (handle == RTLD_NEXT) return next_after(__builtin_return_address(0), name, version);
+    void *(*vsym)(void *, const char *, const char *) = real_dlvsym();
+    return vsym ? vsym(handle, name, version) : NULL;
 }
 
 /* Hooked driver functions whose versions we know. v2_since: first CUDA version whose
@@ -187,7 +234,7 @@ static const struct gg_versioned versioned[] = {
     {"cuGraphAddNode", 12030, 0}, {"cuGraphClone", 0, 0}, {"cuDeviceGraphMemTrim", 0, 0},
     {"cuMemExportToShareableHandle", 0, 0}, {"cuGraphInstantiateWithFlags", 0, 0},
     {"cuGraphInstantiateWithParams", 0, 1}, {"cuGraphExecDestroy", 0, 0}, {"cuGraphInstantiate", 11000, 0},
-    {"cuMemPrefetchAsync", 12020, 1}, {"cuMemAdvise", 12020, 0},
+    {"cuMemPrefetchAsync", 12020, 1}, {"cuMemAdvise", 12020, 0}, {"cuGraphAddMemFreeNode", 0, 0},
 };
 
 /* Replaces the driver's answer with our wrapper. A hooked function whose variant we

@@ -196,6 +196,7 @@ GG_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t w
 }
 
 static int forget_import(CUdeviceptr p);
+static void scrub_graph_ptr(CUdeviceptr dp, CUstream s, int ptsz, int sync);
 static CUresult free_async_entry(CUdeviceptr dp, const struct gg_entry *e, CUstream s, int ptsz, int sync);
 
 /* A linear allocation is freed (by cuMemFree or, legally, cuMemFreeAsync): scrub, free, credit. */
@@ -223,6 +224,7 @@ GG_EXPORT CUresult cuMemFree_v2(CUdeviceptr p) {
     struct gg_entry e;
     if (gg_track_take(GG_KIND_LINEAR, p, &e)) return free_linear_entry(p, &e, NULL, NULL, 0);
     if (gg_track_take(GG_KIND_ASYNC, p, &e)) return free_async_entry(p, &e, NULL, 0, 1);
+    scrub_graph_ptr(p, NULL, 0, 1);
     CUresult rc = gg_real.cuMemFree_v2(p); /* pool pointers imported from another process */
     if (rc == CUDA_SUCCESS) forget_import(p);
     return rc;
@@ -469,8 +471,12 @@ static CUresult alloc_captured(CUdeviceptr *dptr, size_t bytes, CUmemoryPool poo
     if (graph_reserve(dev, bytes, api)) return CUDA_ERROR_OUT_OF_MEMORY;
     CUresult rc = pool ? (ptsz ? gg_real.cuMemAllocFromPoolAsync_ptsz : gg_real.cuMemAllocFromPoolAsync)(dptr, bytes, pool, s)
                        : (ptsz ? gg_real.cuMemAllocAsync_ptsz : gg_real.cuMemAllocAsync)(dptr, bytes, s);
-    if (rc != CUDA_SUCCESS) graph_unreserve(dev, bytes);
-    else graph_add(GG_KIND_CAPTURE, (uint64_t)(uintptr_t)s, dev, bytes);
+    if (rc != CUDA_SUCCESS) {
+        graph_unreserve(dev, bytes);
+    } else {
+        graph_add(GG_KIND_CAPTURE, (uint64_t)(uintptr_t)s, dev, bytes);
+        if (dptr) gg_track_put(GG_KIND_GRAPHPTR, *dptr, bytes, dev, 0);
+    }
     return rc;
 }
 
@@ -581,11 +587,29 @@ static CUresult free_async_entry(CUdeviceptr dp, const struct gg_entry *e, CUstr
     return rc;
 }
 
+/* A graph allocation freed outside its graph (or by a captured free): zeroed first, on the
+ * stream (a captured memset becomes a node before the free node). */
+static void scrub_graph_ptr(CUdeviceptr dp, CUstream s, int ptsz, int sync) {
+    struct gg_entry e;
+    struct gg_entry imp;
+    if (!gg_track_take(GG_KIND_GRAPHPTR, dp, &e) || !gg_cfg.scrub) return;
+    /* an address a destroyed graph once used may now be an import: never zero another's memory */
+    if (gg_track_get(GG_KIND_IPC, dp, &imp) || gg_track_get(GG_KIND_IPC_SHARED, dp, &imp)) return;
+    if (sync) {
+        scrub(dp, e.bytes);
+    } else {
+        CUresult (*ms)(CUdeviceptr, unsigned char, size_t, CUstream) =
+            ptsz ? gg_real.cuMemsetD8Async_ptsz : gg_real.cuMemsetD8Async;
+        if (ms) ms(dp, 0, (size_t)e.bytes, s);
+    }
+}
+
 static CUresult free_async(CUdeviceptr dp, CUstream s, int ptsz) {
     CUresult (*f)(CUdeviceptr, CUstream) = ptsz ? gg_real.cuMemFreeAsync_ptsz : gg_real.cuMemFreeAsync;
     struct gg_entry e;
     if (gg_track_take(GG_KIND_ASYNC, dp, &e)) return free_async_entry(dp, &e, s, ptsz, 0);
     if (gg_track_take(GG_KIND_LINEAR, dp, &e)) return free_linear_entry(dp, &e, f, s, ptsz);
+    scrub_graph_ptr(dp, s, ptsz, 0);
     CUresult rc = f(dp, s);
     if (rc == CUDA_SUCCESS) forget_import(dp);
     return rc;
@@ -632,8 +656,12 @@ static CUresult add_mem_node(CUgraph g, const CUDA_MEM_ALLOC_NODE_PARAMS *prm, c
     if (dev < 0) return dev == -2 ? CUDA_ERROR_NOT_SUPPORTED : CUDA_ERROR_INVALID_VALUE;
     if (graph_reserve(dev, prm->bytesize, api)) return CUDA_ERROR_OUT_OF_MEMORY;
     CUresult rc = call(ctx);
-    if (rc != CUDA_SUCCESS) graph_unreserve(dev, prm->bytesize);
-    else graph_add(GG_KIND_GRAPH, (uint64_t)(uintptr_t)g, dev, prm->bytesize);
+    if (rc != CUDA_SUCCESS) {
+        graph_unreserve(dev, prm->bytesize);
+    } else {
+        graph_add(GG_KIND_GRAPH, (uint64_t)(uintptr_t)g, dev, prm->bytesize);
+        if (prm->dptr) gg_track_put(GG_KIND_GRAPHPTR, prm->dptr, prm->bytesize, dev, 0);
+    }
     return rc;
 }
 
@@ -665,6 +693,31 @@ GG_EXPORT CUresult cuGraphAddMemAllocNode(CUgraphNode *node, CUgraph g, const CU
     return add_mem_node(g, prm, "cuGraphAddMemAllocNode", call_mem_node, &c);
 }
 
+/* A memory-free node gets a zeroing memset node before it (the freed memory goes back to
+ * the graph pool, which hands it to the next graph allocation). *deps_out is the one node
+ * the free must then depend on; returns 0 when no memset was added. */
+static int zero_before_free(CUgraph g, const CUgraphNode *deps, size_t n, CUdeviceptr dptr, CUgraphNode *ms) {
+    struct gg_entry e;
+    CUcontext ctx = NULL;
+    if (!gg_cfg.scrub || !gg_real.cuGraphAddMemsetNode || !gg_track_take(GG_KIND_GRAPHPTR, dptr, &e))
+        return 0;
+    if (gg_real.cuCtxGetCurrent) gg_real.cuCtxGetCurrent(&ctx);
+    CUDA_MEMSET_NODE_PARAMS p = {dptr, 0, 0, 1, (size_t)e.bytes, 1};
+    if (gg_real.cuGraphAddMemsetNode(ms, g, deps, n, &p, ctx) == CUDA_SUCCESS) return 1;
+    gg_log(GG_LOG_ERROR, "cuGraphAddMemFreeNode: cannot add a node zeroing %#llx; it is freed unscrubbed",
+           (unsigned long long)dptr);
+    return 0;
+}
+
+GG_EXPORT CUresult cuGraphAddMemFreeNode(CUgraphNode *node, CUgraph g, const CUgraphNode *deps, size_t n,
+                                         CUdeviceptr dptr) {
+    READY();
+    if (!gg_real.cuGraphAddMemFreeNode) return CUDA_ERROR_NOT_FOUND;
+    CUgraphNode ms = NULL;
+    if (zero_before_free(g, deps, n, dptr, &ms)) return gg_real.cuGraphAddMemFreeNode(node, g, &ms, 1, dptr);
+    return gg_real.cuGraphAddMemFreeNode(node, g, deps, n, dptr);
+}
+
 /* The generic node API: only memory-allocation nodes take memory. */
 static const CUDA_MEM_ALLOC_NODE_PARAMS *alloc_params(const CUgraphNodeParams *p) {
     return p && p->type == CU_GRAPH_NODE_TYPE_MEM_ALLOC ? &p->alloc : NULL;
@@ -675,6 +728,11 @@ GG_EXPORT CUresult cuGraphAddNode(CUgraphNode *node, CUgraph g, const CUgraphNod
     READY();
     if (!gg_real.cuGraphAddNode) return CUDA_ERROR_NOT_FOUND;
     struct node_call c = {node, g, deps, NULL, n, prm};
+    CUgraphNode ms = NULL;
+    if (prm && prm->type == CU_GRAPH_NODE_TYPE_MEM_FREE && zero_before_free(g, deps, n, prm->free_.dptr, &ms)) {
+        c.deps = &ms;
+        c.n = 1;
+    }
     if (!alloc_params(prm)) return call_add_node(&c);
     return add_mem_node(g, alloc_params(prm), "cuGraphAddNode", call_add_node, &c);
 }
@@ -684,6 +742,12 @@ GG_EXPORT CUresult cuGraphAddNode_v2(CUgraphNode *node, CUgraph g, const CUgraph
     READY();
     if (!gg_real.cuGraphAddNode_v2) return CUDA_ERROR_NOT_FOUND;
     struct node_call c = {node, g, deps, edges, n, prm};
+    CUgraphNode ms = NULL;
+    if (prm && prm->type == CU_GRAPH_NODE_TYPE_MEM_FREE && zero_before_free(g, deps, n, prm->free_.dptr, &ms)) {
+        c.deps = &ms; /* the free depends on the memset only (plain edge) */
+        c.edges = NULL;
+        c.n = 1;
+    }
     if (!alloc_params(prm)) return call_add_node_v2(&c);
     return add_mem_node(g, alloc_params(prm), "cuGraphAddNode", call_add_node_v2, &c);
 }

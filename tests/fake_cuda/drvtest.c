@@ -21,6 +21,8 @@
  *   graphrun:I (launch executable graph I again)
  *   burst:N:US (N launches, then exit without synchronising: prints the device time submitted)
  *   pattern names: uniform random argdep rotating periodic16 loop4 multistream multidevice first
+ *   gfill:I:V (fill graph I's memory node allocation) gfree:I (add a memory-free node for it)
+ *   vsym:dlvsym|libc:B (cuMemAlloc_v2 looked up around gpugov's dlsym)
  *   prefetch:I:D / advise:I:D (managed handle I to device D: prefetch / preferred location)
  *   nvmlx:I (NVML device I: memory total, processes listed) nvmlproc:I:B (the fake NVML lists
  *   this process on device I with B bytes)
@@ -29,6 +31,7 @@
  * free:I releases whatever I is (cuMemFree, cuMemFreeAsync, cuArrayDestroy, cuMemRelease,
  * cuMemUnmap for a mapping, cuIpcCloseMemHandle); exported handles go through files.
  * Sizes accept Ki/Mi/Gi suffixes. */
+#define _GNU_SOURCE /* dlvsym */
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -147,7 +150,7 @@ static uint64_t parse_size(const char *s) {
 }
 
 enum { H_LINEAR, H_ASYNC, H_ARRAY, H_MIPMAP, H_VMM, H_IPC, H_VMAP, H_PIMPORT, H_VRANGE, H_GRAPH, H_EXEC };
-struct handle { int kind; uint64_t v; uint64_t size; uint64_t chunk; };
+struct handle { int kind; uint64_t v; uint64_t size; uint64_t chunk; uint64_t aux; };
 static struct handle handles[4096];
 static int nhandles;
 static CUmemoryPool explicit_pool;
@@ -156,7 +159,7 @@ static int nstreams;
 static CUcontext ctx;
 
 static int add(int kind, uint64_t v, uint64_t size) {
-    handles[nhandles] = (struct handle){kind, v, size, size};
+    handles[nhandles] = (struct handle){kind, v, size, size, 0};
     return nhandles++;
 }
 
@@ -521,6 +524,7 @@ static int run(char *cmd) {
         printf("launchv rc=%d util=%.4f\n", rc, (double)(busy_ns(0) - b0) / (double)(now_ns() - t0));
     } else if (strcmp(a[0], "graphmem") == 0 || strcmp(a[0], "capture") == 0) {
         CUgraph g = NULL;
+        CUdeviceptr gptr = 0;
         if (a[0][0] == 'g') {
             CUDA_MEM_ALLOC_NODE_PARAMS prm;
             memset(&prm, 0, sizeof(prm));
@@ -530,6 +534,7 @@ static int run(char *cmd) {
             CUgraphNode node;
             rc = api.cuGraphCreate(&g, 0);
             if (!rc) rc = api.cuGraphAddMemAllocNode(&node, g, NULL, 0, &prm);
+            gptr = prm.dptr;
         } else {
             CUstream s = NULL;
             CUdeviceptr p = 0;
@@ -540,7 +545,20 @@ static int run(char *cmd) {
             if (!rc) rc = arc;
         }
         if (rc && g) api.cuGraphDestroy(g);
-        printf("%s rc=%d handle=%d\n", a[0], rc, !rc && g ? add(H_GRAPH, (uintptr_t)g, 0) : -1);
+        int gi = !rc && g ? add(H_GRAPH, (uintptr_t)g, parse_size(a[1])) : -1;
+        if (gi >= 0) handles[gi].aux = gptr;
+        printf("%s rc=%d handle=%d\n", a[0], rc, gi);
+    } else if (strcmp(a[0], "gfill") == 0) {
+        /* the allocation of graph I's memory node, filled with V */
+        struct handle *h = &handles[atoi(a[1])];
+        printf("gfill rc=%d\n", api.cuMemsetD8_v2(h->aux, (unsigned char)atoi(a[2]), h->size));
+    } else if (strcmp(a[0], "gfree") == 0) {
+        /* a memory-free node for graph I's allocation */
+        struct handle *h = &handles[atoi(a[1])];
+        CUresult (*f)(CUgraphNode *, CUgraph, const CUgraphNode *, size_t, CUdeviceptr);
+        CUgraphNode node;
+        *(void **)&f = entry("cuGraphAddMemFreeNode", 12080);
+        printf("gfree rc=%d\n", f ? f(&node, (CUgraph)(uintptr_t)h->v, NULL, 0, h->aux) : 500);
     } else if (strcmp(a[0], "graphnode") == 0 || strcmp(a[0], "graphnode1") == 0) {
         CUgraph g = NULL;
         CUgraphNode node;
@@ -635,6 +653,21 @@ static int run(char *cmd) {
         int r1 = m1(d, &v1), r2 = m2(d, &v2);
         printf("nvml rc=%d total=%llu used=%llu free=%llu v2rc=%d v2total=%llu v2used=%llu v2free=%llu\n",
                r1, v1.total, v1.used, v1.free, r2, v2.total, v2.used, v2.free);
+    } else if (strcmp(a[0], "vsym") == 0) {
+        /* cuMemAlloc_v2 of B bytes through a lookup around gpugov's dlsym: glibc's dlsym from
+         * dlvsym (how:dlvsym), or glibc's private __libc_dlsym (how:libc) */
+        void *(*look)(void *, const char *) = NULL;
+        if (strcmp(a[1], "dlvsym") == 0) {
+            static const char *vers[] = {"GLIBC_2.34", "GLIBC_2.2.5"};
+            for (int i = 0; i < 2 && !look; i++) *(void **)&look = dlvsym(RTLD_DEFAULT, "dlsym", vers[i]);
+        } else {
+            *(void **)&look = dlsym(RTLD_DEFAULT, "__libc_dlsym");
+        }
+        CUresult (*f)(CUdeviceptr *, size_t) = NULL;
+        if (look) *(void **)&f = look(lib, "cuMemAlloc_v2");
+        CUdeviceptr p = 0;
+        rc = f ? f(&p, parse_size(a[2])) : 500;
+        printf("vsym rc=%d\n", rc);
     } else if (strcmp(a[0], "prefetch") == 0 || strcmp(a[0], "advise") == 0) {
         /* managed handle I to device D: cuMemPrefetchAsync / cuMemAdvise(SET_PREFERRED_LOCATION) */
         struct handle *h = &handles[atoi(a[1])];

@@ -964,6 +964,30 @@ static CUresult add_node(CUgraphNode *node, CUgraph g, CUgraphNodeParams *prm) {
     if (rc == 0) *node = (CUgraphNode)(uintptr_t)a->dptr;
     return rc;
 }
+/* The fake runs memset and memory-free nodes when they are added (it executes no graphs):
+ * a freed graph allocation goes back to the fake's allocator unzeroed, for reuse. */
+EXPORT CUresult cuGraphAddMemsetNode(CUgraphNode *node, CUgraph g, const CUgraphNode *deps, size_t n,
+                                     const CUDA_MEMSET_NODE_PARAMS *p, CUcontext c) {
+    (void)g; (void)deps; (void)n; (void)c; ENTER();
+    if (!node || !p || p->elementSize != 1 || p->height != 1) return CUDA_ERROR_INVALID_VALUE;
+    unsigned char *m = resolve(p->dst, p->width);
+    if (!m) return CUDA_ERROR_INVALID_VALUE;
+    memset(m, (int)p->value, p->width);
+    *node = (CUgraphNode)(uintptr_t)p->dst;
+    return 0;
+}
+EXPORT CUresult cuGraphAddMemFreeNode(CUgraphNode *node, CUgraph g, const CUgraphNode *deps, size_t n, CUdeviceptr p) {
+    (void)g; (void)deps; (void)n; ENTER();
+    if (!node) return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&mu);
+    struct alloc *a = find_alloc(p);
+    int ok = a && a->base == p && a->kind == 3;
+    if (ok) { a->live = 0; a->graph = NULL; devs[a->dev].used -= a->size; }
+    pthread_mutex_unlock(&mu);
+    if (!ok) return CUDA_ERROR_INVALID_VALUE;
+    *node = (CUgraphNode)(uintptr_t)p;
+    return 0;
+}
 EXPORT CUresult cuGraphAddNode(CUgraphNode *node, CUgraph g, const CUgraphNode *deps, size_t n, CUgraphNodeParams *prm) {
     (void)deps; (void)n; ENTER();
     return add_node(node, g, prm);
@@ -1117,6 +1141,7 @@ EXPORT CUresult cuIpcOpenMemHandle(CUdeviceptr *p, CUipcMemHandle h, unsigned in
     X(cuGraphLaunch) X(cuGraphLaunch_ptsz) X(cuStreamCreate) X(cuStreamSynchronize) X(cuStreamDestroy_v2) \
     X(cuStreamGetDevice) X(cuStreamGetCtx) X(cuCtxPushCurrent_v2) X(cuCtxPopCurrent_v2) \
     X(cuMemPrefetchAsync) X(cuMemPrefetchAsync_v2) X(cuMemAdvise) X(cuMemAdvise_v2) \
+    X(cuGraphAddMemsetNode) X(cuGraphAddMemFreeNode) \
     X(cuEventCreate) X(cuEventRecord) X(cuEventQuery) X(cuEventSynchronize) X(cuEventElapsedTime) X(cuEventDestroy_v2) \
     X(cuGetProcAddress) X(cuGetProcAddress_v2) X(cuDeviceGetUuid) X(cuDeviceGetUuid_v2) X(cuCtxSetLimit) \
     X(cuCtxGetLimit) X(cuGraphCreate) X(cuGraphAddMemAllocNode) X(cuGraphDestroy) X(cuStreamBeginCapture_v2) \

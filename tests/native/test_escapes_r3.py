@@ -187,3 +187,23 @@ def test_class07_managed_memory_moved_to_another_device_is_charged_there(build, 
             "meminfo", "ctx:1", "meminfo", env=env)
     assert r.rcs(how) == [0, 2], r.stderr  # 96 MiB on device 1 under its 64 MiB
     assert free_bytes(r, 0) == 512 * MiB - 48 * MiB and free_bytes(r, 1) == 16 * MiB
+
+
+# ---- class 12: no symbol lookup reaches the unwrapped driver ----
+
+@pytest.mark.parametrize("how", ["dlvsym", "libc"])
+def test_class12_lookups_around_dlsym_get_the_wrappers(build, how):
+    r = drv(build, "direct", "ctx:0", "alloc:6Mi", f"vsym:{how}:4Mi", "meminfo",
+            env={"GPUGOV_MEMORY_LIMIT": "8Mi"})
+    assert r.rcs("vsym") != [0], r.stderr  # refused: over the limit (or no lookup at all)
+    assert free_bytes(r) == 2 * MiB
+
+
+# ---- class 8: freed graph memory is zeroed before the pool hands it out again ----
+
+@pytest.mark.parametrize("mode", MODES)
+def test_class08_graph_memory_freed_by_a_free_node_is_scrubbed(build, mode):
+    r = drv(build, mode, "ctx:0", "graphmem:1Mi", "gfill:0:171", "gfree:0", "alloc:1Mi",
+            "check:1", env={"GPUGOV_MEMORY_LIMIT": "8Mi"})
+    assert r.rcs("gfree") == [0] and r.rcs("alloc") == [0], r.stderr
+    assert r.find("check")["nonzero"] == "0"
