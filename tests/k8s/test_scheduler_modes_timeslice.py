@@ -68,3 +68,36 @@ def test_an_internal_tenant_saying_oversubscribe_is_refused_naming_the_field() -
     assert not plan.binds
     (cond,) = plan.conditions
     assert "spec.timeSlicing.oversubscribe" in cond.message and "trusted" in cond.message
+
+
+def nvidia_time_sliced_node(count: int = 2, replicas: int = 4, allocatable: int = 8,
+                            strategy: str = "time-slicing") -> dict:
+    """A node whose NVIDIA device plugin time-slices without renaming (no gpugov inventory):
+    `nvidia.com/gpu` allocatable counts replicas; GFD's labels say how many GPUs there are."""
+    labels = {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3-SHARED",
+              "nvidia.com/gpu.count": str(count), "nvidia.com/gpu.replicas": str(replicas),
+              "nvidia.com/gpu.sharing-strategy": strategy}
+    alloc = {"cpu": "64", "memory": "512Gi", "nvidia.com/gpu": str(allocatable)}
+    return {"metadata": {"name": "nv-0", "labels": labels},
+            "status": {"allocatable": alloc, "capacity": alloc,
+                       "conditions": [{"type": "Ready", "status": "True"}]}}
+
+
+def test_a_node_time_sliced_by_the_nvidia_plugin_counts_its_gpus_not_its_replicas() -> None:
+    """8 `nvidia.com/gpu` replicas of 2 H100s are 2 time-slice devices: a pod asking for 2
+    whole GPUs is not placed on replicas (it would get 2 slices of maybe one card)."""
+    st = state([nvidia_time_sliced_node()])
+    spec = st.nodes["nv-0"].spec
+    assert spec.gpu_count == 2
+    assert {(d.mode, d.replicas) for d in spec.devices} == {(DeviceMode.TIMESLICE, 4)}
+    submit(st, pod("two", limits={"nvidia.com/gpu": "2"}))
+    plan = st.cycle(T0)
+    assert not plan.binds
+    (cond,) = plan.conditions
+    assert "gpu-mode" in cond.message
+
+
+def test_gfd_labels_that_disagree_with_allocatable_close_the_node() -> None:
+    st = state([nvidia_time_sliced_node(allocatable=7)])
+    info = st.nodes["nv-0"]
+    assert info.spec.gpu_count == 0 and "disagree" in info.error

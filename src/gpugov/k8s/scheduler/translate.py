@@ -135,6 +135,13 @@ def node_info(obj: dict[str, Any]) -> NodeInfo:
             problems.append(f"node {name}: {names.ANN_INVENTORY}: device index {gpus - 1} is "
                             f"beyond any node's (at most {MAX_NODE_GPUS}); no GPU is used")
             inv, gpus = None, 0
+    shared = None
+    if inv is None and gpus > 0:
+        shared, problem = _gfd_sharing(name, labels, gpus)
+        if problem:
+            problems.append(problem)
+        if shared is not None:
+            gpus = shared[0]
     model, card, uuids = _node_model(labels, gpus, inv)
     ready = any(c.get("type") == "Ready" and c.get("status") == "True"
                 for c in status.get("conditions") or [])
@@ -150,6 +157,8 @@ def node_info(obj: dict[str, Any]) -> NodeInfo:
     spec_kw: dict[str, Any] = {
         "labels": tuple(sorted((str(k), str(v)) for k, v in labels.items())),
         "taints": taints}
+    if shared is not None:
+        spec_kw["devices"] = (shared[1],) * gpus
     if inv is not None and gpus > 0:
         devices, topology, bad = _device_configs(name, model, gpus, inv)
         if bad:
@@ -166,6 +175,40 @@ def node_info(obj: dict[str, Any]) -> NodeInfo:
         blocked = tuple(range(gpus))
     return NodeInfo(spec, card, uuids, schedulable, "; ".join(problems),
                     spec_kw["labels"], blocked, _mig_uuids(inv))
+
+
+#: GFD's labels for a shared GPU resource (NVIDIA device plugin's time-slicing or MPS)
+GFD_COUNT, GFD_REPLICAS, GFD_STRATEGY = ("nvidia.com/gpu.count", "nvidia.com/gpu.replicas",
+                                         "nvidia.com/gpu.sharing-strategy")
+_GFD_MODES = {"time-slicing": DeviceMode.TIMESLICE, "mps": DeviceMode.MPS}
+MAX_REPLICAS = 1024
+
+
+def _gfd_sharing(name: str, labels: dict[str, str], allocatable: int
+                 ) -> tuple[tuple[int, DeviceConfig] | None, str]:
+    """A node without gpugov's inventory whose NVIDIA device plugin shares `nvidia.com/gpu`
+    without renaming it (GFD: `gpu.sharing-strategy` time-slicing or mps, `gpu.replicas` > 1):
+    its allocatable counts replicas, not GPUs. Returns ((physical GPUs, the devices' mode),
+    problem); None when the node does not share. Unreadable labels: no GPU is used."""
+    mode = _GFD_MODES.get(str(labels.get(GFD_STRATEGY, "")))
+    if mode is None:
+        return None, ""
+    try:
+        replicas = int(str(labels.get(GFD_REPLICAS, "")))
+        count = int(str(labels.get(GFD_COUNT, "")))
+    except ValueError:
+        replicas = count = -1
+    if replicas < 2 or replicas > MAX_REPLICAS or not 0 < count <= MAX_NODE_GPUS:
+        return (0, DeviceConfig()), (
+            f"node {name}: labels {GFD_STRATEGY}={labels.get(GFD_STRATEGY)!r}, "
+            f"{GFD_COUNT}={str(labels.get(GFD_COUNT))[:32]!r}, "
+            f"{GFD_REPLICAS}={str(labels.get(GFD_REPLICAS))[:32]!r} do not describe "
+            f"1..{MAX_NODE_GPUS} GPUs of 2..{MAX_REPLICAS} replicas; no GPU of the node is used")
+    if count * replicas != allocatable:
+        return (0, DeviceConfig()), (
+            f"node {name}: {count} GPUs x {replicas} replicas (GFD labels) disagree with "
+            f"{allocatable} {names.GPU_RESOURCE} allocatable; no GPU of the node is used")
+    return (count, DeviceConfig(mode, replicas=replicas)), ""
 
 
 def _inventory(meta: dict[str, Any]) -> tuple[Inventory | None, str]:
