@@ -106,6 +106,10 @@
     X(cuGraphAddMemFreeNode, CUresult, (CUgraphNode *, CUgraph, const CUgraphNode *, size_t, CUdeviceptr)) \
     X(cuGraphAddMemsetNode, CUresult, (CUgraphNode *, CUgraph, const CUgraphNode *, size_t, const CUDA_MEMSET_NODE_PARAMS *, CUcontext)) \
     X(cuCtxGetCurrent, CUresult, (CUcontext *)) \
+    X(cuCtxDestroy_v2, CUresult, (CUcontext)) \
+    X(cuDevicePrimaryCtxReset_v2, CUresult, (CUdevice)) \
+    X(cuDevicePrimaryCtxRetain, CUresult, (CUcontext *, CUdevice)) \
+    X(cuDevicePrimaryCtxRelease_v2, CUresult, (CUdevice)) \
     X(cuMemPrefetchAsync_ptsz, CUresult, (CUdeviceptr, size_t, CUdevice, CUstream)) \
     X(cuMemPrefetchAsync_v2, CUresult, (CUdeviceptr, size_t, CUmemLocation, unsigned int, CUstream)) \
     X(cuMemPrefetchAsync_v2_ptsz, CUresult, (CUdeviceptr, size_t, CUmemLocation, unsigned int, CUstream)) \
@@ -217,7 +221,8 @@ enum { GG_KIND_LINEAR = 1, GG_KIND_ASYNC, GG_KIND_ARRAY, GG_KIND_MIPMAP, GG_KIND
        GG_KIND_GRAPH,      /* memory nodes of a graph: key = graph ^ device, bytes */
        GG_KIND_VMM_EXPORTED, /* a VMM handle exported to a shareable handle (key = handle) */
        GG_KIND_EXEC,       /* memory nodes of an executable graph: key = exec ^ device, bytes */
-       GG_KIND_GRAPHPTR }; /* the address of a graph allocation (memory node): key = address */
+       GG_KIND_GRAPHPTR,   /* the address of a graph allocation (memory node): key = address */
+       GG_KIND_CTXLIMIT }; /* a context's cuCtxSetLimit memory: key = context ^ limit << 60 */
 struct gg_entry {
     uint64_t key;
     uint64_t bytes;

@@ -27,7 +27,8 @@
     X(nvmlDeviceGetComputeRunningProcesses_v3) X(nvmlDeviceGetGraphicsRunningProcesses) \
     X(nvmlDeviceGetGraphicsRunningProcesses_v2) X(nvmlDeviceGetGraphicsRunningProcesses_v3) \
     X(cuMemPrefetchAsync) X(cuMemPrefetchAsync_ptsz) X(cuMemPrefetchAsync_v2) X(cuMemPrefetchAsync_v2_ptsz) \
-    X(cuMemAdvise) X(cuMemAdvise_v2) X(cuGraphAddMemFreeNode)
+    X(cuMemAdvise) X(cuMemAdvise_v2) X(cuGraphAddMemFreeNode) \
+    X(cuCtxDestroy_v2) X(cuDevicePrimaryCtxReset_v2)
 
 struct hook { const char *name; void *fn; };
 

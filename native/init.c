@@ -235,6 +235,7 @@ static const struct gg_versioned versioned[] = {
     {"cuMemExportToShareableHandle", 0, 0}, {"cuGraphInstantiateWithFlags", 0, 0},
     {"cuGraphInstantiateWithParams", 0, 1}, {"cuGraphExecDestroy", 0, 0}, {"cuGraphInstantiate", 11000, 0},
     {"cuMemPrefetchAsync", 12020, 1}, {"cuMemAdvise", 12020, 0}, {"cuGraphAddMemFreeNode", 0, 0},
+    {"cuCtxDestroy", 4000, 0}, {"cuDevicePrimaryCtxReset", 11000, 0},
 };
 
 /* Replaces the driver's answer with our wrapper. A hooked function whose variant we

@@ -905,8 +905,39 @@ GG_EXPORT CUresult cuGraphDestroy(CUgraph g) {
 /* ---- context limits: the malloc heap and printf FIFO are device memory of the size asked;
  * the stack is bytes per thread x every resident thread of the device ---- */
 
-static uint64_t limit_charged[GG_MAX_DEVICES][3];
+/* Charged per context (GG_KIND_CTXLIMIT: key = context | limit), since each context of a
+ * device has its own heap, FIFO and stack: several contexts each raising the heap pay each. */
 static pthread_mutex_t limit_mu = PTHREAD_MUTEX_INITIALIZER;
+static uint64_t limit_key(CUcontext c, int which) { return (uint64_t)(uintptr_t)c ^ ((uint64_t)which << 60); }
+
+/* The context is gone (destroyed, or a primary context reset): its limits' memory with it. */
+static void release_limits(CUcontext c) {
+    pthread_mutex_lock(&limit_mu);
+    for (int w = CU_LIMIT_STACK_SIZE; w <= CU_LIMIT_MALLOC_HEAP_SIZE; w++) {
+        struct gg_entry e;
+        if (gg_track_take(GG_KIND_CTXLIMIT, limit_key(c, w), &e) && e.bytes) gg_uncharge(e.dev, e.bytes);
+    }
+    pthread_mutex_unlock(&limit_mu);
+}
+
+GG_EXPORT CUresult cuCtxDestroy_v2(CUcontext c) {
+    READY();
+    CUresult rc = gg_real.cuCtxDestroy_v2 ? gg_real.cuCtxDestroy_v2(c) : CUDA_ERROR_NOT_FOUND;
+    if (rc == CUDA_SUCCESS) release_limits(c);
+    return rc;
+}
+
+GG_EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice ord) {
+    READY();
+    CUcontext c = NULL;
+    if (!gg_real.cuDevicePrimaryCtxReset_v2) return CUDA_ERROR_NOT_FOUND;
+    if (gg_real.cuDevicePrimaryCtxRetain && gg_real.cuDevicePrimaryCtxRetain(&c, ord) == CUDA_SUCCESS
+        && gg_real.cuDevicePrimaryCtxRelease_v2)
+        gg_real.cuDevicePrimaryCtxRelease_v2(ord);
+    CUresult rc = gg_real.cuDevicePrimaryCtxReset_v2(ord);
+    if (rc == CUDA_SUCCESS && c) release_limits(c);
+    return rc;
+}
 
 static uint64_t limit_bytes(int which, size_t value, CUdevice ord) {
     int sms = 0, threads = 0;
@@ -929,8 +960,12 @@ GG_EXPORT CUresult cuCtxSetLimit(int which, size_t value) {
     if (dev < 0 || which < CU_LIMIT_STACK_SIZE || which > CU_LIMIT_MALLOC_HEAP_SIZE)
         return gg_real.cuCtxSetLimit(which, value); /* other limits are not memory */
     uint64_t want = limit_bytes(which, value, ord);
+    CUcontext c = NULL;
+    if (!gg_real.cuCtxGetCurrent || gg_real.cuCtxGetCurrent(&c) != CUDA_SUCCESS || !c)
+        return gg_real.cuCtxSetLimit(which, value);
     pthread_mutex_lock(&limit_mu);
-    uint64_t have = limit_charged[dev][which];
+    struct gg_entry e;
+    uint64_t key = limit_key(c, which), have = gg_track_get(GG_KIND_CTXLIMIT, key, &e) ? e.bytes : 0;
     if (want > have && charge_or_oom(dev, want - have, "cuCtxSetLimit")) {
         pthread_mutex_unlock(&limit_mu);
         return CUDA_ERROR_OUT_OF_MEMORY;
@@ -940,7 +975,7 @@ GG_EXPORT CUresult cuCtxSetLimit(int which, size_t value) {
         if (want > have) gg_uncharge(dev, want - have);
     } else {
         if (want < have) gg_uncharge(dev, have - want);
-        limit_charged[dev][which] = want;
+        gg_track_put(GG_KIND_CTXLIMIT, key, want, dev, 0);
     }
     pthread_mutex_unlock(&limit_mu);
     return rc;

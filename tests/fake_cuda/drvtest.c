@@ -22,6 +22,7 @@
  *   burst:N:US (N launches, then exit without synchronising: prints the device time submitted)
  *   pattern names: uniform random argdep rotating periodic16 loop4 multistream multidevice first
  *   gfill:I:V (fill graph I's memory node allocation) gfree:I (add a memory-free node for it)
+ *   newctx:D (a new context on device D, current) ctxdestroy (destroy it)
  *   vsym:dlvsym|libc:B (cuMemAlloc_v2 looked up around gpugov's dlsym)
  *   prefetch:I:D / advise:I:D (managed handle I to device D: prefetch / preferred location)
  *   nvmlx:I (NVML device I: memory total, processes listed) nvmlproc:I:B (the fake NVML lists
@@ -84,6 +85,7 @@
     X(cuGraphClone, (CUgraph *, CUgraph)) X(cuDeviceGraphMemTrim, (CUdevice)) \
     X(cuGraphInstantiateWithFlags, (CUgraphExec *, CUgraph, unsigned long long)) \
     X(cuGraphExecDestroy, (CUgraphExec)) X(cuStreamSynchronize, (CUstream)) \
+    X(cuCtxCreate_v2, (CUcontext *, unsigned int, CUdevice)) X(cuCtxDestroy_v2, (CUcontext)) \
     X(cuLaunchCooperativeKernelMultiDevice, (CUDA_LAUNCH_PARAMS *, unsigned int, unsigned int))
 
 #define FIELD(name, args) CUresult(*name) args;
@@ -653,6 +655,12 @@ static int run(char *cmd) {
         int r1 = m1(d, &v1), r2 = m2(d, &v2);
         printf("nvml rc=%d total=%llu used=%llu free=%llu v2rc=%d v2total=%llu v2used=%llu v2free=%llu\n",
                r1, v1.total, v1.used, v1.free, r2, v2.total, v2.used, v2.free);
+    } else if (strcmp(a[0], "newctx") == 0 || strcmp(a[0], "ctxdestroy") == 0) {
+        /* a new (non-primary) context on device D, made current / destroy the last one */
+        static CUcontext made;
+        if (a[0][0] == 'n') rc = api.cuCtxCreate_v2(&made, 0, atoi(a[1]));
+        else rc = api.cuCtxDestroy_v2(made);
+        printf("%s rc=%d\n", a[0], rc);
     } else if (strcmp(a[0], "vsym") == 0) {
         /* cuMemAlloc_v2 of B bytes through a lookup around gpugov's dlsym: glibc's dlsym from
          * dlvsym (how:dlvsym), or glibc's private __libc_dlsym (how:libc) */

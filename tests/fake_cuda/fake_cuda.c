@@ -40,7 +40,7 @@ struct dev {
 struct pool;
 struct alloc { uint64_t base, size; unsigned char *mem; int dev, kind, live; struct pool *pool; void *graph; };
 struct pool { int dev; uint64_t reserved, live; int destroyed; };
-struct ctx { int dev; }; /* physical device index */
+struct ctx { int dev; uint64_t limits[3]; }; /* physical device index; cuCtxSetLimit values */
 struct ev { int dev, recorded; uint64_t t; };
 struct func { uint64_t ns; };
 struct graph { uint64_t ns, bytes; int dev; }; /* an executable graph: kernels' time, memory nodes */
@@ -712,13 +712,22 @@ EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice d) { (void)d; ENTER(); ret
 EXPORT CUresult cuCtxCreate_v2(CUcontext *c, unsigned int f, CUdevice d) {
     (void)f; ENTER();
     if (phys(d) < 0) return 101;
-    struct ctx *x = malloc(sizeof(*x));
+    struct ctx *x = calloc(1, sizeof(*x));
     x->dev = phys(d);
     current = x;
     *c = (CUcontext)x;
     return 0;
 }
-EXPORT CUresult cuCtxDestroy_v2(CUcontext c) { ENTER(); if (current == (struct ctx *)c) current = NULL; if (c != (CUcontext)&primary[((struct ctx *)c)->dev]) free(c); return 0; }
+static void drop_limits(struct ctx *x);
+EXPORT CUresult cuCtxDestroy_v2(CUcontext c) {
+    ENTER();
+    if (!c) return ERR_INVALID_CONTEXT;
+    drop_limits((struct ctx *)c);
+    if (current == (struct ctx *)c) current = NULL;
+    if (c != (CUcontext)&primary[((struct ctx *)c)->dev]) free(c);
+    return 0;
+}
+EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice d) { ENTER(); if (phys(d) < 0) return 101; drop_limits(&primary[phys(d)]); return 0; }
 EXPORT CUresult cuCtxSetCurrent(CUcontext c) { ENTER(); current = (struct ctx *)c; return 0; }
 EXPORT CUresult cuCtxGetCurrent(CUcontext *c) { ENTER(); *c = (CUcontext)current; return 0; }
 EXPORT CUresult cuCtxGetDevice(CUdevice *d) { ENTER(); if (!current) return ERR_INVALID_CONTEXT; *d = ordinal(current->dev); return 0; }
@@ -868,20 +877,20 @@ EXPORT CUresult cuEventDestroy_v2(CUevent e) { ENTER(); free(e); return 0; }
 /* ---- context limits: the malloc heap and printf FIFO are device memory the driver
  * allocates at the size the program asks; the stack is per thread x resident threads ---- */
 
-static uint64_t limits[MAX_DEV][3]; /* CU_LIMIT_STACK_SIZE 0, PRINTF_FIFO_SIZE 1, MALLOC_HEAP_SIZE 2 */
+/* Each context has its own limits (and the device memory behind them). */
 static uint64_t limit_bytes(int which, uint64_t v) { return which == 0 ? v * 132 * 2048 : v; }
 EXPORT CUresult cuCtxSetLimit(int which, size_t value) {
     ENTER();
     int d = cur_dev();
     if (d < 0) return ERR_INVALID_CONTEXT;
     if (which < 0 || which > 2) return CUDA_ERROR_NOT_SUPPORTED;
-    uint64_t now_b = limit_bytes(which, limits[d][which]), want;
+    uint64_t now_b = limit_bytes(which, current->limits[which]), want;
     if (__builtin_mul_overflow((uint64_t)value, which == 0 ? 132 * 2048ULL : 1ULL, &want)) return CUDA_ERROR_OUT_OF_MEMORY;
     pthread_mutex_lock(&mu);
     uint64_t base = devs[d].used - now_b;
     if (want > devs[d].total - base) { pthread_mutex_unlock(&mu); return CUDA_ERROR_OUT_OF_MEMORY; }
     devs[d].used = base + want;
-    limits[d][which] = value;
+    current->limits[which] = value;
     pthread_mutex_unlock(&mu);
     return 0;
 }
@@ -890,8 +899,13 @@ EXPORT CUresult cuCtxGetLimit(size_t *v, int which) {
     int d = cur_dev();
     if (d < 0) return ERR_INVALID_CONTEXT;
     if (!v || which < 0 || which > 2) return CUDA_ERROR_INVALID_VALUE;
-    *v = (size_t)limits[d][which];
+    *v = (size_t)current->limits[which];
     return 0;
+}
+static void drop_limits(struct ctx *x) {
+    pthread_mutex_lock(&mu);
+    for (int w = 0; w < 3; w++) { devs[x->dev].used -= limit_bytes(w, x->limits[w]); x->limits[w] = 0; }
+    pthread_mutex_unlock(&mu);
 }
 
 /* ---- graphs with memory nodes: a memory node's bytes are device memory from the moment
@@ -1141,7 +1155,7 @@ EXPORT CUresult cuIpcOpenMemHandle(CUdeviceptr *p, CUipcMemHandle h, unsigned in
     X(cuGraphLaunch) X(cuGraphLaunch_ptsz) X(cuStreamCreate) X(cuStreamSynchronize) X(cuStreamDestroy_v2) \
     X(cuStreamGetDevice) X(cuStreamGetCtx) X(cuCtxPushCurrent_v2) X(cuCtxPopCurrent_v2) \
     X(cuMemPrefetchAsync) X(cuMemPrefetchAsync_v2) X(cuMemAdvise) X(cuMemAdvise_v2) \
-    X(cuGraphAddMemsetNode) X(cuGraphAddMemFreeNode) \
+    X(cuGraphAddMemsetNode) X(cuGraphAddMemFreeNode) X(cuDevicePrimaryCtxReset_v2) \
     X(cuEventCreate) X(cuEventRecord) X(cuEventQuery) X(cuEventSynchronize) X(cuEventElapsedTime) X(cuEventDestroy_v2) \
     X(cuGetProcAddress) X(cuGetProcAddress_v2) X(cuDeviceGetUuid) X(cuDeviceGetUuid_v2) X(cuCtxSetLimit) \
     X(cuCtxGetLimit) X(cuGraphCreate) X(cuGraphAddMemAllocNode) X(cuGraphDestroy) X(cuStreamBeginCapture_v2) \

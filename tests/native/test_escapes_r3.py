@@ -207,3 +207,14 @@ def test_class08_graph_memory_freed_by_a_free_node_is_scrubbed(build, mode):
             "check:1", env={"GPUGOV_MEMORY_LIMIT": "8Mi"})
     assert r.rcs("gfree") == [0] and r.rcs("alloc") == [0], r.stderr
     assert r.find("check")["nonzero"] == "0"
+
+
+# ---- class 9: each context's malloc heap (cuCtxSetLimit) is charged ----
+
+@pytest.mark.parametrize("mode", MODES)
+def test_class09_several_contexts_raising_the_heap_are_each_charged(build, mode):
+    r = drv(build, mode, "ctx:0", "setlimit:2:6Mi", "newctx:0", "setlimit:2:6Mi", "meminfo",
+            "setlimit:2:1Mi", "ctxdestroy", "ctx:0", "meminfo", env={"GPUGOV_MEMORY_LIMIT": "8Mi"})
+    assert r.rcs("setlimit") == [0, 2, 0], r.stderr  # 2 x 6 MiB of heap do not fit in 8 MiB
+    assert free_bytes(r, 0) == 2 * MiB
+    assert free_bytes(r, 1) == 2 * MiB  # the second context's heap went with it
