@@ -457,6 +457,17 @@ def test_kai_queue_label_must_name_the_tenants_queue(label):
     assert "its queue 'q'" in out["response"]["status"]["message"]
 
 
+def test_volcano_queue_annotation_must_name_the_tenants_queue():
+    p = pod({"volcano.sh/vgpu-number": 1}, annotations={
+        "scheduling.volcano.sh/queue-name": "q"})
+    out = admission.mutate(review(p), lambda ns: INTERNAL)
+    assert out["response"]["allowed"] and not out["response"].get("warnings")
+    p["metadata"]["annotations"]["scheduling.volcano.sh/queue-name"] = "other"
+    out = admission.mutate(review(p), lambda ns: INTERNAL)
+    assert not out["response"]["allowed"]
+    assert "its queue 'q'" in out["response"]["status"]["message"]
+
+
 def test_kai_fraction_container_name_must_name_a_container():
     p = pod(annotations={"gpu-fraction": "0.5", "gpu-fraction-container-name": "gpu-init"},
             initContainers=[{"name": "gpu-init", "image": "x"}])

@@ -70,6 +70,10 @@ GPU_POLICY = "hami.io/gpu-scheduler-policy"
 #: Volcano's vGPU device plugin: the same roles as HAMi's names (volcano-vgpu-device-plugin)
 ALIASES = {"volcano.sh/vgpu-number": GPU, "volcano.sh/vgpu-memory": GPUMEM,
            "volcano.sh/vgpu-cores": GPUCORES}
+#: Volcano's vGPU annotations: the same meaning as HAMi's (volcano how_to_use_volcano_vgpu.md)
+ANNOTATION_ALIASES = {"volcano.sh/vgpu-mode": VGPU_MODE,
+                      "volcano.sh/vgpu-use-gpuuuid": USE_GPUUUID,
+                      "volcano.sh/vgpu-nouse-gpuuuid": NOUSE_GPUUUID}
 #: policy values gpugov's placement honours per pod: gpugov packs nodes and devices
 #: (fragmentation-aware best fit, which is a binpack) and keeps multi-GPU pods close
 #: (`topology-aware` = gpugov.io/topology: preferred, its default)
@@ -265,8 +269,16 @@ def translate(limits: Mapping[str, object], annotations: Mapping[str, str] | Non
     resource names (HAMi's chart renames); messages use the names the pod used.
     """
     canon, used = canonical_limits(limits, names)
+    ann = dict(annotations or {})
+    for alias, key in ANNOTATION_ALIASES.items():
+        if alias in ann:
+            if key in ann and ann[key] != ann[alias]:
+                raise RequestError(alias, f"contradicts {key} ({_short(ann[key])})",
+                                   f"keep only one of {alias} and {key}")
+            ann[key] = ann.pop(alias)
+            used[key] = alias
     try:
-        return _translate(canon, dict(annotations or {}), dict(node_selector or {}))
+        return _translate(canon, ann, dict(node_selector or {}))
     except RequestError as exc:
         raise _spoken(exc, used) from None
 
@@ -429,14 +441,15 @@ def annotation_warnings(annotations: Mapping[str, str] | None) -> list[str]:
     out = []
     for k in sorted(annotations or {}):
         if k.startswith(WATCHED_PREFIXES) and k not in HAMI_ANNOTATIONS and \
-                k not in IGNORED_KNOWN:
+                k not in IGNORED_KNOWN and k not in ANNOTATION_ALIASES:
             out.append(f"annotation {k[:120]} has no effect under gpugov (it is not read); "
                        "see docs/migration.md for what carries over")
     return out
 
 
 #: annotations in the watched namespaces that gpugov reads elsewhere (the Volcano gang name)
-IGNORED_KNOWN = ("scheduling.volcano.sh/group-name", "scheduling.k8s.io/group-name")
+IGNORED_KNOWN = ("scheduling.volcano.sh/group-name", "scheduling.k8s.io/group-name",
+                 "scheduling.volcano.sh/queue-name")
 
 
 def _soft(gpu_keys: Mapping[str, object], common: dict) -> GpuRequest:

@@ -29,6 +29,12 @@ PODGROUP_VERSION = "v1alpha1"
 PODGROUPS = "podgroups"
 #: pod label naming its PodGroup (scheduler-plugins coscheduling).
 PODGROUP_LABEL = "scheduling.x-k8s.io/pod-group"
+#: Volcano's PodGroup (same `spec.minMember`); its pods name it in an annotation
+VOLCANO_PODGROUP_GROUP = "scheduling.volcano.sh"
+VOLCANO_PODGROUP_VERSION = "v1beta1"
+VOLCANO_GROUP_ANNOTATION = "scheduling.k8s.io/group-name"
+#: KAI-Scheduler's pod label naming the priority class (when spec.priorityClassName is unset)
+KAI_PRIORITY_LABEL = "priorityClassName"
 
 GPU_RESOURCE = "nvidia.com/gpu"
 PRODUCT_LABEL = _ann.GFD_PRODUCT

@@ -32,6 +32,9 @@ PATHS: dict[str, str] = {
     "priorityclass": "/apis/scheduling.k8s.io/v1/priorityclasses",
     "prioritypolicy": f"/apis/{names.GROUP}/{names.VERSION}/{names.PRIORITY_POLICIES}",
     "podgroup": f"/apis/{names.PODGROUP_GROUP}/{names.PODGROUP_VERSION}/{names.PODGROUPS}",
+    # Volcano's PodGroups form gangs the same way (absent CRD: retried quietly)
+    "vcpodgroup": f"/apis/{names.VOLCANO_PODGROUP_GROUP}/{names.VOLCANO_PODGROUP_VERSION}/"
+                  f"{names.PODGROUPS}",
     "namespace": "/api/v1/namespaces",  # labels: Tenants that select namespaces by label
     "pod": "/api/v1/pods",
 }

@@ -195,7 +195,7 @@ class SchedulerState:
         """A Queue, Tenant, PriorityClass or PodGroup was added or changed."""
         meta = obj.get("metadata") or {}
         name = meta.get("name", "")
-        if kind == "podgroup":
+        if kind in ("podgroup", "vcpodgroup"):  # scheduler-plugins' or Volcano's
             key = f"{meta.get('namespace', '')}/{name}"
             spec = obj.get("spec") or {}
             try:
@@ -220,7 +220,7 @@ class SchedulerState:
 
     def delete_object(self, kind: str, obj: dict[str, Any]) -> None:
         meta = obj.get("metadata") or {}
-        if kind == "podgroup":
+        if kind in ("podgroup", "vcpodgroup"):
             self.podgroups.pop(f"{meta.get('namespace', '')}/{meta.get('name', '')}", None)
             return
         if kind == "namespace":

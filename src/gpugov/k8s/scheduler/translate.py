@@ -506,7 +506,8 @@ _OWNED = (names.ANN_REQUEST, names.ANN_QUEUE, names.ANN_TENANT, names.ANN_TRUST,
 def _source(meta: dict[str, Any], spec: dict[str, Any]) -> tuple:
     return (_owned_free(_mapping(meta.get("annotations"))), spec.get("containers"),
             spec.get("initContainers"),
-            _mapping(meta.get("labels")).get(names.PODGROUP_LABEL), spec.get("tolerations"))
+            _mapping(meta.get("labels")).get(names.PODGROUP_LABEL), spec.get("tolerations"),
+            _mapping(meta.get("labels")).get(names.KAI_PRIORITY_LABEL))
 
 
 def pod_info(obj: dict[str, Any], tenants: Tenancy | Any = None,
@@ -612,8 +613,13 @@ def _pod_info(obj: dict[str, Any], tenancy: Tenancy, old: PodInfo | None) -> Pod
         scheduler=spec.get("schedulerName") or "default-scheduler",
         done=phase in ("Succeeded", "Failed"), terminating=terminating,
         request=request, cpu_milli=cpu, memory_mib=mem, queue=None, trust=TrustTier.INTERNAL,
-        priority_class=spec.get("priorityClassName") or "", priority=priority,
-        group=labels.get(names.PODGROUP_LABEL) or None, allocation=allocation,
+        priority_class=(spec.get("priorityClassName")
+                        or str(labels.get(names.KAI_PRIORITY_LABEL) or "")),
+        priority=priority,
+        group=(labels.get(names.PODGROUP_LABEL)
+               or _mapping(meta.get("annotations")).get(names.VOLCANO_GROUP_ANNOTATION)
+               or None),
+        allocation=allocation,
         error="; ".join(errors), conditions=conditions,
         gpu_declared=request is not None or declares_gpu(spec),
         source=_source(meta, spec),

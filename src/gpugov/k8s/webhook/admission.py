@@ -62,6 +62,8 @@ MAX_QUEUE_DEPTH = 10_000
 ORIGINAL_SCHEDULER = "gpugov.io/original-scheduler"
 #: queue labels of KAI-Scheduler (and Run:ai before it): they must name the Tenant's queue
 QUEUE_LABELS = ("kai.scheduler/queue", "runai/queue")
+#: Volcano's pod annotation naming its queue: the same rule
+VOLCANO_QUEUE = "scheduling.volcano.sh/queue-name"
 
 
 @dataclass(frozen=True, slots=True)
@@ -335,10 +337,12 @@ def _scheduler_patch(pod: Mapping[str, Any], res: Resolution, scheduler_name: st
 def _queue_refusal(pod: Mapping[str, Any], res: Resolution) -> str | None:
     """KAI's queue label must name the queue the pod's Tenant gives it: a tenant never picks
     another tenant's queue by label (docs/migration.md)."""
-    labels = _strings(pod.get("metadata") or {}, "labels")
-    for key in QUEUE_LABELS:
+    meta = pod.get("metadata") or {}
+    labels = {**_strings(meta, "labels"), **{k: v for k, v in _strings(meta, "annotations")
+                                             .items() if k == VOLCANO_QUEUE}}
+    for key in (*QUEUE_LABELS, VOLCANO_QUEUE):
         if key in labels and str(labels[key]) != res.queue:
-            return (f"gpugov: label {key}={str(labels[key])[:64]!r}: the pods of Tenant "
+            return (f"gpugov: {key}={str(labels[key])[:64]!r}: the pods of Tenant "
                     f"{res.tenant!r} run in its queue {res.queue!r}; instead, set {key}: "
                     f"{res.queue} or drop the label (an admin moves a namespace to another "
                     "queue through its Tenant)")
