@@ -165,13 +165,18 @@ GG_NO_SANITIZE static void *next_after(const void *caller, const char *name, con
     return NULL;
 }
 
+/* A plain loop: dlsym runs inside sanitizer start-up, before their string interceptors work. */
+GG_NO_SANITIZE static int same(const char *a, const char *b) {
+    while (*a && *a == *b) a++, b++;
+    return *a == *b;
+}
+
 /* Names that would hand out a symbol lookup gpugov does not see: its own answers instead
  * (dlsym, dlvsym), or none (glibc's private lookups). */
 GG_NO_SANITIZE static int lookup_entry(const char *n, void **out) {
-    if (strcmp(n, "dlsym") == 0) { *out = (void *)dlsym; return 1; }
-    if (strcmp(n, "dlvsym") == 0) { *out = (void *)dlvsym; return 1; }
-    if (strcmp(n, "__libc_dlsym") == 0 || strcmp(n, "__libc_dlvsym") == 0 || strcmp(n, "_dl_sym") == 0
-        || strcmp(n, "_dl_vsym") == 0) {
+    if (same(n, "dlsym")) { *out = (void *)dlsym; return 1; }
+    if (same(n, "dlvsym")) { *out = (void *)dlvsym; return 1; }
+    if (same(n, "__libc_dlsym") || same(n, "__libc_dlvsym") || same(n, "_dl_sym") || same(n, "_dl_vsym")) {
         *out = NULL;
         return 1;
     }
