@@ -1025,13 +1025,18 @@ def crd_generate_cmd(
 
 @crd_app.command("convert")
 def crd_convert_cmd(
-    source: Path = typer.Argument(..., help="a config YAML, or a YAML stream of CRD objects"),
+    source: Path = typer.Argument(..., help="a config YAML, or a YAML stream of objects: "
+                                  "gpugov's, KAI Queues, Volcano Queues, Kueue "
+                                  "ClusterQueues/LocalQueues/Cohorts"),
     to: str = typer.Option("objects", "--to", help="objects | config"),
 ) -> None:
-    """Convert the replay's config YAML to Queue/Tenant/PriorityPolicy objects or back."""
+    """Convert the replay's config YAML to Queue/Tenant/PriorityPolicy objects or back, and
+    other schedulers' queue objects (by apiVersion) to gpugov's. What has no gpugov
+    equivalent is listed on stderr; an object that cannot be converted fails the command."""
     import yaml
 
     from gpugov.control.config import ConfigError, load_config
+    from gpugov.k8s.convert import convert_objects, is_foreign
     from gpugov.k8s.crds import (
         ConversionError,
         config_sections,
@@ -1039,21 +1044,31 @@ def crd_convert_cmd(
         objects_to_config,
     )
 
+    if to not in ("objects", "config"):
+        raise _fail(f"--to {to!r}: allowed: objects, config")
     try:
-        if to == "objects":
+        docs = [d for d in yaml.safe_load_all(source.read_text()) if d is not None]
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
+        raise _fail(f"{source}: cannot read YAML: {e}") from None
+    docs = [i for d in docs for i in (d.get("items") or [] if isinstance(d, dict)
+                                      and d.get("kind") == "List" else [d])]
+    try:
+        if not any(is_foreign(d) for d in docs):  # the replay's config file
+            if to == "config":
+                raise _fail(f"{source}: no objects (apiVersion/kind) to convert to a config")
             typer.echo(yaml.safe_dump_all(config_to_objects(load_config(source)),
                                           sort_keys=False), nl=False)
-        elif to == "config":
-            try:
-                docs = [d for d in yaml.safe_load_all(source.read_text()) if d]
-            except (OSError, yaml.YAMLError) as e:
-                raise _fail(f"{source}: cannot read YAML: {e}") from None
-            objs = [i for d in docs for i in (d.get("items", []) if d.get("kind") == "List"
-                                              else [d])]
-            cfg = objects_to_config(objs, str(source))
+            return
+        conv = convert_objects(docs)
+        for note in conv.notes:
+            typer.echo(f"# not carried over / changed: {note.line()}", err=True)
+        if conv.errors:
+            raise _fail("cannot convert:\n  " + "\n  ".join(conv.errors))
+        cfg = objects_to_config(conv.objects, str(source))  # validates the result as a whole
+        if to == "config":
             typer.echo(yaml.safe_dump(config_sections(cfg), sort_keys=False), nl=False)
         else:
-            raise _fail(f"--to {to!r}: allowed: objects, config")
+            typer.echo(yaml.safe_dump_all(conv.objects, sort_keys=False), nl=False)
     except (ConfigError, ConversionError) as e:
         raise _fail(str(e)) from None
 

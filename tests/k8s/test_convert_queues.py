@@ -1,0 +1,183 @@
+"""`gpugov crd convert` on other schedulers' own queue objects (tests/k8s/upstream/queues,
+unedited): KAI, Volcano and Kueue queues become gpugov Queues/Tenants with their documented
+meaning (units, -1, defaults, cohorts, hierarchies), everything without an equivalent is
+reported, bad objects are refused naming the field, and the result is accepted by a real
+apiserver with gpugov's CRDs."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from kubernetes_asyncio import client
+from kubernetes_asyncio.client.rest import ApiException
+from typer.testing import CliRunner
+
+from gpugov.cli import app
+from gpugov.k8s import crds
+from gpugov.k8s.convert import convert_objects
+from gpugov.k8s.devcluster.dev import install_crds
+
+UPSTREAM = Path(__file__).parent / "upstream" / "queues"
+FILES = sorted(UPSTREAM.glob("*/*.yaml"))
+
+
+def convert(path: Path, to: str = "objects") -> tuple[int, str, str]:
+    r = CliRunner().invoke(app, ["crd", "convert", str(path), "--to", to])
+    return r.exit_code, r.stdout, r.stderr
+
+
+def queues(path: Path) -> dict[str, dict]:
+    code, out, err = convert(path, "config")
+    assert code == 0, err
+    return {q["name"]: q for q in yaml.safe_load(out)["queues"]}
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: f"{p.parent.name}/{p.stem}")
+def test_every_upstream_file_converts(path: Path) -> None:
+    code, out, err = convert(path)
+    assert code == 0, err
+    objs = list(yaml.safe_load_all(out))
+    assert objs and all(o["apiVersion"] == crds.API_VERSION for o in objs)
+    crds.objects_to_config(objs)  # a valid gpugov config
+
+
+def test_kai_units_minus_one_and_defaults() -> None:
+    q = queues(UPSTREAM / "kai" / "limited-queue.yaml")
+    # quota -1 (unlimited guarantee): no quota written, reported; limit -1: no limit
+    assert q["default"]["quota"] == {} and "limit" not in q["default"]
+    assert q["test"]["quota"] == {"gpu": 1.0} and q["test"]["limit"] == {"gpu": 1.0}
+    assert q["test"]["parent"] == "default" and q["test"]["priority"] == 100  # KAI's default
+    _, _, err = convert(UPSTREAM / "kai" / "limited-queue.yaml")
+    assert "Queue/default: spec.resources.gpu.quota: -1 (an unlimited guarantee)" in err
+    # KAI's units: millicores and MB (10^6 bytes); limit 0/unset = nothing beyond the quota
+    conv = convert_objects([{"apiVersion": "scheduling.run.ai/v2", "kind": "Queue",
+                             "metadata": {"name": "research"}, "spec": {"resources": {
+                                 "cpu": {"quota": 2000, "limit": 4000, "overQuotaWeight": 2},
+                                 "memory": {"quota": 4096},
+                                 "gpu": {"quota": 2, "limit": 4, "overQuotaWeight": 3}}}}])
+    spec = conv.objects[0]["spec"]
+    assert spec["quota"] == {"cpu": 2.0, "memory": pytest.approx(3.814697), "gpu": 2.0}
+    assert spec["limit"] == {"cpu": 4.0, "memory": pytest.approx(3.814697), "gpu": 4.0}
+    assert spec["weight"] == 3.0  # the gpu weight; the differing cpu one is reported
+    assert any("overQuotaWeight" in n.field for n in conv.notes)
+
+
+def test_volcano_hierarchy_capability_and_reclaimable() -> None:
+    q = queues(UPSTREAM / "volcano" / "hierarchical-queues.yaml")
+    assert q["root-eng-prod"]["parent"] == "root-eng" and q["root-eng"]["parent"] == "root"
+    assert (q["root-eng"]["weight"], q["root-sci"]["weight"]) == (2.0, 8.0)
+    assert (q["root-eng-prod"]["weight"], q["root-eng-dev"]["weight"]) == (8.0, 2.0)
+    d = queues(UPSTREAM / "volcano" / "deployment-queue.yaml")
+    assert d["test"]["limit"] == {"cpu": 2.0} and d["test"]["weight"] == 1.0
+    _, _, err = convert(UPSTREAM / "volcano" / "deployment-queue.yaml")
+    assert "spec.reclaimable" in err
+    conv = convert_objects([{"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue",
+                             "metadata": {"name": "q1"},
+                             "spec": {"parent": "root", "deserved": {"cpu": 2, "memory": "8Gi",
+                                                                     "nvidia.com/gpu": 4},
+                                      "guarantee": {"resource": {"nvidia.com/gpu": 1}}}}])
+    by = {o["metadata"]["name"]: o["spec"] for o in conv.objects}
+    assert by["q1"]["quota"] == {"gpu": 4.0, "cpu": 2.0, "memory": 8.0}
+    assert by["root"] == {}  # Volcano's implicit root queue
+
+
+def test_kueue_flavors_cohorts_local_queues() -> None:
+    q = queues(UPSTREAM / "kueue" / "admin-shared-quota-setup.yaml")
+    # two CPU flavors summed; the virtual cpu_credits resource reported; no cohort: no borrowing
+    assert q["team-cluster-queue"]["quota"] == {"cpu": 18.0}
+    assert q["team-cluster-queue"]["limit"] == {"cpu": 18.0}
+    code, out, err = convert(UPSTREAM / "kueue" / "serving-workloads-sample-hami.yaml",
+                             "config")
+    cfg = yaml.safe_load(out)
+    assert cfg["queues"][0]["quota"] == {"gpu": 20.0, "gpumem": 20.0}  # 20480 MiB
+    assert cfg["tenants"] == [{"namespace": "kueue-test", "queue": "hami-queue",
+                               "trust": "internal"}]
+    assert "total-gpucores" in err and "Deployment/kueue-test/gpu-burn" in err
+    conv = convert_objects([
+        {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "ClusterQueue",
+         "metadata": {"name": "team-a"}, "spec": {"cohort": "org", "resourceGroups": [
+             {"coveredResources": ["nvidia.com/gpu"], "flavors": [{"name": "h100", "resources": [
+                 {"name": "nvidia.com/gpu", "nominalQuota": 8, "borrowingLimit": 4,
+                  "lendingLimit": 2}]}]}], "fairSharing": {"weight": "2"}}},
+        {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "LocalQueue",
+         "metadata": {"namespace": "ns-a", "name": "lq"}, "spec": {"clusterQueue": "team-a"}}])
+    assert not conv.errors
+    cfg = crds.objects_to_config(conv.objects)
+    a = next(x for x in cfg.queues if x.name == "team-a")
+    assert (a.parent, a.quota, a.borrowing_limit, a.lending_limit, a.weight) == (
+        "org", {"gpu": 8.0}, {"gpu": 4.0}, {"gpu": 2.0}, 2.0)
+    assert [(t.namespace, t.queue) for t in cfg.tenants] == [("ns-a", "team-a")]
+
+
+@pytest.mark.parametrize(("obj", "needle"), [
+    ({"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "ClusterQueue", "metadata": {"name": "x"},
+      "spec": {"cohortName": "org"}}, "kueue.x-k8s.io/v1beta1 spells it cohort"),
+    ({"apiVersion": "scheduling.run.ai/v2", "kind": "Queue", "metadata": {"name": "x"},
+      "spec": {"resources": {"gpu": {"quota": "lots"}}}}, "spec.resources.gpu.quota: 'lots'"),
+    ({"apiVersion": "scheduling.run.ai/v2", "kind": "Queue", "metadata": {"name": "x"},
+      "spec": {"resources": {"gpu": {"quota": 1e400}}}}, "spec.resources.gpu.quota"),
+    ({"apiVersion": "scheduling.run.ai/v1", "kind": "Queue", "metadata": {"name": "x"},
+      "spec": {}}, "apiVersion 'scheduling.run.ai/v1' kind 'Queue' is not one gpugov converts"),
+    ({"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue", "metadata": {"name": "x"},
+      "spec": {"capability": {"nvidia.com/gpu": "1e99999"}}}, "spec.capability.nvidia.com/gpu"),
+    ({"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue", "metadata": {"name": "x"},
+      "spec": {"quota": 1}}, "spec.quota: not a field of scheduling.volcano.sh/v1beta1 Queue"),
+    ({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
+      "metadata": {"name": "x"}, "spec": {"clusterQueue": "cq"}}, "metadata.namespace"),
+])
+def test_bad_objects_are_refused_by_field_and_others_still_convert(obj, needle) -> None:
+    good = {"apiVersion": "scheduling.run.ai/v2", "kind": "Queue", "metadata": {"name": "ok"},
+            "spec": {"resources": {"gpu": {"quota": 1, "limit": -1}}}}
+    conv = convert_objects([obj, good])
+    assert len(conv.errors) == 1 and needle in conv.errors[0], conv.errors
+    assert [o["metadata"]["name"] for o in conv.objects] == ["ok"]
+
+
+def test_cli_fails_on_a_bad_object_with_the_reason(tmp_path: Path) -> None:
+    f = tmp_path / "q.yaml"
+    f.write_text("apiVersion: scheduling.run.ai/v2\nkind: Queue\nmetadata: {name: a}\n"
+                 "spec: {resources: {gpu: {quota: -3}}}\n")
+    code, _, err = convert(f)
+    assert code == 2 and "spec.resources.gpu.quota: -3; allowed: -1 or >= 0" in err
+
+
+@pytest.fixture(scope="module")
+def with_crds(k8s_control_plane):
+    asyncio.run(install_crds(k8s_control_plane.kubeconfig))
+    return k8s_control_plane
+
+
+def test_apiserver_accepts_the_converted_upstream_objects(with_crds) -> None:
+    plurals = {"Queue": "queues", "Tenant": "tenants"}
+    made: list[tuple[str, str]] = []
+
+    async def go() -> list[str]:
+        refused = []
+        async with with_crds.api() as api:
+            custom = client.CustomObjectsApi(api)
+            for path in FILES:
+                _, out, _ = convert(path)
+                prefix = f"cv-{path.parent.name}-{path.stem}"[:40].lower().replace("_", "-")
+                for o in yaml.safe_load_all(out):
+                    o = json.loads(json.dumps(o))
+                    o["metadata"]["name"] = f"{prefix}-{o['metadata']['name']}"[:63]
+                    for key in ("parent", "queue"):  # keep the renamed tree consistent
+                        if key in o["spec"]:
+                            o["spec"][key] = f"{prefix}-{o['spec'][key]}"[:63]
+                    try:
+                        await custom.create_cluster_custom_object(
+                            crds.GROUP, crds.VERSION, plurals[o["kind"]], o,
+                            field_validation="Strict")
+                        made.append((plurals[o["kind"]], o["metadata"]["name"]))
+                    except ApiException as exc:
+                        refused.append(f"{path.name}: {json.loads(exc.body)['message']}")
+            for plural, name in reversed(made):  # the cluster is shared with other tests
+                await custom.delete_cluster_custom_object(crds.GROUP, crds.VERSION, plural,
+                                                          name)
+        return refused
+
+    assert asyncio.run(go()) == []
