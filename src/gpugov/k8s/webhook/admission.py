@@ -151,7 +151,8 @@ def _containers(pod: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
     return out
 
 
-def _limits(where: str, c: Mapping[str, Any]) -> dict[str, Any]:
+def _limits(where: str, c: Mapping[str, Any], names: ResourceNames = DEFAULT_NAMES
+            ) -> dict[str, Any]:
     """requests overlaid by limits; GPU quantities in plain numbers (`20k` -> 20000).
     RequestError for a quantity out of any real range (`1e400`), checked before arithmetic."""
     res = c.get("resources") or {}
@@ -164,7 +165,9 @@ def _limits(where: str, c: Mapping[str, Any]) -> dict[str, Any]:
             if "out of range" in str(exc) or "longer than" in str(exc):
                 raise RequestError(f"{where}: {k}", str(exc),
                                    f"ask for a real amount, e.g. {k}: 1") from None
-    return {k: plain(v) if k.startswith("nvidia.com/") else v for k, v in merged.items()}
+    gpu = names.table()
+    return {k: plain(v) if k.startswith("nvidia.com/") or k in gpu else v
+            for k, v in merged.items()}
 
 
 def pod_request(pod: Mapping[str, Any], names: ResourceNames = DEFAULT_NAMES
@@ -180,7 +183,7 @@ def pod_request(pod: Mapping[str, Any], names: ResourceNames = DEFAULT_NAMES
     annots = {k: v for k, v in (meta.get("annotations") or {}).items()
               if k not in OWNED and k != ORIGINAL_SCHEDULER}  # records, never a request
     sel = (pod.get("spec") or {}).get("nodeSelector") or {}
-    limits = [(where, _limits(where, c)) for where, c in _containers(pod)]
+    limits = [(where, _limits(where, c, names)) for where, c in _containers(pod)]
     gpu = [(w, lim) for w, lim in limits if canonical_limits(lim, names)[0]]
     if len(gpu) > 1:
         raise RequestError(", ".join(w for w, _ in gpu),
