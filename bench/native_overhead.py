@@ -1,11 +1,13 @@
-"""Nanoseconds libgpugov adds per cuMemAlloc and per unthrottled cuLaunchKernel.
+"""Nanoseconds libgpugov adds per cuMemAlloc, per unthrottled and per throttled cuLaunchKernel.
 
 Builds the library and the fake driver (tests/native/native_build.py), then times a
 tight loop of the same calls with and without LD_PRELOAD. The fake driver's own cost
 is in both runs, so the difference is the interception. Runs are interleaved for a number
 of rounds and the fastest of each is kept, so a loaded host (other work competing for the
-cores) inflates them less. With a second library (e.g. an older build) it is measured in
-the same rounds. Prints numbers, asserts nothing.
+cores) inflates them less. The throttled row runs under a 99 % core limit with kernels of no
+duration, so the throttle never waits: it is the cost of its bookkeeping (timing each launch
+with two driver events on the fake) per launch. With a second library (e.g. an older build)
+it is measured in the same rounds. Prints numbers, asserts nothing.
 Run: python bench/native_overhead.py [iterations=200000] [rounds=5] [other libgpugov.so]
 """
 
@@ -71,25 +73,30 @@ def main(iterations: int = 200_000, rounds: int = 5, other: str | None = None) -
         src.write_text(LOOP)
         subprocess.run([compiler(), "-O2", "-o", str(out / "loop"), str(src), "-ldl"], check=True)
 
-        def run(preload: str | None) -> tuple[float, float]:
-            env = build.env({"GPUGOV_SCRUB": "0"}, preload=preload is not None)
-            if preload:
-                env["LD_PRELOAD"] = preload
-            res = subprocess.run([str(out / "loop"), str(iterations)], env=env, check=True,
-                                 capture_output=True, text=True).stdout.split()
-            return float(res[0]), float(res[1])
+        def run(preload: str | None) -> tuple[float, float, float]:
+            res = []
+            for extra in ({}, {"GPUGOV_CORE_LIMIT": "99"}):
+                env = build.env({"GPUGOV_SCRUB": "0", "GPUGOV_LOG_LEVEL": "error", **extra},
+                                preload=preload is not None)
+                if preload:
+                    env["LD_PRELOAD"] = preload
+                p = subprocess.run([str(out / "loop"), str(iterations)], env=env, check=True,
+                                   capture_output=True, text=True)
+                res.append(p.stdout.split())
+            return float(res[0][0]), float(res[0][1]), float(res[1][1])
 
         libs: dict[str, str | None] = {"direct": None, "gpugov": build.preload}
         if other:
             libs["other"] = other
-        best: dict[str, list[float]] = {k: [float("inf")] * 2 for k in libs}
+        best: dict[str, list[float]] = {k: [float("inf")] * 3 for k in libs}
         for _ in range(rounds):
             for name, lib in libs.items():
                 best[name] = [min(a, b) for a, b in zip(best[name], run(lib), strict=True)]
     cols = [k for k in libs if k != "direct"]
     head = "".join(f"{k + ' ns':>12}{'added ns':>10}" for k in cols)
     print(f"{'call':<32}{'direct ns':>12}{head}")
-    names = ["cuMemAlloc+cuMemFree (pair)", "cuLaunchKernel (unthrottled)"]
+    names = ["cuMemAlloc+cuMemFree (pair)", "cuLaunchKernel (unthrottled)",
+             "cuLaunchKernel (throttled, 99 %)"]
     for i, name in enumerate(names):
         d = best["direct"][i]
         row = "".join(f"{best[k][i]:>12.1f}{best[k][i] - d:>10.1f}" for k in cols)
