@@ -96,7 +96,7 @@ def test_node_config_is_what_gpugov_node_run_accepts(helm, values, tmp_path):
     assert "--config=/etc/gpugov/node.yaml" in container["args"]
     assert {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}} in \
         container["env"]
-    assert cfg.defaultMode in ("exclusive", "soft", "timeslice", "mig")
+    assert cfg.defaultMode in ("exclusive", "soft", "timeslice", "mps", "mig")
 
 
 def test_cel_condition_file_matches_the_code():
@@ -298,3 +298,27 @@ def test_scheduler_kubeconfig_works_with_a_mounted_token(helm, k8s_control_plane
             return (await status(core.list_node()),
                     await status(core.list_secret_for_all_namespaces()))
     assert asyncio.run(run()) == (200, 403)  # authenticated as the scheduler, not more
+
+
+@pytest.mark.parametrize("mode,field,want", [("timeslice", "timesliceReplicas", 4),
+                                             ("mps", "mpsReplicas", 4)])
+def test_a_shared_default_mode_serves_the_charts_replicas_per_card(helm, tmp_path, mode, field,
+                                                                    want):
+    """`--set node.defaultMode=timeslice|mps` alone gives N replicas (or MPS clients) per card
+    (the node agent publishes them; the scheduler charges each card/N), and MPS clients share
+    the daemon's /dev/shm from the node's state folder."""
+    from gpugov.node.deviceplugin.all_in_one import load_node_file
+
+    docs = render(helm, "--set", f"node.defaultMode={mode}")
+    cm = next(d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"] ==
+              "gpugov-node")
+    path = tmp_path / "node.yaml"
+    path.write_text(cm["data"]["node.yaml"])
+    cfg = load_node_file(path)
+    assert cfg.defaultMode == mode and getattr(cfg, field) == want
+    ds = next(d for d in docs if d["kind"] == "DaemonSet")
+    mounts = {m["name"]: m["mountPath"] for m in
+              ds["spec"]["template"]["spec"]["containers"][0]["volumeMounts"]}
+    vols = {v["name"]: v for v in ds["spec"]["template"]["spec"]["volumes"]}
+    assert mounts["mps-shm"] == "/dev/shm"
+    assert vols["mps-shm"]["hostPath"]["path"] == "/var/lib/gpugov/mps/shm"

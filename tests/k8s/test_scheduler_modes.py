@@ -24,7 +24,6 @@ from gpugov.k8s.scheduler.state import INVALID, SchedulerState
 from gpugov.k8s.scheduler.translate import node_info, pod_info
 from gpugov.model.constraints import Taint
 from gpugov.model.devices import DeviceMode, DeviceTopology
-from gpugov.model.gpu_request import GpuRequest
 from gpugov.model.mig import MigInstance, get_geometry
 from gpugov.node.deviceplugin.handshake import candidates
 from gpugov.node.deviceplugin.resources import plugin_devices
@@ -263,12 +262,10 @@ def test_a_restart_readopts_mig_instances_and_replicas_from_the_records() -> Non
 def test_mps_clients_are_capped_and_counted() -> None:
     (obj,) = nodes(pool("h", 1, [{"index": "0", "mode": "mps", "replicas": 2}]))
     st = state([obj], [tenant("t", "team-a", "trusted")])
-    submit(st, *[pod(f"c{i}") for i in range(3)], pod("big"))
-    # MPS has no spelling in a pod's spec yet (docs/scheduler.md): the engine's side is
-    # tested with the request set on the translated pods
-    for name in ("c0", "c1", "c2"):
-        st.pods[f"team-a/{name}"].request = GpuRequest(1, DeviceMode.MPS, milli=None)
-    st.pods["team-a/big"].request = GpuRequest(1, DeviceMode.MPS, milli=600)
+    mps = {"nvidia.com/gpu.mps": "1"}
+    submit(st, *[pod(f"c{i}", limits=mps) for i in range(3)],
+           pod("big", limits={**mps, "nvidia.com/gpucores": "60"}),
+           pod("internal", "team-i", limits=mps))
     plan = st.cycle(T0)
     card = node_info(obj).card_memory_mib
     assert sorted(b.name for b in plan.binds) == ["c0", "c1"]
@@ -279,6 +276,8 @@ def test_mps_clients_are_capped_and_counted() -> None:
     assert "c2" in msgs  # both clients are taken (the card's compute is all held)
     # 600 milli is more than a client's cap of 500: never fits
     assert msgs["big"].startswith("gpugov: rejected") and "(gpu: " in msgs["big"]
+    # an internal tenant needs soft isolation: an MPS client delivers none
+    assert "isolation" in msgs["internal"]
 
 
 def test_untrusted_tenants_never_share_a_device() -> None:

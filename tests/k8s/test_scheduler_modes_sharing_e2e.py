@@ -20,7 +20,8 @@ from typing import Any
 import pytest
 
 from gpugov.k8s.annotations import INVENTORY, decode_inventory, encode_inventory
-from gpugov.k8s.scheduler.harness import bound, env
+from gpugov.k8s.scheduler.harness import TIMEOUT, bound, condition, env, pods, wait_until
+from gpugov.node.mps import MpsDaemon
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "node"))
 from kubelet_driver.driver import DriverUnavailable, KubeletPeer, build  # noqa: E402
@@ -129,5 +130,55 @@ def test_four_time_slice_replicas_per_card_bind_each_capped_in_its_allocate_resp
             assert q
             later = {p["metadata"]["name"]: p for p in await e.list()}
             assert not later["r4"]["spec"].get("nodeName")  # the 4 replicas are taken
+
+    asyncio.run(main())
+
+
+MPS = "nvidia.com/gpu.mps"
+FAKE_MPS = str(Path(__file__).parents[1] / "node" / "fakes" / "nvidia-cuda-mps-control")
+
+
+def test_mps_clients_bind_with_their_caps_in_the_allocate_response(
+        k8s_control_plane, kubelet_driver_binary: Path, tmp_path: Path) -> None:
+    """A trusted Tenant's `nvidia.com/gpu.mps` pods on a GPU in mps mode (4 clients): each
+    bound client gets the daemon's pipe and its caps (25 % of the SMs, card/4 pinned memory);
+    a client asking for more than a cap is refused with `gpu`, an internal tenant's with
+    `isolation`."""
+    async def main() -> None:
+        async with env(k8s_control_plane) as e:
+            (node,) = await e.add_pools(pool("mps", 1, [
+                {"index": "0", "mode": "mps", "replicas": 4}]))
+            q = await e.queue("q")
+            await e.tenant("t", {"namespaces": [e.ns], "queue": q, "trust": "trusted"})
+            internal = await k8s_control_plane.unique_namespace("mps-int")
+            await e.tenant("i", {"namespaces": [internal], "queue": q, "trust": "internal"})
+            e.start_scheduler()
+            await e.pods([e.pod(f"c{i}", None, limits={MPS: "1"}) for i in range(3)]
+                         + [e.pod("big", None, limits={MPS: "1", "nvidia.com/gpucores": "50"}),
+                            e.pod("int", None, limits={MPS: "1"}, namespace=internal)])
+            await e.wait_bound(3)
+            msgs = {}
+            for ns, name in ((e.ns, "big"), (internal, "int")):
+                async def refused(ns=ns, name=name):
+                    got = {p["metadata"]["name"]: condition(p) for p in await pods(e.kube, ns)}
+                    return got.get(name)
+
+                msgs[name] = (await wait_until(refused, TIMEOUT, f"{name} refused"))[1]
+            assert "(gpu: " in msgs["big"] and "isolation" in msgs["int"]
+            daemon = MpsDaemon(tmp_path / "state" / "mps", control=FAKE_MPS)
+            async with node_side(k8s_control_plane, e.kube, node, kubelet_driver_binary,
+                                 tmp_path) as (peer, inv):
+                assert daemon.reconcile(inv) == "started"
+                try:
+                    card = inv.devices[0].memory_mib
+                    await wait_resource(peer, MPS, 4, tmp_path / "device-plugin.log")
+                    for p in sorted(bound(await e.list()), key=arrival):
+                        envs = await admit(peer, p, {MPS: 1})
+                        assert envs["NVIDIA_VISIBLE_DEVICES"] == inv.devices[0].uuid
+                        assert envs["CUDA_MPS_PIPE_DIRECTORY"] == "/mps/pipe"
+                        assert envs["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "25"
+                        assert envs["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == f"0={card // 4}M"
+                finally:
+                    daemon.stop()
 
     asyncio.run(main())

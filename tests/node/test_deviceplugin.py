@@ -270,3 +270,44 @@ def test_proto_keeps_the_kubelet_field_numbers() -> None:
     assert f["DeviceSpec"] == {"container_path": 1, "host_path": 2, "permissions": 3}
     assert pb.DESCRIPTOR.package == "v1beta1"
     assert pb.DESCRIPTOR.services_by_name["DevicePlugin"].full_name == "v1beta1.DevicePlugin"
+
+
+def test_mps_clients_get_the_daemon_and_their_caps_or_a_refusal_without_it(
+        tmp_path: Path) -> None:
+    """`nvidia.com/gpu.mps` IDs per client; Allocate refuses while no MPS control daemon
+    runs, then gives the pipe, the shm folder and the client's caps."""
+    from gpugov.k8s.annotations import AllocatedDevice
+    from gpugov.node.mps import MpsDaemon
+
+    inventory = Inventory((gpu(0, DeviceMode.MPS, replicas=4),))
+    assert [d.id for d in plugin_devices(inventory)["nvidia.com/gpu.mps"]] == [
+        f"{uuid(0)}::{n}" for n in range(4)]
+    client = AllocatedDevice(index=0, mode=DeviceMode.MPS, milli=250, memory_mib=20389,
+                             uuid=uuid(0))
+    pods = MemoryPodSource()
+    pods.put(scheduled_pod("c0", [client]))
+    daemon = MpsDaemon(tmp_path / "state" / "mps",
+                       control=str(Path(__file__).parent / "fakes" / "nvidia-cuda-mps-control"))
+
+    async def body(stub, pods) -> None:
+        s = stub("nvidia.com/gpu.mps")
+        req = pb.AllocateRequest(container_requests=[
+            pb.ContainerAllocateRequest(devices_ids=[f"{uuid(0)}::0"])])
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await s.Allocate(req)
+        assert "MPS clients need the MPS control daemon" in err.value.details()
+        assert ALLOCATED not in pods.get("team-a", "c0")["metadata"]["annotations"]
+        assert daemon.reconcile(inventory) == "started"
+        try:
+            got = (await s.Allocate(req)).container_responses[0]
+        finally:
+            daemon.stop()
+        assert got.envs["CUDA_MPS_PIPE_DIRECTORY"] == "/mps/pipe"
+        assert got.envs["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "25"
+        assert got.envs["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=20389M"
+        mounts = {m.container_path: m.host_path for m in got.mounts}
+        assert mounts["/mps/pipe"] == str(daemon.pipe_dir)
+        assert mounts["/dev/shm"] == str(daemon.shm_dir)
+        assert "GPUGOV_MEMORY_LIMIT_0" not in got.envs  # MPS caps, not the library's
+
+    with_plugin(tmp_path, inventory, pods, body)

@@ -100,12 +100,13 @@ def test_bad_options_exit_2_with_the_option_named(args: list[str], message: str)
 
 def test_node_run_refuses_a_bad_node_yaml_naming_each_field(tmp_path: Path) -> None:
     cfg = tmp_path / "node.yaml"
-    cfg.write_text("defaultMode: mps\nsoftSplit: 0\nmigStrategy: single\n"
+    cfg.write_text("defaultMode: vgpu\nsoftSplit: 0\nmigStrategy: single\nmpsReplicas: 64\n"
                    "devices: [{index: '0', mode: mig}]\nsplit: 3\n")
     result = CliRunner().invoke(app, ["node", "run", "--config", str(cfg), "--node-name", "n"])
     assert result.exit_code == 2, result.output
     out = " ".join(result.output.split())
-    for part in ("defaultMode: 'mps': Input should be 'exclusive', 'soft', 'timeslice' or 'mig'",
+    for part in ("defaultMode: 'vgpu': Input should be 'exclusive', 'soft', 'timeslice', 'mps' "
+                 "or 'mig'", "mpsReplicas: 64: Input should be less than or equal to 48",
                  "softSplit: 0: Input should be greater than or equal to 1",
                  "migStrategy: 'single': only 'mixed' is served (single is planned)",
                  "devices: [{'index': '0', 'mode': 'mig'}]: per-device modes are planned",
@@ -114,3 +115,13 @@ def test_node_run_refuses_a_bad_node_yaml_naming_each_field(tmp_path: Path) -> N
     cfg.write_text("defaultMode: [unclosed\n")
     result = CliRunner().invoke(app, ["node", "run", "--config", str(cfg), "--node-name", "n"])
     assert result.exit_code == 2 and "not YAML" in result.output
+
+
+def test_node_yaml_accepts_mps_with_its_clients_per_gpu(tmp_path: Path) -> None:
+    from gpugov.node.deviceplugin.all_in_one import load_node_file
+
+    cfg = tmp_path / "node.yaml"
+    cfg.write_text("defaultMode: mps\nmpsReplicas: 8\n")
+    got = load_node_file(cfg)
+    assert (got.defaultMode, got.mpsReplicas, got.mpsControl) == (
+        "mps", 8, "nvidia-cuda-mps-control")

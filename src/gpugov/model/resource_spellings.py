@@ -23,6 +23,8 @@ control-plane-anchors.md §1.8 for KAI):
 - `nvidia.com/gpu.shared: 1`, `nvidia.com/mig-<p>.shared: 1` (time-slicing, renameByDefault):
   one replica, capped at the memory `nvidia.com/gpumem` / `gpumem-percentage` name (else
   card/replicas): soft isolation, unless its Tenant oversubscribes (none);
+- `nvidia.com/gpu.mps: 1`: one MPS client, capped at card/clients and 100/clients % of the SMs
+  (`gpumem` / `gpucores` say what it needs under those caps); isolation none;
 - annotations `gpu-fraction`, `gpu-memory` (KAI): a soft slice by memory fraction or MiB, no
   compute limit (KAI shares the device's time), on `gpu-fraction-num-devices` devices;
 - annotations `gpugov.io/model`, `gpugov.io/isolation`, `gpugov.io/topology` (ours): allowed
@@ -53,6 +55,7 @@ GPUMEM = "nvidia.com/gpumem"
 GPUMEM_PCT = "nvidia.com/gpumem-percentage"
 GPUCORES = "nvidia.com/gpucores"
 SHARED = "nvidia.com/gpu.shared"
+MPS = "nvidia.com/gpu.mps"
 MIG_PREFIX = "nvidia.com/mig-"
 PRODUCT_LABEL = "nvidia.com/gpu.product"
 KAI_FRACTION = "gpu-fraction"
@@ -96,7 +99,8 @@ MAX_INT = 2**31 - 1
 #: longest number text read
 MAX_TEXT = 64
 _ZERO = re.compile(r"[+-]?(0+\.?0*|\.0+)([eE][+-]?\d{1,4}|[numkMGTPE]i?)?")
-_KNOWN_NVIDIA = (GPU, GPUMEM, GPUMEM_PCT, GPUCORES, PRIORITY, SHARED, f"{MIG_PREFIX}<profile>",
+_KNOWN_NVIDIA = (GPU, GPUMEM, GPUMEM_PCT, GPUCORES, PRIORITY, SHARED, MPS,
+                 f"{MIG_PREFIX}<profile>",
                  f"{MIG_PREFIX}<profile>.shared", *ALIASES)
 
 
@@ -288,7 +292,7 @@ def _translate(gpu_keys: dict[str, object], ann: dict[str, str], sel: dict[str, 
     if gpu_keys and all(is_zero(v) for v in gpu_keys.values()):
         gpu_keys = {}  # `nvidia.com/gpu: 0`: no GPU (the kubelet reads it the same way)
     for k in gpu_keys:
-        if not (k in (GPU, GPUMEM, GPUMEM_PCT, GPUCORES, SHARED, PRIORITY)
+        if not (k in (GPU, GPUMEM, GPUMEM_PCT, GPUCORES, SHARED, MPS, PRIORITY)
                 or k.startswith(MIG_PREFIX)):
             raise RequestError(k, "is not a GPU resource gpugov knows",
                                f"use one of {', '.join(_KNOWN_NVIDIA)}")
@@ -339,6 +343,8 @@ def _translate(gpu_keys: dict[str, object], ann: dict[str, str], sel: dict[str, 
         return _kai(ann, kai, gpu_keys, common)
     if mig_keys or (GPU in gpu_keys and "-MIG-" in sel.get(PRODUCT_LABEL, "")):
         return _mig(gpu_keys, mig_keys, soft_keys, sel, common)
+    if MPS in gpu_keys:
+        return _mps(gpu_keys, common)
     if SHARED in gpu_keys:
         return _shared(gpu_keys, soft_keys, common)
     if soft_keys:
@@ -601,6 +607,38 @@ def _shared(gpu_keys: Mapping[str, object], soft_keys: list[str], common: dict) 
                       memory_percent=memory_pct, spellings=spellings, **common)
 
 
+def _mps(gpu_keys: Mapping[str, object], common: dict) -> GpuRequest:
+    """One MPS client (`nvidia.com/gpu.mps: 1`); `gpumem` (MiB) and `gpucores` (%) say what it
+    needs, which must fit under the per-client caps (card/clients, 100/clients) it gets."""
+    for other in (GPU, SHARED, GPUMEM_PCT):
+        if other in gpu_keys:
+            raise RequestError(MPS, f"cannot be combined with {other}",
+                               f"ask for {MPS}: 1, optionally with {GPUMEM} (MiB) and "
+                               f"{GPUCORES} (%)")
+    n = _int(MPS, gpu_keys[MPS], "clients", f"{MPS}: 1")
+    if n != 1:
+        raise RequestError(MPS, f"asks for {n} MPS clients; one process gets one client",
+                           f"write {MPS}: 1, or {GPU}: {n} for {n} whole GPUs")
+    milli = memory_mib = None
+    if GPUCORES in gpu_keys:
+        cores = _int(GPUCORES, gpu_keys[GPUCORES], "% of SMs", f"{GPUCORES}: 25")
+        if not 1 <= cores <= 100:
+            raise RequestError(GPUCORES, f"{cores} is outside 1..100",
+                               f"write {GPUCORES}: 1..100, or omit it for 100/clients")
+        milli = cores * MILLI_PER_GPU // 100
+    if GPUMEM in gpu_keys:
+        memory_mib = _int(GPUMEM, gpu_keys[GPUMEM], "MiB", f"{GPUMEM}: 10240")
+        biggest, name = _max_memory(common["models"])
+        if not 1 <= memory_mib <= biggest:
+            raise RequestError(GPUMEM, f"{memory_mib} MiB is outside 1..{biggest} ({name})",
+                               f"ask for 1..{biggest} MiB, or omit it for card/clients")
+    _check_isolation(MPS, DeviceMode.MPS, common["isolation"],
+                     f"write {GPU}: 1 with {GPUMEM} for a soft slice, or {GPU}: 1 for hard")
+    spellings = tuple(k for k in (MPS, GPUMEM, GPUCORES) if k in gpu_keys)
+    return GpuRequest(1, DeviceMode.MPS, milli=milli, memory_mib=memory_mib,
+                      spellings=spellings, **common)
+
+
 def _kai(ann: Mapping[str, str], kai: list[str], gpu_keys: Mapping[str, object],
          common: dict) -> GpuRequest:
     if gpu_keys:
@@ -626,7 +664,9 @@ def _kai(ann: Mapping[str, str], kai: list[str], gpu_keys: Mapping[str, object],
             raise RequestError(KAI_FRACTION, f"{frac} is not a positive fraction",
                                f"write a value in (0, 1], e.g. {KAI_FRACTION}: '0.5'")
         # KAI: a share of the device's memory; compute is shared in time (no limit)
-        pct = min(100.0, max(0.1, round(frac * 100, 1)))
+        # whole percent, rounded up (never less than asked; below 1 a whole GPU is 100 %),
+        # so the webhook can write it as nvidia.com/gpumem-percentage for the device plugin
+        pct = 100.0 if frac >= 1 else float(min(99, max(1, math.ceil(frac * 100 - 1e-9))))
         mode = DeviceMode.EXCLUSIVE if pct >= 100 else DeviceMode.SOFT
         _check_isolation(KAI_FRACTION, mode, common["isolation"],
                          f"ask for a MIG profile or {GPU}: 1 for hard isolation")

@@ -10,7 +10,10 @@ Each round (every `interval_s`):
    `healthy: false` in the inventory), waits `drain_grace_s`, changes the idle ones, refuses the
    busy ones untouched, then reports: `nvidia.com/mig.config.state` (success / failed),
    `gpugov.io/mig-config-state` (per-GPU outcome) and one Event per GPU.
-3. Bypass and zombie detection (`detect`) against the pods the API says run on this node; a
+3. MPS: while some GPU is in `mps` mode, the MPS control daemon runs with per-client defaults
+   (`gpugov.node.mps`; started, adopted after an agent restart, stopped when no GPU is in
+   `mps` mode); a refusal becomes a Warning Event and the device plugin refuses MPS clients.
+4. Bypass and zombie detection (`detect`) against the pods the API says run on this node; a
    new finding becomes a Warning Event on the Node.
 Bad input (a corrupt annotation, an unknown MIG profile, a garbage region) is logged, reported
 and counted; the loop goes on.
@@ -36,6 +39,7 @@ from gpugov.node import labels as gfd
 from gpugov.node.detect import detect, nvml_pids
 from gpugov.node.mig_apply import GpuOutcome, apply_change, plan_changes
 from gpugov.node.mig_config import MigConfigError, MigEntry, load, select
+from gpugov.node.mps import MpsDaemon, MpsError
 from gpugov.node.nvml.samples import sample_all
 from gpugov.node.nvml.source import NvmlDeviceSource
 from gpugov.node.pod_regions import scan
@@ -63,6 +67,8 @@ class AgentConfig:
     drain_grace_s: float = 30.0
     event_namespace: str = "default"
     proc_root: Path = Path("/proc")
+    #: the MPS control daemon of GPUs in `mps` mode; None = MPS is not managed here
+    mps: MpsDaemon | None = None
 
 
 @dataclass
@@ -74,6 +80,7 @@ class NodeAgent:
     published: dict[str, Any] | None = None
     reported: set[tuple[str, int, int]] = field(default_factory=set)
     mig_attempted: str | None = None
+    mps_problem: str = ""
 
     @property
     def core(self) -> client.CoreV1Api:
@@ -197,6 +204,28 @@ class NodeAgent:
         await self.event("MigConfigInvalid", f"{want}: {'; '.join(errors)}", warning=True)
         return []
 
+    # -------------------------------------------------------------- MPS
+    async def reconcile_mps(self) -> str | None:
+        """Start, adopt or stop the MPS control daemon as the inventory says (what was done)."""
+        daemon = self.cfg.mps
+        if daemon is None:
+            return None
+        loop = asyncio.get_running_loop()
+        try:
+            done = await loop.run_in_executor(None, daemon.reconcile, self.source.inventory())
+        except MpsError as exc:
+            self.errors["mps_failed"] += 1
+            if str(exc) != self.mps_problem:
+                self.mps_problem = str(exc)
+                log.warning("MPS control daemon: %s", exc)
+                await self.event("MpsDaemonFailed", str(exc), warning=True)
+            return "failed"
+        self.mps_problem = ""
+        if done in ("started", "restarted", "stopped"):
+            await self.event(f"MpsDaemon{done.capitalize()}",
+                             f"MPS control daemon {done} ({daemon.pipe_dir})")
+        return done
+
     # -------------------------------------------------------------- detection
     async def live_pod_uids(self) -> set[str]:
         pods = await self.core.list_pod_for_all_namespaces(
@@ -233,7 +262,7 @@ class NodeAgent:
     async def round(self) -> None:
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(None, self.source.refresh)
-        for step in (self.publish, self.reconcile_mig, self.check_memory):
+        for step in (self.publish, self.reconcile_mig, self.reconcile_mps, self.check_memory):
             try:
                 await step()
             except ApiException as exc:

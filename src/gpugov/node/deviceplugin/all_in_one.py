@@ -37,8 +37,10 @@ class NodeFile(BaseModel):
 
     # how GPUs not in MIG mode are offered; GPUs in MIG mode are always served as MIG
     # ("mig" = leave non-MIG GPUs whole until the agent applies a MIG layout)
-    defaultMode: Literal["exclusive", "soft", "timeslice", "mig"] = "exclusive"
+    defaultMode: Literal["exclusive", "soft", "timeslice", "mps", "mig"] = "exclusive"
     timesliceReplicas: int = Field(4, ge=2)
+    mpsReplicas: int = Field(4, ge=2, le=48)  # MPS clients per GPU (48: the per-GPU maximum)
+    mpsControl: str = Field("nvidia-cuda-mps-control", min_length=1)  # the daemon's binary
     softSplit: int = Field(10, ge=1)
     migStrategy: Literal["mixed"] = "mixed"  # single: planned
     devices: list[Any] = Field(default_factory=list, max_length=0)  # per-device: planned
@@ -89,13 +91,15 @@ async def serve_all(opts: RunOptions) -> None:
     from gpugov.node.deviceplugin.pods import ApiPodSource
     from gpugov.node.deviceplugin.response import ResponseConfig
     from gpugov.node.exporter import ExporterConfig, NodeCollector, serve
+    from gpugov.node.mps import MpsDaemon
     from gpugov.node.nvml.health import HealthTracker
     from gpugov.node.nvml.library import Nvml
     from gpugov.node.nvml.source import NvmlDeviceSource, SharingPolicy
 
     cfg = opts.config
     mode = DeviceMode.EXCLUSIVE if cfg.defaultMode == "mig" else DeviceMode(cfg.defaultMode)
-    replicas = cfg.timesliceReplicas if mode == DeviceMode.TIMESLICE else 1
+    replicas = {DeviceMode.TIMESLICE: cfg.timesliceReplicas,
+                DeviceMode.MPS: cfg.mpsReplicas}.get(mode, 1)
     host, port = listen_address(opts.listen, "--listen")
     regions = opts.state_dir / "regions"
     regions.mkdir(parents=True, exist_ok=True)
@@ -110,7 +114,8 @@ async def serve_all(opts: RunOptions) -> None:
             config.load_incluster_config(client_configuration=api_cfg)
         async with client.ApiClient(api_cfg) as api:
             agent = NodeAgent(api, source, AgentConfig(
-                opts.node_name, opts.mig_config, regions, opts.interval_s))
+                opts.node_name, opts.mig_config, regions, opts.interval_s,
+                mps=MpsDaemon(opts.state_dir / "mps", control=cfg.mpsControl)))
             plugin = DevicePluginManager(
                 opts.node_name, source, ApiPodSource(api), opts.plugin_dir,
                 ResponseConfig(opts.state_dir, install_library(opts.state_dir)),

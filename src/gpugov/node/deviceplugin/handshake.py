@@ -34,7 +34,7 @@ from gpugov.k8s.annotations import (
 )
 from gpugov.model.devices import DeviceMode
 from gpugov.node.deviceplugin.pods import Pod
-from gpugov.node.deviceplugin.resources import GPU, SHARED, PluginDevice, mig_resource
+from gpugov.node.deviceplugin.resources import GPU, MPS, SHARED, PluginDevice, mig_resource
 from gpugov.placement.topology import preferred_allocation
 
 _TERMINAL = ("Succeeded", "Failed")
@@ -85,9 +85,8 @@ def _slice_key(node: str, inv: Mapping[int, InventoryDevice],
                 return mig_resource(m.profile), m.uuid
         raise ValueError(f"{where}: no MIG instance {d.mig_profile} at start {d.mig_start} on "
                          f"GPU {dev.index} of {node}")
-    if d.mode == DeviceMode.MPS:
-        raise ValueError(f"{where}: mode mps is not served by this device plugin")
-    want = {DeviceMode.EXCLUSIVE: GPU, DeviceMode.SOFT: GPU, DeviceMode.TIMESLICE: SHARED}[d.mode]
+    want = {DeviceMode.EXCLUSIVE: GPU, DeviceMode.SOFT: GPU, DeviceMode.TIMESLICE: SHARED,
+            DeviceMode.MPS: MPS}[d.mode]
     if dev.mode != d.mode:
         raise ValueError(f"{where}: GPU {dev.index} is in {dev.mode} mode on {node}, "
                          f"the allocation says {d.mode}")

@@ -12,7 +12,10 @@
 - `nvidia.com/mig-<profile>`: each MIG instance by its `MIG-<uuid>` (`+` in a profile becomes
   `.`, as the NVIDIA plugin's mixed strategy does).
 
-GPUs in `mps` mode are not served (planned: needs the MPS control daemon).
+- `nvidia.com/gpu.mps`: GPUs in `mps` mode as `replicas` IDs `<uuid>::<n>`, one per MPS client
+  (its own name: an MPS client shares one MPS server and fault domain with the others, so it
+  is never mistaken for a time-slice replica or a whole GPU); the node agent runs the MPS
+  control daemon (`gpugov.node.mps`) and each client gets its caps in `response`.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from gpugov.model.devices import DeviceMode, DeviceTopology
 
 GPU = "nvidia.com/gpu"
 SHARED = "nvidia.com/gpu.shared"
+MPS = "nvidia.com/gpu.mps"
 MIG_PREFIX = "nvidia.com/mig-"
 REPLICA_SEP = "::"
 SOFT_REPLICAS = 10  # soft pods the kubelet admits per GPU when the inventory does not say
@@ -65,9 +69,9 @@ def plugin_devices(inventory: Inventory,
                       topology=topo)
         if d.mode == DeviceMode.EXCLUSIVE:
             out.setdefault(GPU, []).append(PluginDevice(id=d.uuid, resource=GPU, **common))
-        elif d.mode in (DeviceMode.SOFT, DeviceMode.TIMESLICE):
-            res = GPU if d.mode == DeviceMode.SOFT else SHARED
-            n_ids = d.replicas if d.mode == DeviceMode.TIMESLICE or d.replicas > 1 \
+        elif d.mode in (DeviceMode.SOFT, DeviceMode.TIMESLICE, DeviceMode.MPS):
+            res = {DeviceMode.SOFT: GPU, DeviceMode.TIMESLICE: SHARED, DeviceMode.MPS: MPS}[d.mode]
+            n_ids = d.replicas if d.mode != DeviceMode.SOFT or d.replicas > 1 \
                 else soft_replicas
             out.setdefault(res, []).extend(
                 PluginDevice(id=f"{d.uuid}{REPLICA_SEP}{n}", resource=res, **common)

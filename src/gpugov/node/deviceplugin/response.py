@@ -16,6 +16,12 @@ Time-slice replicas: the record's `memoryMiB` is the replica's memory cap (what 
 card/replicas), passed as `GPUGOV_MEMORY_LIMIT_<i>` with the library as for a soft slice, but
 no compute limit (the driver's time-slicing shares the device's time). A record with 0 MiB is
 an oversubscribing Tenant's replica: no library, no limit (as the NVIDIA plugin does).
+
+MPS clients: `CUDA_MPS_PIPE_DIRECTORY` names the node's control daemon's pipe folder (mounted
+from `<state dir>/mps/pipe`), its shm folder is the container's `/dev/shm`, and the client's
+caps are the record's: `CUDA_MPS_ACTIVE_THREAD_PERCENTAGE` (its compute share) and
+`CUDA_MPS_PINNED_DEVICE_MEM_LIMIT` (`<ordinal>=<MiB>M`). Refused while no daemon runs (the
+node agent starts it, `gpugov.node.mps`).
 """
 
 from __future__ import annotations
@@ -34,6 +40,8 @@ CONTAINER_LIBRARY = "/usr/local/gpugov/lib/libgpugov.so"
 CONTAINER_REGION_DIR = "/var/run/gpugov"
 CONTAINER_REGION = CONTAINER_REGION_DIR + "/region"
 PRELOAD = "/etc/ld.so.preload"
+CONTAINER_MPS_PIPE = "/mps/pipe"
+CONTAINER_SHM = "/dev/shm"
 CONTROL_DEVICES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")
 
 
@@ -50,6 +58,11 @@ class ResponseConfig:
     @property
     def preload_file(self) -> Path:
         return self.state_dir / "ld.so.preload"
+
+    @property
+    def mps_dir(self) -> Path:
+        """The MPS control daemon's folders (`gpugov.node.mps.MpsDaemon.root`)."""
+        return self.state_dir / "mps"
 
     def region_dir(self, namespace: str, name: str, uid: str) -> Path:
         safe = re.sub(r"[^A-Za-z0-9_.-]", "-", f"{namespace}_{name}_{uid}")
@@ -105,6 +118,9 @@ def container_response(request: list[PluginDevice],
                                     read_only=True))
         resp.mounts.append(pb.Mount(container_path=CONTAINER_REGION_DIR, host_path=str(region),
                                     read_only=False))
+    mps = [(i, slices[k]) for i, k in enumerate(keys) if slices[k].mode == DeviceMode.MPS]
+    if mps:
+        _mps_client(resp, mps, cfg)
     if cfg.device_specs:
         paths = list(CONTROL_DEVICES)
         for index in sorted({d.index for d in request}):
@@ -116,6 +132,24 @@ def container_response(request: list[PluginDevice],
         for k in keys:
             resp.cdi_devices.append(pb.CDIDevice(name=f"nvidia.com/gpu={k}"))
     return resp
+
+
+def _mps_client(resp: pb.ContainerAllocateResponse, mps: list[tuple[int, AllocatedDevice]],
+                cfg: ResponseConfig) -> None:
+    pipe = cfg.mps_dir / "pipe"
+    if not (pipe / "control").exists():
+        raise ValueError(f"MPS clients need the MPS control daemon, and none runs on this node "
+                         f"({pipe / 'control'} is missing); the node agent starts it while a "
+                         "GPU is in mps mode (see its log)")
+    resp.envs["CUDA_MPS_PIPE_DIRECTORY"] = CONTAINER_MPS_PIPE
+    resp.envs["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = str(min(core_percent(s.milli)
+                                                             for _, s in mps))
+    resp.envs["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] = ",".join(
+        f"{i}={s.memory_mib}M" for i, s in mps)
+    resp.mounts.append(pb.Mount(container_path=CONTAINER_MPS_PIPE, host_path=str(pipe),
+                                read_only=False))
+    resp.mounts.append(pb.Mount(container_path=CONTAINER_SHM,
+                                host_path=str(cfg.mps_dir / "shm"), read_only=False))
 
 
 def write_preload(cfg: ResponseConfig) -> None:
