@@ -101,3 +101,12 @@ def test_gfd_labels_that_disagree_with_allocatable_close_the_node() -> None:
     st = state([nvidia_time_sliced_node(allocatable=7)])
     info = st.nodes["nv-0"]
     assert info.spec.gpu_count == 0 and "disagree" in info.error
+
+
+def test_an_mps_client_on_a_cluster_without_mps_gpus_is_refused_with_gpu_mode() -> None:
+    (obj,) = nodes(pool("h", 1, [{"index": "0", "mode": "exclusive"}]))
+    st = state([obj], [tenant("t", "team-a", "trusted")])
+    submit(st, pod("c0", limits={"nvidia.com/gpu.mps": "1"}))
+    plan = st.cycle(T0)
+    (cond,) = plan.conditions
+    assert not plan.binds and "gpu-mode" in cond.message
