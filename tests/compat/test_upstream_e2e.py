@@ -44,6 +44,8 @@ LIVE = {
         2, None, None, ("A100-SXM4-40GB", "A100-SXM4-80GB")),
     "kai/docs/gpu-sharing/gpu-sharing.yaml#gpu-sharing": (1, 500, ("pct", 50), None),
     "kai/docs/gpu-sharing/gpu-memory.yaml#gpu-sharing": (1, None, ("mib", 2000), None),
+    "kai/docs/gpu-sharing/gpu-sharing-init-container.yaml#gpu-sharing-init-container": (
+        1, None, ("pct", 50), None),
     "volcano/docs/user-guide/how_to_use_volcano_vgpu.md#hami-pod": (1, 500, ("mib", 3000),
                                                                      None),
     "device-plugin/README.md#gpu-pod": (1, None, None, None),
@@ -168,6 +170,13 @@ def test_upstream_pods_applied_unedited_get_what_their_docs_promise(k8s_control_
                     assert pods_by_key[k].pod["spec"]["schedulerName"] == \
                         p["metadata"]["annotations"][ORIGINAL_SCHEDULER]
                 assert p["spec"]["schedulerName"] == e.scheduler
+            # KAI's annotation request is on the container KAI gives it (the kubelet asks the
+            # device plugin for that container's devices)
+            init = placed["kai/docs/gpu-sharing/gpu-sharing-init-container.yaml"
+                          "#gpu-sharing-init-container"]
+            assert init["spec"]["initContainers"][0]["resources"]["limits"] == {
+                "nvidia.com/gpu": "1", "nvidia.com/gpumem-percentage": "50"}
+            assert "gpu-fraction" not in init["metadata"]["annotations"]
             volcano = placed["volcano/docs/user-guide/how_to_use_volcano_vgpu.md#hami-pod"]
             limits = volcano["spec"]["containers"][0]["resources"]["limits"]
             assert {k: int(parse_quantity(v)) for k, v in limits.items()} == {

@@ -30,7 +30,7 @@ def pod(limits: dict | None = None, annotations: dict | None = None, **spec) -> 
 
 def patch_of(out: dict) -> dict[str, object]:
     ops = json.loads(base64.b64decode(out["response"]["patch"]))
-    return {op["path"]: op["value"] for op in ops}
+    return {op["path"]: op["value"] for op in ops if "value" in op}
 
 
 def test_hami_spelling_becomes_the_canonical_annotation():
@@ -476,3 +476,37 @@ def test_kai_fraction_container_name_must_name_a_container():
     out = admission.mutate(review(p), lambda ns: INTERNAL)
     assert not out["response"]["allowed"]
     assert "'nope'" in out["response"]["status"]["message"]
+
+
+@pytest.mark.parametrize(("annots", "container", "limits"), [
+    ({"gpu-fraction": "0.5"}, ("containers", 0),
+     {"nvidia.com/gpu": "1", "nvidia.com/gpumem-percentage": "50"}),
+    ({"gpu-memory": "2000", "gpu-fraction-container-name": "side"}, ("containers", 1),
+     {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "2000"}),
+    ({"gpu-fraction": "0.5", "gpu-fraction-container-name": "gpu-init"}, ("initContainers", 0),
+     {"nvidia.com/gpu": "1", "nvidia.com/gpumem-percentage": "50"}),
+    ({"gpu-fraction": "0.25", "gpu-fraction-num-devices": "2"}, ("containers", 0),
+     {"nvidia.com/gpu": "2", "nvidia.com/gpumem-percentage": "25"}),
+    ({"gpu-fraction": "1"}, ("containers", 0), {"nvidia.com/gpu": "1"}),
+])
+def test_kai_annotations_become_resources_of_the_container_kai_gives_them(
+        annots, container, limits):
+    """The kubelet asks the device plugin only for containers that request a device: the
+    webhook writes KAI's annotation request on the container KAI documents (first, or the
+    named one, init containers included), keeps the original in a record, and the result
+    reads back as the same request (validation passes)."""
+    p = pod(annotations=dict(annots), initContainers=[{"name": "gpu-init", "image": "x"}])
+    p["spec"]["containers"].append({"name": "side", "image": "x",
+                                    "resources": {"requests": {"cpu": "1"}}})
+    out = admission.mutate(review(p), lambda ns: INTERNAL)
+    assert out["response"]["allowed"], out
+    mutated = apply_ops(p, ops_of(out))
+    key, i = container
+    assert mutated["spec"][key][i]["resources"]["limits"] == limits
+    kept = json.loads(mutated["metadata"]["annotations"]["gpugov.io/original-request"])
+    assert kept == annots
+    assert not set(annots) & set(mutated["metadata"]["annotations"])
+    before = admission.pod_request(p)
+    assert admission.pod_request(mutated) is not None
+    assert ann.encode_request(admission.pod_request(mutated)) == ann.encode_request(before)
+    assert admission.validate(review(mutated))["response"]["allowed"]

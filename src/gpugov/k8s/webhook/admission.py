@@ -41,6 +41,7 @@ from gpugov.model.gpu_request import GpuRequest
 from gpugov.model.isolation import MIN_ISOLATION
 from gpugov.model.resource_spellings import (
     DEFAULT_NAMES,
+    KAI_ANNOTATIONS,
     KAI_CONTAINER,
     KAI_FRACTION,
     KAI_MEMORY,
@@ -60,6 +61,10 @@ MAX_QUEUE_DEPTH = 10_000
 
 #: the annotation recording the schedulerName a pod was written for, when adopted
 ORIGINAL_SCHEDULER = "gpugov.io/original-scheduler"
+#: the KAI annotations a pod asked with, once the webhook wrote them as container resources
+ORIGINAL_REQUEST = "gpugov.io/original-request"
+#: annotations the webhook itself writes as records: never read as a request
+RECORDS = (ORIGINAL_SCHEDULER, ORIGINAL_REQUEST)
 #: queue labels of KAI-Scheduler (and Run:ai before it): they must name the Tenant's queue
 QUEUE_LABELS = ("kai.scheduler/queue", "runai/queue")
 #: Volcano's pod annotation naming its queue: the same rule
@@ -181,7 +186,7 @@ def pod_request(pod: Mapping[str, Any], names: ResourceNames = DEFAULT_NAMES
     """
     meta = pod.get("metadata") or {}
     annots = {k: v for k, v in (meta.get("annotations") or {}).items()
-              if k not in OWNED and k != ORIGINAL_SCHEDULER}  # records, never a request
+              if k not in OWNED and k not in RECORDS}  # records, never a request
     sel = (pod.get("spec") or {}).get("nodeSelector") or {}
     limits = [(where, _limits(where, c, names)) for where, c in _containers(pod)]
     gpu = [(w, lim) for w, lim in limits if canonical_limits(lim, names)[0]]
@@ -200,6 +205,45 @@ def pod_request(pod: Mapping[str, Any], names: ResourceNames = DEFAULT_NAMES
             raise RequestError(KAI_CONTAINER, "gives no size",
                                f"add {KAI_FRACTION} or {KAI_MEMORY}, or drop it")
     return translate(gpu[0][1] if gpu else {}, annots, sel, names)
+
+
+def kai_patch(pod: Mapping[str, Any], gpu: GpuRequest) -> list[dict[str, Any]]:
+    """JSON patch writing a KAI annotation request (`gpu-fraction`, `gpu-memory`,
+    `gpu-fraction-num-devices`) as resources of the container KAI gives it (the one
+    `gpu-fraction-container-name` names, init containers included, else the first), so the
+    kubelet asks gpugov's device plugin for that container's devices; the annotations move to
+    `gpugov.io/original-request` (JSON). The same GpuRequest reads back from the result."""
+    annots = _strings(pod.get("metadata") or {}, "annotations")
+    kai = {k: str(annots[k]) for k in KAI_ANNOTATIONS if k in annots}
+    if not (KAI_FRACTION in kai or KAI_MEMORY in kai):
+        return []
+    spec = pod.get("spec") or {}
+    wanted = kai.get(KAI_CONTAINER)
+    where = ("containers", 0)
+    for key in ("initContainers", "containers"):
+        for i, c in enumerate(spec.get(key) or []):
+            if wanted is not None and isinstance(c, Mapping) and c.get("name") == wanted:
+                where = (key, i)
+    limits: dict[str, str] = {"nvidia.com/gpu": str(gpu.count)}
+    if gpu.memory_mib is not None:
+        limits["nvidia.com/gpumem"] = str(gpu.memory_mib)
+    elif gpu.memory_percent is not None:
+        limits["nvidia.com/gpumem-percentage"] = str(int(gpu.memory_percent))
+    container = (spec.get(where[0]) or [{}])[where[1]]
+    base = f"/spec/{where[0]}/{where[1]}/resources"
+    res = container.get("resources") if isinstance(container, Mapping) else None
+    patch: list[dict[str, Any]] = []
+    if not isinstance(res, Mapping):
+        patch.append({"op": "add", "path": base, "value": {"limits": limits}})
+    elif not isinstance(res.get("limits"), Mapping):
+        patch.append({"op": "add", "path": base + "/limits", "value": limits})
+    else:
+        patch += [{"op": "add", "path": f"{base}/limits/{_escape(k)}", "value": v}
+                  for k, v in limits.items()]
+    patch += [{"op": "remove", "path": f"/metadata/annotations/{_escape(k)}"} for k in kai]
+    patch.append({"op": "add", "path": f"/metadata/annotations/{_escape(ORIGINAL_REQUEST)}",
+                  "value": json.dumps(kai, sort_keys=True, separators=(",", ":"))})
+    return patch
 
 
 def rename_patch(pod: Mapping[str, Any], names: ResourceNames = DEFAULT_NAMES
@@ -397,6 +441,7 @@ def mutate(req: Mapping[str, Any], resolve_tenancy, scheduler_name: str = ann.SC
                        (ann.QUEUE, res.queue), (ann.TRUST_TIER, res.trust.value)):
         patch.append({"op": "add", "path": f"/metadata/annotations/{_escape(key)}",
                       "value": value})
+    patch += kai_patch(pod, gpu)
     if not _strings(meta, "labels"):
         patch.append({"op": "add", "path": "/metadata/labels", "value": {}})
     patch.append({"op": "add", "path": f"/metadata/labels/{_escape(ann.MANAGED_LABEL)}",
