@@ -64,6 +64,10 @@ ACCEPTED = [
      dict(count=1, mode=DeviceMode.SOFT, milli=None, memory_percent=50.0)),
     ("kai-fraction-two-devices", {}, {"gpu-fraction": "0.5", "gpu-fraction-num-devices": "2"},
      {}, dict(count=2, mode=DeviceMode.SOFT, milli=None, memory_percent=50.0)),
+    ("kai-fraction-third", {}, {"gpu-fraction": "0.333"}, {},
+     dict(count=1, mode=DeviceMode.SOFT, memory_percent=34.0)),  # rounded up, never less
+    ("kai-fraction-almost-one", {}, {"gpu-fraction": "0.999"}, {},
+     dict(mode=DeviceMode.SOFT, memory_percent=99.0)),  # below 1 is never a whole card
     ("kai-fraction-one", {}, {"gpu-fraction": "1"}, {},
      dict(count=1, mode=DeviceMode.EXCLUSIVE, milli=1000, memory_percent=None)),
     ("kai-memory", {}, {"gpu-memory": "20000"}, {},
