@@ -1003,9 +1003,14 @@ def dev_down_cmd(
 ) -> None:
     """Stop every process `gpugov dev up` started in that work dir."""
     from gpugov.k8s.devcluster import dev
+    from gpugov.k8s.devcluster.processes import StateFileError
 
     workdir = directory or dev.default_dir()
-    stopped = dev.down(workdir)
+    try:
+        stopped = dev.down(workdir)
+    except StateFileError as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(2) from None
     typer.echo(f"stopped: {', '.join(stopped)}" if stopped else
                f"stopped: nothing (no dev cluster in {workdir})")
 

@@ -243,3 +243,40 @@ def test_a_killed_test_run_leaves_no_control_plane_behind(tmp_path):
     while any(alive(pid, ticks) for pid, ticks in pids) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert [pid for pid, ticks in pids if alive(pid, ticks)] == []
+
+
+def test_dev_down_never_signals_a_process_whose_identity_is_not_proven(tmp_path):
+    """Issue 22, finding 10: an entry without a start time (or with another executable) is a
+    pid gpugov cannot prove it started; it is never signalled."""
+    procs = ProcessSet(tmp_path)
+    proc = procs.start("sleeper", [sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        for change in ({"ticks": None}, {"exe": "/usr/bin/not-what-we-started"}):
+            state = json.loads(procs.state_path.read_text())
+            state["processes"][0].update(change)
+            (tmp_path / "damaged").mkdir(exist_ok=True)
+            (tmp_path / "damaged" / "state.json").write_text(json.dumps(state))
+            loaded = ProcessSet.load(tmp_path / "damaged")
+            assert not loaded.procs["sleeper"].running()
+            loaded.stop_all(grace=0.5)
+            assert proc.popen.poll() is None, change  # untouched
+    finally:
+        procs.stop("sleeper", grace=2)
+
+
+@pytest.mark.parametrize("text", ["{not json", "[1, 2]", '{"processes": 5}',
+                                  '{"processes": [{"name": "x", "pid": "1"}]}',
+                                  '{"processes": [{"name": "x", "pid": 1}]}', "\udcff"])
+def test_dev_down_on_a_damaged_state_file_names_it_and_signals_nothing(tmp_path, text):
+    from typer.testing import CliRunner
+
+    from gpugov.cli import app
+    from gpugov.k8s.devcluster.processes import StateFileError
+
+    (tmp_path / "state.json").write_bytes(text.encode("utf-8", "surrogateescape"))
+    with pytest.raises(StateFileError, match="state.json"):
+        ProcessSet.load(tmp_path)
+    result = CliRunner().invoke(app, ["dev", "down", "--dir", str(tmp_path)])
+    assert result.exit_code == 2, result.output
+    assert "no process was signalled" in result.output
+    assert "Traceback" not in result.output

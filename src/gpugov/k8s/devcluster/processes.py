@@ -1,8 +1,11 @@
 """Start and stop the control plane's processes: own process groups, pids in a state file.
 
 Each process runs in its own session (process group) with its output in a log file. The state
-file (`state.json` in the work dir) records every pid with its start time from /proc, so `stop`
-signals exactly the processes that were started — never a later process that reused the pid.
+file (`state.json` in the work dir) records every pid with its identity from /proc — start
+time and executable — so `stop` signals exactly the processes that were started, never a later
+process that reused the pid. An entry whose identity cannot be proven (no start time recorded,
+a different executable, an unreadable /proc) is never signalled; a damaged state file is a
+`StateFileError` that names the file and signals nothing.
 """
 
 from __future__ import annotations
@@ -27,27 +30,41 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+class StateFileError(ValueError):
+    """The work dir's state file cannot be read; nothing was signalled."""
+
+
 def _start_ticks(pid: int) -> int | None:
     """The process's start time in clock ticks since boot (field 22 of /proc/PID/stat)."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
+        return int(stat.rsplit(")", 1)[1].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _exe(pid: int) -> str | None:
+    """The process's executable (/proc/PID/exe), None when it cannot be read."""
+    try:
+        return os.readlink(f"/proc/{pid}/exe")
     except OSError:
         return None
-    return int(stat.rsplit(")", 1)[1].split()[19])
 
 
-def alive(pid: int, ticks: int | None = None) -> bool:
-    """True when `pid` runs and (if given) is the process that started at `ticks`."""
+def alive(pid: int, ticks: int | None = None, exe: str | None = None) -> bool:
+    """True when `pid` runs and (if given) is the process that started at `ticks` from `exe`."""
     now = _start_ticks(pid)
     if now is None:
         return False
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
+    except (OSError, IndexError):
         return False
     if state == "Z":
         return False
-    return ticks is None or now == ticks
+    if ticks is not None and now != ticks:
+        return False
+    return exe is None or _exe(pid) in (exe, None)
 
 
 def log_tail(path: Path, lines: int = 30) -> str:
@@ -68,15 +85,19 @@ class Managed:
     log: Path
     argv: list[str]
     popen: subprocess.Popen | None = None
+    exe: str | None = None
 
     def running(self) -> bool:
+        """Still the process we started. A process known only from the state file counts
+        only when its start time was recorded and still matches (and its executable, when
+        recorded): an unproven identity is never ours to signal."""
         if self.popen is not None:
             return self.popen.poll() is None
-        return alive(self.pid, self.ticks)
+        return self.ticks is not None and alive(self.pid, self.ticks, self.exe)
 
     def as_dict(self) -> dict:
-        return {"name": self.name, "pid": self.pid, "ticks": self.ticks, "log": str(self.log),
-                "argv": self.argv}
+        return {"name": self.name, "pid": self.pid, "ticks": self.ticks, "exe": self.exe,
+                "log": str(self.log), "argv": self.argv}
 
 
 class ProcessSet:
@@ -99,11 +120,27 @@ class ProcessSet:
 
     @classmethod
     def load(cls, workdir: Path) -> ProcessSet:
+        """The state file's processes; StateFileError (naming the file) when it is not one
+        gpugov wrote. Nothing is signalled on the way."""
         ps = cls(workdir)
-        data = json.loads(ps.state_path.read_text())
-        for p in data.pop("processes", []):
-            ps.procs[p["name"]] = Managed(p["name"], p["pid"], p["ticks"], Path(p["log"]),
-                                          p["argv"])
+        path = ps.state_path
+        try:
+            data = json.loads(path.read_text())
+            if not isinstance(data, dict) or not isinstance(data.get("processes", []), list):
+                raise ValueError("expected an object with a list 'processes'")
+            for i, p in enumerate(data.pop("processes", [])):
+                ticks, exe = p.get("ticks"), p.get("exe")
+                if not isinstance(p.get("name"), str) or type(p.get("pid")) is not int \
+                        or p["pid"] <= 1 or (ticks is not None and type(ticks) is not int) \
+                        or (exe is not None and not isinstance(exe, str)):
+                    raise ValueError(f"processes[{i}] is not a process gpugov recorded")
+                ps.procs[p["name"]] = Managed(p["name"], p["pid"], ticks,
+                                              Path(str(p.get("log", ""))),
+                                              list(p.get("argv") or []), exe=exe)
+        except (OSError, UnicodeDecodeError, ValueError, AttributeError, TypeError) as e:
+            raise StateFileError(
+                f"{path}: {e}; no process was signalled. Check what still runs (`ps -ef`), "
+                "stop it yourself, then remove the work dir") from None
         ps.extra = data
         return ps
 
@@ -124,7 +161,13 @@ class ProcessSet:
                                      stdin=subprocess.DEVNULL, cwd=self.workdir,
                                      env=env, start_new_session=True,
                                      preexec_fn=_die_with_parent if die_with_parent else None)
-        proc = Managed(name, popen.pid, _start_ticks(popen.pid), log, argv, popen)
+        ticks = _start_ticks(popen.pid)
+        for _ in range(20):  # /proc may lag a fresh child for a moment
+            if ticks is not None:
+                break
+            time.sleep(0.01)
+            ticks = _start_ticks(popen.pid)
+        proc = Managed(name, popen.pid, ticks, log, argv, popen, exe=_exe(popen.pid))
         self.procs[name] = proc
         self.save()
         return proc
@@ -167,8 +210,8 @@ def _die_with_parent() -> None:  # runs in the child between fork and exec
 
 def _signal_group(proc: Managed, sig: signal.Signals) -> None:
     # The process leads its own session, so its pgid is its pid; only signal while it is
-    # still the process we started.
-    if proc.popen is None and not alive(proc.pid, proc.ticks):
+    # still, provably, the process we started.
+    if proc.popen is None and not proc.running():
         return
     try:
         os.killpg(proc.pid, sig)
