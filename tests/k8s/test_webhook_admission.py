@@ -427,6 +427,7 @@ def test_options_from_the_charts_env():
 
 def test_unknown_annotations_of_other_schedulers_are_named_in_a_warning():
     p = pod({"nvidia.com/gpu": 1}, annotations={"hami.io/vgpu-node": "n1",
+                                                 "nvidia.com/numa-bind": "true",
                                                  "kai.scheduler/whatever": "x",
                                                  "hami.io/gpu-scheduler-policy": "binpack"})
     out = admission.mutate(review(p), lambda ns: INTERNAL)
@@ -434,6 +435,7 @@ def test_unknown_annotations_of_other_schedulers_are_named_in_a_warning():
     warnings = out["response"]["warnings"]
     assert any("hami.io/vgpu-node" in w for w in warnings)
     assert any("kai.scheduler/whatever" in w for w in warnings)
+    assert any("nvidia.com/numa-bind" in w for w in warnings)
     assert not any("gpu-scheduler-policy" in w for w in warnings)  # read: binpack honoured
 
 

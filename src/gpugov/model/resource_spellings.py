@@ -429,7 +429,7 @@ def _hami_annotations(ann: Mapping[str, str], models: tuple[str, ...]) -> tuple[
     if mode is not None and mode.strip() not in ("", "hami-core"):
         raise RequestError(VGPU_MODE, f"{_short(mode)} is not served through this annotation",
                            "drop it (hami-core is gpugov's soft slice); for MIG ask for "
-                           "nvidia.com/mig-<profile>: 1, for MPS see docs/migration.md")
+                           f"nvidia.com/mig-<profile>: 1, for an MPS client {MPS}: 1")
     for key, ok in POLICIES_HONOURED.items():
         if key in ann:
             values = _list(ann, key)
@@ -442,17 +442,22 @@ def _hami_annotations(ann: Mapping[str, str], models: tuple[str, ...]) -> tuple[
 
 
 def annotation_warnings(annotations: Mapping[str, str] | None) -> list[str]:
-    """A warning per annotation in another scheduler's namespace (`WATCHED_PREFIXES`) that
-    gpugov does not read, so a migrated pod never relies on one silently."""
+    """A warning per annotation in another scheduler's namespace (`WATCHED_PREFIXES`), or one
+    of HAMi's `nvidia.com/` annotations (`HAMI_UNREAD`), that gpugov does not read, so a
+    migrated pod never relies on one silently."""
     out = []
     for k in sorted(annotations or {}):
-        if k.startswith(WATCHED_PREFIXES) and k not in HAMI_ANNOTATIONS and \
-                k not in IGNORED_KNOWN and k not in ANNOTATION_ALIASES:
+        if (k.startswith(WATCHED_PREFIXES) or k in HAMI_UNREAD) and \
+                k not in HAMI_ANNOTATIONS and k not in IGNORED_KNOWN and \
+                k not in ANNOTATION_ALIASES:
             out.append(f"annotation {k[:120]} has no effect under gpugov (it is not read); "
                        "see docs/migration.md for what carries over")
     return out
 
 
+#: HAMi's pod annotations under nvidia.com/ that gpugov does not read (NUMA binding: gpugov
+#: keeps a multi-GPU pod's devices close by NVLink domain, gpugov.io/topology)
+HAMI_UNREAD = ("nvidia.com/numa-bind",)
 #: annotations in the watched namespaces that gpugov reads elsewhere (the Volcano gang name)
 IGNORED_KNOWN = ("scheduling.volcano.sh/group-name", "scheduling.k8s.io/group-name",
                  "scheduling.volcano.sh/queue-name")
