@@ -62,6 +62,8 @@ INVALID = "invalid-request"
 NO_QUEUE = "no-queue"
 PREEMPTING = "preempting"
 NO_CONFIG = "no-queue-config"
+NO_NODES = "no-nodes"
+NO_QUEUES = "no-queue-objects"
 
 
 @dataclass(frozen=True, slots=True)
@@ -606,9 +608,9 @@ class SchedulerState:
             self.rebuild(now)
         plan = Plan()
         if self.cp is None:
-            why = "; ".join(self.build.problems[:3]) or "no nodes"
+            code, why = self._why_no_engine()
             for info in self._pending_pods():
-                self._condition(plan, info, NO_CONFIG, why)
+                self._condition(plan, info, code, why)
             return plan
         self._submit_pending(plan)
         cp = self.cp
@@ -648,12 +650,31 @@ class SchedulerState:
                 self.inflight[key] = record
         for rec in self.jobs.values():
             if rec.job.status in (PENDING, REJECTED):
+                detail = rec.job.detail
+                if rec.job.reason in (reasons.NO_NODE, reasons.REJECTED) and \
+                        self.pods[rec.pods[0]].gpu_declared and \
+                        not any(n.spec.gpu_count for n in self.nodes.values()):
+                    detail = (f"no GPU nodes: none of the {len(self.nodes)} node(s) has a GPU "
+                              "in gpugov's inventory; add GPU nodes (each runs gpugov's node "
+                              f"agent) — {detail}")
                 for key in rec.pods:
                     if key in self.waiting:
                         continue
-                    self._condition(plan, self.pods[key], rec.job.reason, rec.job.detail)
+                    self._condition(plan, self.pods[key], rec.job.reason, detail)
         plan.queue_status = self._queue_status()
         return plan
+
+    def _why_no_engine(self) -> tuple[str, str]:
+        """Why nothing can be placed yet, named by its real cause, and what to do."""
+        if not self.nodes:
+            return NO_NODES, ("no nodes: the cluster has no nodes; add GPU nodes (a dev "
+                              "cluster: `gpugov dev up` without --nodes starts a built-in fleet)")
+        if not self.queue_objs:
+            return NO_QUEUES, ("no Queue objects: create a Queue (gpugov.io/v1alpha1) and a "
+                               "Tenant sending this namespace to it, or `gpugov crd convert` "
+                               "your queues config")
+        why = "; ".join(self.build.problems[:3]) or "no valid Queue objects"
+        return NO_CONFIG, f"{why}; fix the Queue objects (`kubectl get queues -o yaml`)"
 
     def _quarantine(self, plan: Plan, e: Exception) -> None:
         """The control cycle raised: find the pending jobs whose own arithmetic raises (a
