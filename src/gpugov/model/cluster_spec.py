@@ -14,7 +14,15 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from gpugov.model.catalog import CATALOG
 from gpugov.model.devices import DeviceMode
@@ -32,6 +40,17 @@ class ClusterFileError(ValueError):
         super().__init__(f"{source}: invalid cluster file:\n  " + "\n  ".join(problems))
 
 
+#: upper bounds of a cluster file (a typo such as `count: 1000000000` must be an error that
+#: names the range, not a replay that grows to gigabytes): far above any real cluster
+MAX_NODES = 100_000
+MAX_GPUS_PER_NODE = 256
+MAX_REPLICAS = 1024
+MAX_CPU_MILLI = 2**40
+MAX_MEMORY_MIB = 2**40
+MAX_POOLS = 10_000
+MAX_LIST = 1024
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
 
@@ -47,8 +66,8 @@ class DeviceGroup(_Strict):
 
     index: str
     mode: DeviceMode
-    layout: list[str] = Field(default_factory=list)
-    replicas: int = Field(1, ge=1)
+    layout: list[str] = Field(default_factory=list, max_length=MAX_LIST)
+    replicas: int = Field(1, ge=1, le=MAX_REPLICAS)
 
     @field_validator("index", mode="before")
     @classmethod
@@ -67,20 +86,28 @@ class DeviceGroup(_Strict):
 
 class NodePool(_Strict):
     name: str = Field(pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$", max_length=200)
-    count: int = Field(ge=1)
+    count: int = Field(ge=1, le=MAX_NODES)
     model: str = ""
-    gpus: int = Field(0, ge=0)
-    cpu_milli: int = Field(alias="cpuMilli", ge=0)
-    memory_mib: int = Field(alias="memoryMiB", ge=0)
+    gpus: int = Field(0, ge=0, le=MAX_GPUS_PER_NODE)
+    cpu_milli: int = Field(alias="cpuMilli", ge=0, le=MAX_CPU_MILLI)
+    memory_mib: int = Field(alias="memoryMiB", ge=0, le=MAX_MEMORY_MIB)
     topology: Literal["nvswitch", "pcie", "none"] = "none"
-    power_budget_w: float | None = Field(None, alias="powerBudgetW", ge=0)
-    labels: dict[str, str] = Field(default_factory=dict)
-    taints: list[Taint] = Field(default_factory=list)
-    devices: list[DeviceGroup] = Field(default_factory=list)
+    power_budget_w: float | None = Field(None, alias="powerBudgetW", ge=0, le=1e9,
+                                         allow_inf_nan=False)
+    labels: dict[str, str] = Field(default_factory=dict, max_length=MAX_LIST)
+    taints: list[Taint] = Field(default_factory=list, max_length=MAX_LIST)
+    devices: list[DeviceGroup] = Field(default_factory=list, max_length=MAX_GPUS_PER_NODE)
 
 
 class ClusterFile(_Strict):
-    node_pools: list[NodePool] = Field(alias="nodePools", min_length=1)
+    node_pools: list[NodePool] = Field(alias="nodePools", min_length=1, max_length=MAX_POOLS)
+
+    @model_validator(mode="after")
+    def _total_nodes(self) -> ClusterFile:
+        total = sum(p.count for p in self.node_pools)
+        if total > MAX_NODES:
+            raise ValueError(f"nodePools: {total} nodes in all; allowed: at most {MAX_NODES}")
+        return self
     _exact_names: bool = PrivateAttr(False)  # CSV: one pool per node, named as the node
 
     def node_names(self, pool: NodePool) -> list[str]:
