@@ -975,7 +975,8 @@ def dev_build_cmd(
 
 @dev_app.command("up")
 def dev_up_cmd(
-    nodes: Path | None = typer.Option(None, "--nodes", help="cluster.yaml or nodes CSV"),
+    nodes: Path | None = typer.Option(None, "--nodes", help="cluster.yaml or nodes CSV "
+                                      "(default: the built-in mixed fleet)"),
     directory: Path | None = typer.Option(None, "--dir", help="work dir (state, logs, certs)"),
 ) -> None:
     """Start a local cluster with gpugov; the last line printed is `export KUBECONFIG=...`."""
@@ -993,8 +994,55 @@ def dev_up_cmd(
     except (ClusterFileError, StartError, build.BuildError) as e:
         raise _fail(str(e)) from None
     console.print(f"gpugov dev cluster up in {plane.procs.extra.get('up_seconds')} s "
-                  f"({plane.server}); stop it with: gpugov dev down --dir {plane.workdir}")
+                  f"({plane.server}, nodes: {plane.procs.extra.get('nodes')}); stop it with: "
+                  f"gpugov dev down --dir {plane.workdir}", soft_wrap=True)
+    for line in dev.next_steps(plane.workdir):
+        console.print(line, soft_wrap=True, highlight=False, markup=False)
     typer.echo(f"export KUBECONFIG={plane.kubeconfig}")
+
+
+@dev_app.command("kubectl", context_settings={"allow_extra_args": True,
+                                               "ignore_unknown_options": True})
+def dev_kubectl_cmd(
+    ctx: typer.Context,
+    directory: Path | None = typer.Option(None, "--dir", help="work dir given to `dev up`"),
+) -> None:
+    """Run the kubectl built for the dev cluster against it (`gpugov dev kubectl get pods -A`)."""
+    import os
+
+    from gpugov.k8s.devcluster import build, dev
+
+    workdir = (directory or dev.default_dir()).resolve()
+    kubectl = build.bin_dir() / "kubectl"
+    if not kubectl.exists():
+        raise _fail(f"{kubectl}: not built; run `gpugov dev build`")
+    if not dev.is_up(workdir):
+        raise _fail(f"no dev cluster running in {workdir}; run `gpugov dev up`")
+    os.execv(kubectl, [str(kubectl), f"--kubeconfig={workdir / 'kubeconfig'}", *ctx.args])
+
+
+@dev_app.command("demo")
+def dev_demo_cmd(
+    directory: Path | None = typer.Option(None, "--dir", help="work dir given to `dev up`"),
+    timeout: float = typer.Option(120.0, "--timeout", help="seconds to wait for each step"),
+) -> None:
+    """Three teams on the dev cluster: borrowing, reclaim, a gang, preemption; then `top`
+    and a summary of what the scheduler decided and why (read back from the API)."""
+    from rich.console import Console
+
+    from gpugov.k8s.devcluster import demo, dev
+
+    workdir = (directory or dev.default_dir()).resolve()
+    if not dev.is_up(workdir):
+        raise _fail(f"no dev cluster running in {workdir}; run `gpugov dev up` first")
+    console = Console()
+    try:
+        result = demo.run(workdir / "kubeconfig", say=console.print, timeout=timeout)
+    except demo.DemoError as e:
+        raise _fail(str(e)) from None
+    console.print(demo.top_frame(result))
+    for line in demo.summary(result):
+        console.print(line, soft_wrap=True, highlight=False, markup=False)
 
 
 @dev_app.command("down")

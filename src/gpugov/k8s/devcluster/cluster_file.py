@@ -9,7 +9,10 @@ labels, the `gpugov.io/inventory` annotation, and capacity/allocatable for `cpu`
 
 from __future__ import annotations
 
+from importlib import resources
 from typing import Any
+
+import yaml
 
 from gpugov.k8s import annotations as ann
 from gpugov.model.catalog import CATALOG
@@ -33,9 +36,25 @@ SOFT_SPLIT = 10
 PODS_PER_NODE = 110
 KWOK = {"kwok.x-k8s.io/node": "fake"}
 
-__all__ = ["KWOK", "NODE_COLUMNS", "PODS_PER_NODE", "SOFT_SPLIT", "ClusterFile",
+#: the built-in fleet `gpugov dev up` starts without --nodes (package data)
+BUILTIN_FLEET = "dev-fleet.yaml"
+
+__all__ = ["BUILTIN_FLEET", "KWOK", "NODE_COLUMNS", "PODS_PER_NODE", "SOFT_SPLIT", "ClusterFile",
            "ClusterFileError", "DeviceGroup", "NodePool", "Taint", "gpu_resources", "inventory",
-           "load_cluster_file", "mig_instances", "node_objects", "parse_cluster_yaml"]
+           "builtin_fleet", "builtin_fleet_text", "load_cluster_file", "mig_instances",
+           "node_objects", "parse_cluster_yaml"]
+
+
+def builtin_fleet_text() -> str:
+    """The built-in fleet's YAML, read from the installed package (any install, no checkout)."""
+    return resources.files("gpugov.k8s").joinpath("data", BUILTIN_FLEET).read_text("utf-8")
+
+
+def builtin_fleet() -> ClusterFile:
+    """The mixed fleet `gpugov dev up` starts when no --nodes is given: MIG, soft,
+    time-slice, MPS and exclusive devices in two pools."""
+    return parse_cluster_yaml(yaml.safe_load(builtin_fleet_text()),
+                              f"(built-in) gpugov/k8s/data/{BUILTIN_FLEET}")
 
 
 def inventory(pool: NodePool, node: str) -> ann.Inventory:

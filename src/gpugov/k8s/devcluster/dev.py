@@ -1,13 +1,15 @@
 """`gpugov dev up / down`: a local cluster for users, made of the same parts as the tests.
 
 `up` builds the binaries (once), starts the control plane with kube-scheduler (for pods that are
-not gpugov's), creates fake GPU nodes from a cluster file, installs gpugov's CRDs and the
-in-apiserver admission policies (pod ownership, node scope), starts the admission webhook and
+not gpugov's), creates fake GPU nodes from a cluster file (without one, the built-in mixed
+fleet packaged as `gpugov/k8s/data/dev-fleet.yaml`), installs gpugov's CRDs and the in-apiserver
+admission policies (pod ownership, node scope), starts the admission webhook and
 registers it, starts `gpugov scheduler` when this gpugov has it, and creates a default Queue
 and a catch-all Tenant so a GPU pod in any namespace is admitted. Every gpugov component runs
 as the chart's ServiceAccount under the chart's RBAC (packaged with gpugov, so this holds from
 any install); when those rules cannot be loaded `up` refuses to start, never falling back to
-the admin. Every process is recorded in the work dir's state file; `down` stops exactly those.
+the admin. The kubectl built with the binaries is linked as `<workdir>/bin/kubectl`.
+Every process is recorded in the work dir's state file; `down` stops exactly those.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from typing import Any
 from gpugov.k8s import crds
 from gpugov.k8s.devcluster import build
 from gpugov.k8s.devcluster.client import api_client, create_nodes, wait_nodes_ready
-from gpugov.k8s.devcluster.cluster_file import load_cluster_file, node_objects
+from gpugov.k8s.devcluster.cluster_file import builtin_fleet, load_cluster_file, node_objects
 from gpugov.k8s.devcluster.plane import LocalControlPlane, StartError, probe
 from gpugov.k8s.devcluster.processes import STATE_FILE, ProcessSet, free_port
 from gpugov.k8s.devcluster.rbac import RulesError, apply_component_rbac, load_rules
@@ -205,7 +207,7 @@ def up(workdir: Path, nodes: Path | None = None,
     if is_up(workdir):
         raise StartError(f"a dev cluster is already running in {workdir}; "
                          f"run `gpugov dev down --dir {workdir}` first")
-    cluster = load_cluster_file(nodes) if nodes is not None else None
+    cluster = load_cluster_file(nodes) if nodes is not None else builtin_fleet()
     check_rules()  # before anything starts
     t0 = time.monotonic()
     build.ensure_binaries(progress=say)
@@ -228,21 +230,46 @@ def up(workdir: Path, nodes: Path | None = None,
             plane.start_process("gpugov-scheduler", gpugov_argv(
                 "scheduler", "--kubeconfig", str(sched_kc),
                 "--lease-namespace", SYSTEM_NAMESPACE))
-        if cluster is not None:
-            objs = node_objects(cluster)
-            say(f"creating {len(objs)} fake GPU nodes")
+        objs = node_objects(cluster)
+        say(f"creating {len(objs)} fake GPU nodes")
 
-            async def make() -> None:
-                async with api_client(plane.kubeconfig) as api:
-                    names = await create_nodes(api, objs)
-                    await wait_nodes_ready(api, names, timeout=120)
-            asyncio.run(make())
+        async def make() -> None:
+            async with api_client(plane.kubeconfig) as api:
+                names = await create_nodes(api, objs)
+                await wait_nodes_ready(api, names, timeout=120)
+        asyncio.run(make())
     except BaseException:
         plane.stop(grace=3)
         raise
     plane.procs.extra["up_seconds"] = round(time.monotonic() - t0, 2)
+    plane.procs.extra["nodes"] = str(nodes) if nodes is not None else "built-in"
     plane.procs.save()
+    link_kubectl(workdir)
     return plane
+
+
+def link_kubectl(workdir: Path) -> Path:
+    """`<workdir>/bin/kubectl`: a link to the kubectl built with the cluster, so one
+    `export PATH` line puts the matching client on the path."""
+    target = build.bin_dir() / "kubectl"
+    link = workdir / "bin" / "kubectl"
+    link.parent.mkdir(parents=True, exist_ok=True)
+    if link.is_symlink() or link.exists():
+        link.unlink()
+    link.symlink_to(target)
+    return link
+
+
+def next_steps(workdir: Path) -> list[str]:
+    """What `up` prints before the KUBECONFIG line: where kubectl is, what to try."""
+    return [f"kubectl (v{build.K8S_VERSION}, built for this cluster): "
+            f"{workdir / 'bin' / 'kubectl'}",
+            f"  export PATH={workdir / 'bin'}:$PATH   # or: gpugov dev kubectl get nodes",
+            "next, with the export line below:",
+            "  kubectl get nodes -L gpugov.io/pool   # the built-in fleet (or your --nodes)",
+            "  gpugov dev demo                       # three teams, borrowing, reclaim, "
+            "preemption",
+            "  gpugov top --kubeconfig $KUBECONFIG   # queues, devices, offenders"]
 
 
 def down(workdir: Path, grace: float = 10.0) -> list[str]:
