@@ -200,12 +200,21 @@ def test_explain_refuses_a_bad_snapshot(tmp_path, text, expected):
 
 @pytest.mark.parametrize("option,value", [
     ("--seed", "-1"), ("--period", "-5"), ("--period", "nan"), ("--period", "inf"),
+    ("--period", "1e-9"),  # issue 22, finding 5: it used to tick 10^9 times per second
     ("--until", "nan"), ("--until", "-3"),
 ])
 def test_bad_replay_options_exit_2_naming_the_option(option, value):
     r = runner.invoke(app, ["replay", option, value])
     assert r.exit_code == 2, r.output
     assert f"{option}: must be" in r.output and "Traceback" not in r.output
+
+
+@pytest.mark.parametrize("scenario", [[], ["--scenario", "mixed"]])
+def test_an_unknown_policy_exits_2_naming_it_with_the_built_in_scenarios(scenario):
+    """Issue 22, finding 4: it was a KeyError traceback without input files."""
+    r = runner.invoke(app, ["replay", "--policy", "nosuch", *scenario])
+    assert r.exit_code == 2, r.output
+    assert "--policy: unknown policy 'nosuch'" in r.output and "Traceback" not in r.output
 
 
 # -- jobs blocked only by other queues' idle reserves ---------------------------------------

@@ -36,6 +36,7 @@ from gpugov.control.fairshare import jain
 from gpugov.control.workload import PENDING, REJECTED, RUNNING, Job
 from gpugov.model.cluster import NodeSpec
 from gpugov.model.devices import DeviceMode
+from gpugov.placement.registry import get_policy
 from gpugov.sim.jobs import JobSpec, to_jobs
 from gpugov.sim.numbers import csv_number
 
@@ -77,6 +78,10 @@ class _Allocations:
             self.rows[i][-1] = now
 
 
+#: the shortest `--period` (seconds): bounds the extra cycles to one per simulated second
+MIN_PERIOD = 1.0
+
+
 @dataclass
 class ReplayOptions:
     policy: str = "gpugov"
@@ -93,9 +98,14 @@ class ReplayOptions:
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
             out.append(f"--seed: must be a whole number >= 0 (got {self.seed!r}); "
                        "allowed: 0, 1, 2, ...")
-        if not _finite(self.period) or self.period < 0:
-            out.append(f"--period: must be a finite number of seconds >= 0 (got "
-                       f"{self.period!r}); allowed: 0 (off) or a positive number")
+        if not _finite(self.period) or self.period < 0 or 0 < self.period < MIN_PERIOD:
+            out.append(f"--period: must be 0 (off) or a finite number of seconds >= "
+                       f"{MIN_PERIOD:g} (got {self.period!r}): a cycle more often than once a "
+                       "second is no real scheduler's, and would make a long trace run for days")
+        try:
+            get_policy(self.policy)
+        except KeyError as e:  # named here, before any work, like every other option
+            out.append(f"--policy: {e.args[0]}")
         if self.until is not None and (not _finite(self.until) or self.until < 0):
             out.append(f"--until: must be a finite time in seconds >= 0 (got {self.until!r})")
         if isinstance(self.samples, bool) or not isinstance(self.samples, int) \
