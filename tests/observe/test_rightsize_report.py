@@ -118,3 +118,14 @@ def test_unreachable_prometheus_is_a_clear_error() -> None:
         r = CliRunner().invoke(app, [*cmd, "--prometheus", url])
         assert r.exit_code == 2, (cmd, r.output)
         assert f"Prometheus at {url} is unreachable" in r.output
+
+
+@pytest.mark.parametrize(("promql", "kept"), [
+    ("vector(1/0)", 0), ("vector(-1/0)", 0), ("vector(0/0)", 0), ("1/0", 0),
+    ("vector(1)", 1), ("2", 1)])
+def test_infinite_and_nan_samples_never_reach_a_view(stack, promql, kept) -> None:
+    """Issue 22, finding 14: a real Prometheus answers `+Inf`; `rightsize` crashed on it and
+    `report` wrote `inf`/`nan` into its CSV. Every query drops non-finite samples."""
+    samples = _run(stack.prom.url, lambda prom: prom.query(promql))
+    assert len(samples) == kept
+    assert all(s.value == s.value and abs(s.value) != float("inf") for s in samples)

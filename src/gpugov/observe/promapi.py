@@ -39,7 +39,9 @@ class Prometheus:
             self._session = None
 
     async def query(self, promql: str, time: float | None = None) -> list[Sample]:
-        """Vector result of `promql` (scalars become one unlabelled sample); NaN dropped."""
+        """Vector result of `promql` (scalars become one unlabelled sample). NaN and ±Inf
+        samples are dropped: no gpugov view (bytes, shares, GPU-hours) has a meaning for
+        them, and one `+Inf` must not crash `rightsize` or write `inf` into a report."""
         assert self._session is not None, "use `async with Prometheus(url)`"
         params = {"query": promql}
         if time is not None:
@@ -53,12 +55,18 @@ class Prometheus:
         if not isinstance(body, dict) or body.get("status") != "success":
             err = body.get("error") if isinstance(body, dict) else body
             raise PrometheusError(f"Prometheus at {self.url} refused query {promql!r}: {err}")
-        data = body["data"]
-        if data["resultType"] == "scalar":
-            return [Sample({}, float(data["result"][1]))]
-        out = []
-        for r in data["result"]:
-            value = float(r["value"][1])
-            if not math.isnan(value):
-                out.append(Sample(dict(r["metric"]), value))
+        try:
+            data = body["data"]
+            if data["resultType"] == "scalar":
+                value = float(data["result"][1])
+                return [Sample({}, value)] if math.isfinite(value) else []
+            out = []
+            for r in data["result"]:
+                value = float(r["value"][1])
+                if math.isfinite(value):
+                    out.append(Sample(dict(r["metric"]), value))
+        except (KeyError, IndexError, TypeError, ValueError) as e:
+            raise PrometheusError(f"Prometheus at {self.url} answered query {promql!r} with "
+                                  f"a result gpugov cannot read ({type(e).__name__}: {e})"
+                                  ) from None
         return out
