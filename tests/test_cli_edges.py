@@ -404,3 +404,26 @@ def test_help_version_and_short_help() -> None:
         assert res.exit_code == 0, res.output
         for internal in ("<list[str]>", "<path>", "<int>", "<float>", "<str>", "Optional"):
             assert internal not in res.output, (cmd, internal)
+
+
+@pytest.mark.parametrize("argv", [
+    ["reconcile", "--prometheus", "http://127.0.0.1:1", "--interval", "inf"],
+    ["reconcile", "--prometheus", "http://127.0.0.1:1", "--interval", "nan"],
+    ["reconcile", "--prometheus", "http://127.0.0.1:1", "--idle-threshold", "nan"],
+    ["report", "--prometheus", "http://127.0.0.1:1", "--gpu-hour-price", "inf", "--out", "x"],
+    ["rightsize", "--prometheus", "http://127.0.0.1:1", "--headroom", "nan"],
+    ["top", "--interval", "-1"],
+    ["scheduler", "--lease-duration", "nan"],
+    ["node", "agent", "--recovery-seconds", "nan"],
+    ["node", "run", "--interval", "0"],
+])
+def test_nan_infinite_and_non_positive_numbers_are_refused_before_any_work(argv) -> None:
+    """Issue 22, finding 18: `reconcile --interval inf` ran one cycle forever; NaN and ±inf
+    passed every option check."""
+    from typer.testing import CliRunner
+
+    from gpugov.cli import app
+
+    r = CliRunner().invoke(app, argv)
+    assert r.exit_code == 2, r.output
+    assert "must be a finite number" in r.output and "Traceback" not in r.output

@@ -61,6 +61,24 @@ app.add_typer(experiment_app, name="experiment")
 DEFAULT_NODE_LIST = "openb_node_list_gpu_node.csv"
 
 
+def _positive_seconds(value: float) -> float:
+    """Option callback: a finite number > 0 (NaN and ±inf pass click's float parsing)."""
+    import math
+
+    if value is not None and (not math.isfinite(value) or value <= 0):
+        raise typer.BadParameter(f"must be a finite number > 0 (got {value!r})")
+    return value
+
+
+def _finite_nonnegative(value: float) -> float:
+    """Option callback: a finite number >= 0."""
+    import math
+
+    if value is not None and (not math.isfinite(value) or value < 0):
+        raise typer.BadParameter(f"must be a finite number >= 0 (got {value!r})")
+    return value
+
+
 def _fail(message: str) -> typer.Exit:
     """Print an input error and return the exit for `raise` (code 2 = bad input)."""
     typer.echo(f"error: {message}", err=True)
@@ -775,9 +793,10 @@ def reconcile_cmd(
                                            help="kubeconfig file (default: in-cluster)"),
     prometheus: str = typer.Option(..., "--prometheus", help="Prometheus URL"),
     listen: str = typer.Option("0.0.0.0:9402", "--listen", help="HOST:PORT for /metrics"),
-    interval: float = typer.Option(15.0, "--interval", help="seconds between cycles"),
+    interval: float = typer.Option(15.0, "--interval", callback=_positive_seconds,
+                                   help="seconds between cycles"),
     window: str = typer.Option("2m", "--window", help="rate window for device time"),
-    idle_threshold: float = typer.Option(0.05, "--idle-threshold",
+    idle_threshold: float = typer.Option(0.05, "--idle-threshold", callback=_finite_nonnegative,
                                          help="busy fraction below which a GPU is idle"),
     queues: Path | None = typer.Option(None, "--queues",
                                        help="control-plane config (queue quotas)"),
@@ -843,9 +862,12 @@ def scheduler_cmd(
     lease_name: str = typer.Option("gpugov-scheduler", "--lease-name"),
     lease_namespace: str = typer.Option("kube-system", "--lease-namespace"),
     identity: str = typer.Option("", "--identity", help="default: HOSTNAME_PID"),
-    lease_duration: float = typer.Option(15.0, "--lease-duration", help="seconds"),
-    renew_deadline: float = typer.Option(10.0, "--renew-deadline", help="seconds"),
-    retry_period: float = typer.Option(2.0, "--retry-period", help="seconds"),
+    lease_duration: float = typer.Option(15.0, "--lease-duration", callback=_positive_seconds,
+                                         help="seconds"),
+    renew_deadline: float = typer.Option(10.0, "--renew-deadline", callback=_positive_seconds,
+                                         help="seconds"),
+    retry_period: float = typer.Option(2.0, "--retry-period", callback=_positive_seconds,
+                                       help="seconds"),
     policy: str = typer.Option("gpugov", "--policy", help="placement policy"),
     concurrency: int = typer.Option(64, "--concurrency", help="API writes in flight"),
     events: bool = typer.Option(True, "--events/--no-events",
@@ -1024,7 +1046,8 @@ def dev_kubectl_cmd(
 @dev_app.command("demo")
 def dev_demo_cmd(
     directory: Path | None = typer.Option(None, "--dir", help="work dir given to `dev up`"),
-    timeout: float = typer.Option(120.0, "--timeout", help="seconds to wait for each step"),
+    timeout: float = typer.Option(120.0, "--timeout", callback=_positive_seconds,
+                                  help="seconds to wait for each step"),
 ) -> None:
     """Three teams on the dev cluster: borrowing, reclaim, a gang, preemption; then `top`
     and a summary of what the scheduler decided and why (read back from the API)."""
@@ -1173,7 +1196,7 @@ def node_exporter_cmd(
                                         "folder (<state>/regions); omit: no per-pod metrics"),
     hostname: str = typer.Option("", "--hostname", help="Hostname label (default: $NODE_NAME, "
                                  "else this host)"),
-    recovery_s: float = typer.Option(300.0, "--recovery-seconds",
+    recovery_s: float = typer.Option(300.0, "--recovery-seconds", callback=_finite_nonnegative,
                                      help="a GPU is healthy again this long after its last XID"),
     nvml_library: Path | None = typer.Option(None, "--nvml-library", help="libnvidia-ml.so.1 "
                                              "to load (default: the loader path)"),
@@ -1221,7 +1244,7 @@ def node_device_plugin_cmd(
     replicas: int = typer.Option(1, "--replicas", help="NVML: replicas per GPU (timeslice)"),
     soft_replicas: int = typer.Option(10, "--soft-replicas",
                                       help="soft-slice pods the kubelet admits per GPU"),
-    refresh_s: float = typer.Option(5.0, "--refresh-seconds",
+    refresh_s: float = typer.Option(5.0, "--refresh-seconds", callback=_positive_seconds,
                                     help="NVML: seconds between discovery/health rounds"),
     nvml_library: Path | None = typer.Option(None, "--nvml-library", help="libnvidia-ml.so.1 "
                                              "to load (default: the loader path)"),
@@ -1259,7 +1282,8 @@ def node_run_cmd(
                                            help="default: the in-cluster service account"),
     mig_config: Path | None = typer.Option(None, "--mig-config", help="mig-parted config file "
                                            "for the agent (`gpugov plan mig --out`)"),
-    interval: float = typer.Option(10.0, "--interval", help="seconds between agent rounds"),
+    interval: float = typer.Option(10.0, "--interval", callback=_positive_seconds,
+                                   help="seconds between agent rounds"),
     nvml_library: Path | None = typer.Option(None, "--nvml-library", help="libnvidia-ml.so.1 "
                                              "to load (default: the loader path)"),
 ) -> None:
@@ -1334,7 +1358,8 @@ def top_cmd(
                                            help="read the cluster directly (kubeconfig)"),
     queues: Path | None = typer.Option(None, "--queues", help="control-plane config "
                                        "(quotas) when reading the cluster directly"),
-    interval: float = typer.Option(2.0, "--interval", help="seconds between refreshes"),
+    interval: float = typer.Option(2.0, "--interval", callback=_positive_seconds,
+                                   help="seconds between refreshes"),
     window: str = typer.Option("5m", "--window", help="rate window"),
     once: bool = typer.Option(False, "--once", help="print one frame and exit"),
 ) -> None:
@@ -1428,7 +1453,8 @@ def rightsize_cmd(
     period: str = typer.Option("7d", "--period", help="history to learn from"),
     step: str = typer.Option("1m", "--step", help="sampling step within the period"),
     rate_window: str = typer.Option("2m", "--rate-window", help="rate window for compute"),
-    headroom: float = typer.Option(0.2, "--headroom", help="added to p95 (0.2 = 20 %)"),
+    headroom: float = typer.Option(0.2, "--headroom", callback=_finite_nonnegative,
+                                   help="added to p95 (0.2 = 20 %)"),
 ) -> None:
     """GPU requests per workload from observed p95 memory and compute (never below peak)."""
     from rich.console import Console
@@ -1478,7 +1504,8 @@ def report_cmd(
     prometheus: str = typer.Option(..., "--prometheus", help="Prometheus URL"),
     period: str = typer.Option("7d", "--period", help="period to charge, e.g. 7d"),
     step: str = typer.Option("1m", "--step", help="integration step"),
-    price: float = typer.Option(1.0, "--gpu-hour-price", help="cost of one GPU-hour"),
+    price: float = typer.Option(1.0, "--gpu-hour-price", callback=_finite_nonnegative,
+                                help="cost of one GPU-hour"),
     out: Path = typer.Option(Path("."), "--out", help="folder for chargeback.csv/.png"),
 ) -> None:
     """Per-tenant chargeback: GPU-hours allocated vs used and idle cost (CSV + PNG)."""
@@ -1518,10 +1545,12 @@ def node_agent_cmd(
     mode: str = typer.Option("exclusive", "--mode", help="how non-MIG GPUs are offered: "
                              "exclusive, soft, timeslice or mps"),
     replicas: int = typer.Option(1, "--replicas", help="replicas per GPU (timeslice / mps)"),
-    interval: float = typer.Option(10.0, "--interval", help="seconds between rounds"),
-    drain_grace: float = typer.Option(30.0, "--drain-grace", help="seconds between marking GPUs "
+    interval: float = typer.Option(10.0, "--interval", callback=_positive_seconds,
+                                   help="seconds between rounds"),
+    drain_grace: float = typer.Option(30.0, "--drain-grace", callback=_finite_nonnegative,
+                                      help="seconds between marking GPUs "
                                       "unschedulable and changing their MIG layout"),
-    recovery_s: float = typer.Option(300.0, "--recovery-seconds",
+    recovery_s: float = typer.Option(300.0, "--recovery-seconds", callback=_finite_nonnegative,
                                      help="a GPU is healthy again this long after its last XID"),
     nvml_library: Path | None = typer.Option(None, "--nvml-library", help="libnvidia-ml.so.1 "
                                              "to load (default: the loader path)"),
