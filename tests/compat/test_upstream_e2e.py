@@ -9,7 +9,8 @@ from __future__ import annotations
 import asyncio
 import math
 
-from tests.compat.upstream_pods import upstream_pods
+import yaml
+from tests.compat.upstream_pods import UPSTREAM, upstream_pods
 
 from gpugov.k8s.annotations import decode_allocation
 from gpugov.k8s.devcluster.dev import SYSTEM_NAMESPACE, apply_webhook_configurations
@@ -21,6 +22,7 @@ from gpugov.k8s.scheduler.harness import (
     QUEUES,
     TENANTS,
     bound,
+    condition,
     create_all,
     env,
     gpugov_argv,
@@ -202,3 +204,56 @@ async def _unregister(cluster) -> None:
                 except ApiException as exc:
                     if exc.status != 404:
                         raise
+
+
+VOLCANO_CRD = (UPSTREAM / "volcano/installer/helm/chart/volcano/crd/bases/"
+               "scheduling.volcano.sh_podgroups.yaml")
+VC_PODGROUPS = f"/apis/{names.VOLCANO_PODGROUP_GROUP}/{names.VOLCANO_PODGROUP_VERSION}/" \
+               f"{names.PODGROUPS}"
+
+
+def test_volcano_podgroup_is_a_gang_on_the_real_apiserver(k8s_control_plane) -> None:
+    """Volcano's own PodGroup CRD (unedited) installed; a PodGroup with minMember 2 and pods
+    naming it (scheduling.k8s.io/group-name): one member waits with the gang's reason, both
+    bind together once the second exists."""
+    async def main() -> None:
+        async with env(k8s_control_plane) as e:
+            crd = yaml.safe_load(VOLCANO_CRD.read_text())
+            status, doc = await e.kube.request(
+                "POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd)
+            assert status in (201, 409), doc
+
+            async def served() -> bool:
+                s, _ = await e.kube.request("GET", VC_PODGROUPS)
+                return s == 200
+
+            await wait_until(served, 60, "Volcano's PodGroup CRD served")
+            await e.add_pools(_pool("vc", "A100-SXM4-80GB", 4))
+            q = await e.queue("q")
+            await create_all(e.kube, f"/apis/{names.VOLCANO_PODGROUP_GROUP}/"
+                                     f"{names.VOLCANO_PODGROUP_VERSION}/namespaces/{e.ns}/"
+                                     f"{names.PODGROUPS}",
+                             [{"apiVersion": "scheduling.volcano.sh/v1beta1",
+                               "kind": "PodGroup", "metadata": {"name": "vg",
+                                                                "namespace": e.ns},
+                               "spec": {"minMember": 2}}])
+            e.start_scheduler()
+            gang = {names.VOLCANO_GROUP_ANNOTATION: "vg"}
+            await e.pods([e.pod("v0", q, annotations=gang,
+                                limits={"nvidia.com/gpu": "2", "nvidia.com/gpumem": "1000"})])
+
+            async def waiting():
+                got = [condition(p) for p in await e.list() if condition(p)]
+                return got or None
+
+            (reason, message), = await wait_until(waiting, 90, "v0 waits for its gang")
+            assert "PodGroup" in message and "vg" in message and "minMember 2" in message
+            await e.pods([e.pod("v1", q, annotations=gang,
+                                limits={"nvidia.com/gpu": "2", "nvidia.com/gpumem": "1000"})])
+            items = await e.wait_bound(2)
+            assert sorted(p["metadata"]["name"] for p in bound(items)) == ["v0", "v1"]
+            for p in bound(items):
+                rec = decode_allocation(p["metadata"]["annotations"][names.ANN_ALLOCATION])
+                assert len({d.index for d in rec.devices}) == 2  # 2 soft slices each
+
+    asyncio.run(main())
