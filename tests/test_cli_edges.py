@@ -427,3 +427,40 @@ def test_nan_infinite_and_non_positive_numbers_are_refused_before_any_work(argv)
     r = CliRunner().invoke(app, argv)
     assert r.exit_code == 2, r.output
     assert "must be a finite number" in r.output and "Traceback" not in r.output
+
+
+_KUBECONFIGS = {
+    "broken": "garbage: [",
+    "empty": "",
+    "half": "apiVersion: v1\nkind: Config\n",
+    "no-server": "current-context: c\ncontexts: [{name: c, context: {cluster: k, user: u}}]\n"
+                 "clusters: [{name: k, cluster: {}}]\nusers: [{name: u, user: {}}]\n",
+    "non-utf8": b"\xff\xfe\x00kind",
+}
+_KUBECONFIG_COMMANDS = [
+    ["scheduler"], ["extender", "--insecure-http"], ["explain", "pod", "ns/p"],
+    ["node", "device-plugin", "--node-name", "n1"], ["node", "agent", "--node-name", "n1"],
+    ["node", "run", "--node-name", "n1", "--config", "NODE_YAML"], ["top", "--once"],
+    ["reconcile", "--prometheus", "http://127.0.0.1:1"],
+]
+
+
+@pytest.mark.parametrize("kind", sorted(_KUBECONFIGS))
+@pytest.mark.parametrize("argv", _KUBECONFIG_COMMANDS, ids=lambda a: " ".join(a[:2]))
+def test_every_command_that_takes_a_kubeconfig_names_a_bad_one_without_a_traceback(
+        tmp_path, argv, kind) -> None:
+    """Issue 22, finding 7: a broken, empty or half-written kubeconfig printed a traceback in
+    scheduler, extender, explain pod, webhook and node device-plugin."""
+    from typer.testing import CliRunner
+
+    from gpugov.cli import app
+
+    text = _KUBECONFIGS[kind]
+    path = tmp_path / "kubeconfig"
+    (path.write_bytes if isinstance(text, bytes) else path.write_text)(text)
+    node_yaml = tmp_path / "node.yaml"
+    node_yaml.write_text("defaultMode: soft\n")
+    argv = [str(node_yaml) if a == "NODE_YAML" else a for a in argv]
+    r = CliRunner().invoke(app, [*argv, "--kubeconfig", str(path)])
+    assert r.exit_code == 2, r.output
+    assert f"--kubeconfig {path}:" in r.output and "Traceback" not in r.output

@@ -758,6 +758,9 @@ def _explain_pod(target: str, kubeconfig: Path | None, scheduler_name: str = "")
         lines = asyncio.run(explain_pod(_kubeconfig_file(kubeconfig), ns, name, **extra))
     except ExplainError as e:
         raise _fail(str(e)) from None
+    except (OSError, TimeoutError) as e:  # aiohttp's connection errors are OSErrors
+        raise _fail(f"--kubeconfig {kubeconfig}: the API server cannot be reached "
+                    f"({e or type(e).__name__})") from None
     typer.echo("\n".join(lines))
 
 
@@ -821,8 +824,7 @@ def reconcile_cmd(
         raise _fail(f"--max-pods must be >= 1, got {max_pods}")
     if not prometheus.startswith(("http://", "https://")):
         raise _fail(f"--prometheus {prometheus!r}: expected an http:// or https:// URL")
-    if kubeconfig is not None and not kubeconfig.is_file():
-        raise _fail(f"--kubeconfig {kubeconfig}: no such file")
+    _kubeconfig_file(kubeconfig)
     if queues is not None:
         try:
             load_tree(queues)
@@ -839,10 +841,17 @@ def reconcile_cmd(
 
 
 # --- Kubernetes scheduler and extender ---
-def _kubeconfig_file(kubeconfig: Path) -> Path:
-    if not kubeconfig.is_file():
-        raise _fail(f"--kubeconfig {kubeconfig}: no such file")
-    return kubeconfig
+def _kubeconfig_file(kubeconfig: Path | None) -> Path | None:
+    """The kubeconfig, checked (`k8s/kubeconfig.py`): a broken, empty or missing one exits 2
+    with one line, never a traceback. None (in-cluster credentials) passes through."""
+    from gpugov.k8s.kubeconfig import KubeconfigError, check_kubeconfig
+
+    if kubeconfig is None:
+        return None
+    try:
+        return check_kubeconfig(kubeconfig)
+    except KubeconfigError as e:
+        raise _fail(str(e)) from None
 
 
 def _policy_name(policy: str) -> str:
@@ -1063,7 +1072,12 @@ def dev_demo_cmd(
         result = demo.run(workdir / "kubeconfig", say=console.print, timeout=timeout)
     except demo.DemoError as e:
         raise _fail(str(e)) from None
-    console.print(demo.top_frame(result))
+    import asyncio
+
+    from gpugov.observe import top
+
+    console.print(top.render(asyncio.run(demo.top_snapshot(workdir / "kubeconfig")),
+                             width=console.width))
     for line in demo.summary(result):
         console.print(line, soft_wrap=True, highlight=False, markup=False)
 
@@ -1176,8 +1190,7 @@ def webhook_cmd(
     for name, path in (("--cert", cert), ("--key", key), ("--client-ca", client_ca)):
         if path is not None and not path.is_file():
             raise _fail(f"{name} {path}: no such file")
-    if kubeconfig is not None and not kubeconfig.is_file():
-        raise _fail(f"--kubeconfig {kubeconfig}: no such file")
+    _kubeconfig_file(kubeconfig)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(serve(cert, key, host, port, kubeconfig, scheduler_name,
@@ -1255,6 +1268,7 @@ def node_device_plugin_cmd(
     from gpugov.node.deviceplugin.run import NodeConfigError, NodeOptions, check, run
     from gpugov.node.nvml.library import NvmlUnavailable
 
+    _kubeconfig_file(kubeconfig)
     opts = NodeOptions(node_name, devices, plugin_dir, state_dir, kubeconfig, device_specs, cdi,
                        nvml_library, mode, replicas, soft_replicas, refresh_s, metrics_listen)
     try:
@@ -1297,8 +1311,7 @@ def node_run_cmd(
         listen_address(listen, "--listen")
     except NodeConfigError as e:
         raise _fail(str(e)) from None
-    if kubeconfig is not None and not kubeconfig.is_file():
-        raise _fail(f"--kubeconfig {kubeconfig}: no such file")
+    _kubeconfig_file(kubeconfig)
     if mig_config is not None and not mig_config.is_file():
         raise _fail(f"--mig-config {mig_config}: no such file")
     if interval <= 0:
@@ -1379,6 +1392,7 @@ def top_cmd(
     if prometheus is None and kubeconfig is None:
         raise _fail("give --prometheus URL (the reconciler's series) or --kubeconfig FILE "
                     "(read the cluster directly), or both")
+    _kubeconfig_file(kubeconfig)
     if prometheus is not None and not prometheus.startswith(("http://", "https://")):
         raise _fail(f"--prometheus {prometheus!r}: expected an http:// or https:// URL")
     if not interval > 0:
@@ -1579,8 +1593,7 @@ def node_agent_cmd(
     if replicas < 1 or (replicas > 1 and sharing_mode not in (DeviceMode.TIMESLICE,
                                                               DeviceMode.MPS)):
         raise _fail(f"--replicas {replicas}: must be 1, or >= 2 with --mode timeslice/mps")
-    if kubeconfig is not None and not kubeconfig.is_file():
-        raise _fail(f"--kubeconfig {kubeconfig}: no such file")
+    _kubeconfig_file(kubeconfig)
     if regions is not None and not regions.is_dir():
         raise _fail(f"--regions {regions}: not a folder")
     metrics = _listen(listen) if listen else None
