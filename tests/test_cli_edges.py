@@ -464,3 +464,46 @@ def test_every_command_that_takes_a_kubeconfig_names_a_bad_one_without_a_traceba
     r = CliRunner().invoke(app, [*argv, "--kubeconfig", str(path)])
     assert r.exit_code == 2, r.output
     assert f"--kubeconfig {path}:" in r.output and "Traceback" not in r.output
+
+
+def _serving_pair(tmp_path):  # type: ignore[no-untyped-def]
+    from gpugov.k8s.devcluster.pki import CertificateAuthority
+
+    pair = CertificateAuthority("edge-ca").serving("gpugov-webhook")
+    cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
+    pair.write(cert, key)
+    return cert, key
+
+
+def test_webhook_command_edges_are_one_line_each(tmp_path, monkeypatch) -> None:
+    """Issue 22, finding 8: a bad certificate, a port in use, an address it cannot bind and a
+    missing kubeconfig outside a pod printed tracebacks."""
+    import socket
+
+    from typer.testing import CliRunner
+
+    from gpugov.cli import app
+
+    runner = CliRunner()
+    bad = tmp_path / "bad.pem"
+    bad.write_text("not a certificate")
+    r = runner.invoke(app, ["webhook", "--cert", str(bad), "--key", str(bad)])
+    assert r.exit_code == 2 and "not a usable PEM certificate" in r.output, r.output
+    cert, key = _serving_pair(tmp_path)
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    r = runner.invoke(app, ["webhook", "--cert", str(cert), "--key", str(key)])
+    assert r.exit_code == 2 and "give --kubeconfig FILE" in r.output, r.output
+    kc = tmp_path / "kubeconfig"
+    kc.write_text("current-context: c\ncontexts: [{name: c, context: {cluster: k, user: u}}]\n"
+                  "clusters: [{name: k, cluster: {server: 'https://127.0.0.1:1'}}]\n"
+                  "users: [{name: u, user: {token: t}}]\n")
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        for listen in (f"127.0.0.1:{port}", "192.0.2.1:8443"):  # in use; not this host's
+            r = runner.invoke(app, ["webhook", "--cert", str(cert), "--key", str(key),
+                                    "--kubeconfig", str(kc), "--listen", listen])
+            assert r.exit_code == 2, r.output
+            assert f"--listen {listen}: cannot listen there" in r.output, r.output
+            assert "Traceback" not in r.output

@@ -1183,18 +1183,31 @@ def webhook_cmd(
     import asyncio
     import contextlib
     import logging
+    import os
 
-    from gpugov.k8s.webhook.server import serve
+    from gpugov.k8s.webhook.server import serve, ssl_context
 
     host, port = _listen(listen)
     for name, path in (("--cert", cert), ("--key", key), ("--client-ca", client_ca)):
         if path is not None and not path.is_file():
             raise _fail(f"{name} {path}: no such file")
     _kubeconfig_file(kubeconfig)
+    try:  # the certificate, key and CA are read before anything starts
+        ssl_context(cert, key, client_ca)
+    except (OSError, ValueError) as e:  # ssl.SSLError is an OSError
+        raise _fail(f"--cert {cert} / --key {key}"
+                    + (f" / --client-ca {client_ca}" if client_ca else "")
+                    + f": not a usable PEM certificate, key and CA ({e})") from None
+    if kubeconfig is None and not os.environ.get("KUBERNETES_SERVICE_HOST"):
+        raise _fail("no --kubeconfig, and not running in a pod (KUBERNETES_SERVICE_HOST is "
+                    "unset): give --kubeconfig FILE")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(serve(cert, key, host, port, kubeconfig, scheduler_name,
-                          client_ca=client_ca, system_namespace=system_namespace))
+    try:
+        with contextlib.suppress(KeyboardInterrupt):
+            asyncio.run(serve(cert, key, host, port, kubeconfig, scheduler_name,
+                              client_ca=client_ca, system_namespace=system_namespace))
+    except OSError as e:  # the address is in use or cannot be bound
+        raise _fail(f"--listen {listen}: cannot listen there ({e.strerror or e})") from None
 
 
 node_app = typer.Typer(help="Node-side components: NVML discovery, node agent, exporter.",
