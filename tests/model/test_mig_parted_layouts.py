@@ -101,3 +101,15 @@ def test_two_slice_1g_depends_on_the_gpu() -> None:
     rtx = get_geometry("RTX-PRO-6000")
     assert find_placement(rtx, ["2g.48gb+gfx", "1g.24gb-me", "1g.24gb"]) is not None
     assert find_placement(rtx, ["1g.24gb+me.all", "2g.48gb+me.all"]) is None
+
+
+def test_the_node_agent_reads_the_file_unedited() -> None:
+    # the loader `gpugov node` applies mig-parted configs with: every config, every entry
+    from gpugov.node.mig_config import load
+
+    configs = load(CONFIG)
+    assert len(configs) == len({n for n, _, _ in ENTRIES}) == 81
+    for name, i, entry in ENTRIES:
+        got = configs[name][i]
+        assert got.enabled == entry["mig-enabled"]
+        assert got.mig_devices == (entry.get("mig-devices") or {})
