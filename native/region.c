@@ -432,8 +432,10 @@ int gg_charge(int dev, uint64_t bytes, int force, uint64_t *limit, uint64_t *in_
         *limit = lim;
         *in_use = R->header.used[dev];
         unlock_region();
-        gg_log(GG_LOG_ERROR, "device %d: refusing %llu bytes requested after this process released "
-               "its accounting at exit", dev, (unsigned long long)bytes);
+        static int said;
+        if (!__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED))
+            gg_log(GG_LOG_ERROR, "device %d: refusing %llu bytes requested after this process "
+                   "released its accounting at exit", dev, (unsigned long long)bytes);
         return -1;
     }
     struct gg_slot *s = &R->slots[my_slot];

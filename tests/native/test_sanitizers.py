@@ -31,6 +31,16 @@ SCENARIOS = {
                 "launchv:grid:20:50", "launchv:multi:20:50", "pattern:loop4:0.3",
                 "pattern:random:0.3", "graphnode:1Mi", "graphclone:7", "graphexec:7", "free:7",
                 "free:8", "graphtrim", "graphnode1:1Mi", "free:9"],
+    # the paths of issue 21: stream devices, VMM export, managed moves, graph free nodes and
+    # executable graphs, per-context limits, lookups around dlsym, NVML process lists, the
+    # measured-time throttle, exit-time charges and credits
+    "round3": ["ctx:0", "stream", "asyncon:1Mi:0", "vmm:1Mi", "vexport:1:{tmp}/v", "free:1",
+               "managed:1Mi", "prefetch:2:0", "advise:2:0", "graphmem:1Mi", "gfill:3:5",
+               "gfree:3", "graphmem:1Mi", "graphexec:4", "graphrun:5", "free:5", "free:4",
+               "newctx:0", "setlimit:2:1Mi", "ctxdestroy", "ctx:0", "vsym:dlvsym:1Mi",
+               "vsym:libc:1Mi", "nvmlx:0", "pattern:rotating:0.3", "pattern:multistream:0.3",
+               "pattern:argdep:0.3", "burst:5:100", "freeasync:0", "exitalloc:1Mi",
+               "exitfree:2"],
 }
 
 
