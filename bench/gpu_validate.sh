@@ -3,8 +3,11 @@
 # Prints one table: memory caps (PyTorch, CuPy), torch.cuda.mem_get_info under the quota,
 # the driver paths of issue 12 through ctypes (graph memory nodes, stream-captured
 # allocations, cuCtxSetLimit, memory pools destroyed with live allocations, a (size_t)-1
-# request), a matmul loop's GPU share under GPUGOV_CORE_LIMIT, and small-kernel launch
-# overhead. The first thing to run when a GPU is available.
+# request), a matmul loop's GPU share under GPUGOV_CORE_LIMIT, small-kernel launch
+# overhead (unthrottled, and throttled at 99 %: every launch timed with two events), and the
+# node's scrub between tenants (python -m gpugov.node.scrub 0: bytes zeroed, seconds; it
+# zeroes ALL free memory of device 0, so run it on an idle node). The first thing to run when
+# a GPU is available.
 # Usage: bench/gpu_validate.sh [memory_limit=2Gi] [core_limit=30]
 set -euo pipefail
 MEM="${1:-2Gi}"
@@ -158,13 +161,16 @@ m_off=$(probe matmul)
 m_on=$(probe matmul LD_PRELOAD="$LIB" GPUGOV_CORE_LIMIT="$CORE")
 s_off=$(probe small)
 s_on=$(probe small LD_PRELOAD="$LIB")
+s_thr=$(probe small LD_PRELOAD="$LIB" GPUGOV_CORE_LIMIT=99)
+scrub=$(python3 -m gpugov.node.scrub 0 2>/dev/null | tail -1)
+[ -n "$scrub" ] || scrub='{"error": "gpugov not importable"}'
 
-python3 - "$MEM" "$CORE" "$t_mem" "$c_mem" "$m_off" "$m_on" "$s_off" "$s_on" "$d_paths" <<'PY'
+python3 - "$MEM" "$CORE" "$t_mem" "$c_mem" "$m_off" "$m_on" "$s_off" "$s_on" "$d_paths" "$s_thr" "$scrub" <<'PY'
 import json, sys
 mem, core = sys.argv[1], int(sys.argv[2])
 units = {"Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30}
 limit = int(mem[:-2]) * units[mem[-2:]] if mem[-2:] in units else int(mem)
-t, c, moff, mon, soff, son, dp = (json.loads(a) for a in sys.argv[3:])
+t, c, moff, mon, soff, son, dp, sthr, scr = (json.loads(a) for a in sys.argv[3:])
 gib = lambda b: f"{b / (1 << 30):.2f} GiB"
 share = mon["matmul_per_s"] / moff["matmul_per_s"]
 rows = [
@@ -197,6 +203,11 @@ rows = [
     ("small-kernel launch, no library", f"{soff['us_per_launch']:.2f} us", ""),
     ("small-kernel launch, library loaded", f"{son['us_per_launch']:.2f} us",
      f"+{1000 * (son['us_per_launch'] - soff['us_per_launch']):.0f} ns"),
+    ("small-kernel launch, throttled at 99 %", f"{sthr['us_per_launch']:.2f} us",
+     f"+{1000 * (sthr['us_per_launch'] - soff['us_per_launch']):.0f} ns"),
+    ("node scrub of device 0 (free memory)",
+     f"{gib(scr.get('bytes', 0))} in {scr.get('seconds', 0):.3f} s" if not scr.get("error") else scr["error"],
+     "ok" if scr.get("bytes") and not scr.get("error") else "FAILED"),
 ]
 w = max(len(r[0]) for r in rows)
 print(f"{'check':<{w}}  {'value':<24}  verdict")
