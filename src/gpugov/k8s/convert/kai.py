@@ -77,8 +77,9 @@ def convert(obj: dict[str, Any], notes: list[Note]) -> list[dict[str, Any]]:
         elif lim > 0:
             limit[ours] = round(lim * factor, 6)
     if capped:
-        notes.append(Note(src, "spec.resources.*.limit", "0 or unset means no resources "
-                          "beyond the quota in KAI: written as limit = quota"))
+        notes.append(Note(src, "spec.resources.*.limit", "0 or unset: KAI allows nothing "
+                          "beyond the quota (its scheduler checks requests against this "
+                          "limit), written as limit = quota; set -1 for no limit"))
     weight = weights.get("gpu", next(iter(weights.values()), None))
     if len(set(weights.values())) > 1:
         notes.append(Note(src, "spec.resources.*.overQuotaWeight", f"per-resource weights "
