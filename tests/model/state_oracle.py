@@ -143,7 +143,9 @@ def device_steps(specs: Sequence[NodeSpec], live: Live, use: dict, req: PodReque
         elif mode is DeviceMode.TIMESLICE and req.min_isolation > 0:
             out["isolation"] = out["isolation"] and not any(p.oversubscribe for p in u.pods)
     sealed = u.sealed
-    if req.sealed:
+    if mode is DeviceMode.EXCLUSIVE:
+        pass  # a whole GPU takes only a device nobody holds: `gpu` says it
+    elif req.sealed:
         out["tenant-isolation"] = not u.pods or (
             bool(sealed) and req.tenant != "" and sealed[0].tenant == req.tenant)
     elif any(marks(p) for p, _ in live):
@@ -197,6 +199,11 @@ def node_steps(specs: Sequence[NodeSpec], live: Live, req: PodRequest, n: int
         if req.gpu_count > 1 and spec.power_budget_w is not None:
             out["power"] = out.get("power", True) and power_room(
                 spec, busy(specs, use, n), req.gpu_count)
+        if req.nvlink and req.gpu_count > 1:  # one NVLink domain holds them all
+            dom = domains(spec)
+            out["topology"] = any(
+                sum(1 for d, ok in enumerate(passed) if ok and dom[d] == x) >= req.gpu_count
+                for x in set(dom) if x is not None)
     out["cpu"] = spec.cpu_milli - host[0] >= req.cpu_milli
     out["memory"] = spec.memory_mib - host[1] >= req.memory_mib
     return out
@@ -205,8 +212,20 @@ def node_steps(specs: Sequence[NodeSpec], live: Live, req: PodRequest, n: int
 def fitting_devices(specs: Sequence[NodeSpec], live: Live, req: PodRequest, n: int
                     ) -> list[bool]:
     use = usage(specs, live)
-    return [all(device_steps(specs, live, use, req, n, d).values())
+    fits = [all(device_steps(specs, live, use, req, n, d).values())
             for d in range(specs[n].gpu_count)]
+    if req.nvlink and req.gpu_count > 1:  # only domains that can hold every device
+        dom = domains(specs[n])
+        fits = [ok and dom[d] is not None and sum(
+            1 for e, f in enumerate(fits) if f and dom[e] == dom[d]) >= req.gpu_count
+            for d, ok in enumerate(fits)]
+    return fits
+
+
+def domains(spec: NodeSpec) -> list[int | None]:
+    """Each device's NVLink domain (None: unknown, in no domain)."""
+    return [spec.topology[d].nvlink_domain if spec.topology else None
+            for d in range(spec.gpu_count)]
 
 
 def feasible(specs: Sequence[NodeSpec], live: Live, req: PodRequest) -> list[bool]:
@@ -249,6 +268,8 @@ def allocation_valid(specs: Sequence[NodeSpec], live: Live, req: PodRequest,
     fits = fitting_devices(specs, live, req, a.node)
     if not all(fits[d] for d in a.devices):
         return False
+    if req.nvlink and len({domains(spec)[d] for d in a.devices}) > 1:
+        return False  # gpugov.io/topology: required is never split
     if any(expected_charge(spec, d, req) != (a.milli, a.memory_mib) for d in a.devices):
         return False
     if req.slice_mode is DeviceMode.MIG:

@@ -151,7 +151,7 @@ def requests(draw, i: int = 0) -> PodRequest:
     if kind == "whole":
         mode = draw(st.sampled_from([None, DeviceMode.EXCLUSIVE]))
         return PodRequest(name, cpu, mem, draw(st.integers(1, 3)), MILLI_PER_GPU, models,
-                          gpu_mem, mode=mode, **more)
+                          gpu_mem, mode=mode, nvlink=draw(st.booleans()), **more)
     if kind == "soft":
         mode = draw(st.sampled_from([None, DeviceMode.SOFT]))
         return PodRequest(name, cpu, mem, 1, milli, models, gpu_mem, mode=mode, **more)
@@ -293,6 +293,8 @@ def relaxed(req: PodRequest, reason: str) -> PodRequest | None:
         return r(req, node_selector=())
     if reason == "taint":
         return r(req, tolerations=(Toleration(operator="Exists"),))
+    if reason == "topology":
+        return r(req, nvlink=False)
     if reason == "isolation":  # an uncapped replica is kept off replicas that need soft
         return r(req, min_isolation=IsolationLevel.NONE, oversubscribe=False)
     if reason == "gpu-memory":

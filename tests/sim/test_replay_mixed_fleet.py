@@ -60,7 +60,7 @@ JOBS = HEADER + "".join(
     "gang,a,low,10,50,2,,,1000,1024,ns-a,nvidia.com/gpu=2\n"
     "big,,high,20,10,1,,,1000,1024,ns-a,nvidia.com/gpu=4\n")
 
-ISOLATION = {"exclusive": "hard", "mig": "hard", "soft": "soft", "timeslice": "none",
+ISOLATION = {"exclusive": "hard", "mig": "hard", "soft": "soft", "timeslice": "soft",
              "mps": "none"}
 LEVEL = {"none": 0, "soft": 1, "hard": 2}
 FLOOR = {"trusted": "none", "internal": "soft", "untrusted": "hard"}

@@ -54,6 +54,9 @@ NODE_WORDS = {
                   "free; ask for less GPU memory or wait",
     "power": "the nodes that could take it are at their power budget; wait for devices there "
              "to go idle, or ask for fewer GPUs per pod",
+    "topology": "no node has enough fitting GPUs inside one NVLink domain, which "
+                "gpugov.io/topology: required asks for; wait, ask for fewer GPUs per pod, or "
+                "write gpugov.io/topology: preferred",
     "cpu": "no node with room on its GPUs has enough free CPU; ask for less CPU or wait",
     "memory": "no node with room on its GPUs and CPU has enough free memory; ask for less "
               "memory or wait",

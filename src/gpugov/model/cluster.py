@@ -75,7 +75,7 @@ MEMORY_SLICES = max(g.memory_slices for g in MIG_GEOMETRIES.values())
 
 #: failure reasons, in the order the filter applies them (docs/contracts.md).
 REASONS = ("gpu-model", "node-selector", "taint", "gpu-mode", "isolation", "tenant-isolation",
-           "mig-slice", "replicas", "gpu", "gpu-memory", "power", "cpu", "memory")
+           "mig-slice", "replicas", "gpu", "gpu-memory", "power", "topology", "cpu", "memory")
 
 
 @dataclass(frozen=True, slots=True)
@@ -317,7 +317,29 @@ class ClusterState:
         for _, mask in self._device_steps(req, nodes):
             fits = mask if fits is None else fits & mask
         assert fits is not None
+        if req.nvlink and req.gpu_count > 1:
+            fits = self._nvlink_fits(fits, nodes, req.gpu_count)
         return fits
+
+    def _nvlink_fits(self, fits: np.ndarray, nodes, count: int) -> np.ndarray:
+        """`gpugov.io/topology: required`: of the fitting devices, those in an NVLink domain
+        with at least `count` fitting devices (a device of unknown domain is in none), so any
+        `count` chosen in one such domain never span two."""
+        dom = self.dev_nvlink[nodes]
+        two = fits.ndim == 2
+        f, dom = (fits, dom) if two else (fits[None], dom[None])
+        ok = np.zeros_like(f)
+        for d in np.unique(dom[dom >= 0]):
+            in_d = f & (dom == d)
+            ok |= in_d & (in_d.sum(axis=1) >= count)[:, None]
+        return ok if two else ok[0]
+
+    def nvlink_domains(self, req: PodRequest, node: int, devices) -> bool:
+        """True unless `req` needs one NVLink domain and `devices` of `node` are not in one."""
+        if not req.nvlink or len(devices) < 2:
+            return True
+        dom = {int(self.dev_nvlink[node, d]) for d in devices}
+        return len(dom) == 1 and min(dom) >= 0
 
     def _device_steps(self, req: PodRequest, nodes):
         """(reason, device mask) of each device-level test, in `REASONS` order (a test that
@@ -338,7 +360,8 @@ class ClusterState:
                     iso &= self.dev_uncapped[nodes] == 0
                 yield "isolation", iso
         pods = None
-        if req.sealed or self._sealed_pods:
+        # a whole GPU takes only a device nobody holds (step `gpu`): a seal adds nothing
+        if (req.sealed or self._sealed_pods) and mode is not DeviceMode.EXCLUSIVE:
             tid = self.tenant_id(req.tenant)
             pods = self.dev_pods[nodes]
             if tid >= 0:
@@ -543,6 +566,11 @@ class ClusterState:
                 ok &= self._power_slots(slice(None))[:, 0] >= req.gpu_count
                 if not ok.any():
                     return "power"
+            if req.nvlink and req.gpu_count > 1:
+                fits = self._nvlink_fits(fits, slice(None), req.gpu_count)
+                ok &= fits.sum(axis=1) >= req.gpu_count
+                if not ok.any():
+                    return "topology"
         ok &= self.cpu_free >= req.cpu_milli
         if not ok.any():
             return "cpu"
@@ -694,6 +722,9 @@ class ClusterState:
         if not fits[devs].all():
             raise ValueError(f"{req.name}: devices {devs} on {self.names[n]} cannot take it "
                              f"({self.why_not_device(req, n, devs)})")
+        if not self.nvlink_domains(req, n, devs):
+            raise ValueError(f"{req.name}: devices {devs} on {self.names[n]} span NVLink "
+                             "domains, and the pod needs one (gpugov.io/topology: required)")
         if self.has_power and req.gpu_count > 1 and self._slots[n] < req.gpu_count:
             raise ValueError(f"{req.name}: node {self.names[n]} has no power budget left")
         for d in devs:
@@ -751,6 +782,8 @@ class ClusterState:
         for reason, mask in self._device_steps(req, np.array([n])):
             if not mask[0][devs].all():
                 return reason
+        if not self.nvlink_domains(req, n, devs):
+            return "topology"
         return "fits"
 
     def release(self, req: PodRequest, alloc: Allocation) -> None:
@@ -841,7 +874,7 @@ def shape_key(req: PodRequest) -> tuple:
     """Everything of a request the filter reads (not its name)."""
     return (req.cpu_milli, req.memory_mib, req.gpu_count, req.gpu_milli, req.models,
             req.gpu_memory_mib, req.gpu_memory_percent, req.mode, req.mig_profile,
-            int(req.min_isolation), req.tenant,
+            int(req.min_isolation), req.tenant, req.nvlink,
             req.sealed, req.node_selector, req.tolerations, req.oversubscribe)
 
 

@@ -56,6 +56,9 @@ class PodRequest:
     tolerations: tuple[Toleration, ...] = ()
     oversubscribe: bool = False
     gpu_memory_percent: float = 0.0
+    #: `gpugov.io/topology: required`: every device of the pod in one NVLink domain (a filter
+    #: step of the state, reason `topology`; unknown topology never qualifies)
+    nvlink: bool = False
     #: `is_plain`, computed once at construction (not an argument; not compared)
     plain: bool = dataclasses.field(init=False, repr=False, compare=False, default=True)
 
@@ -119,6 +122,8 @@ class PodRequest:
             return False
         if self.node_selector or self.tolerations or self.gpu_memory_percent:
             return False
+        if self.nvlink and self.gpu_count > 1:
+            return False  # the per-device filter keeps the devices in one NVLink domain
         if self.gpu_count > 1 and self.gpu_milli < MILLI_PER_GPU:
             return False  # N soft slices: the per-device filter chooses N distinct devices
         return self.slice_mode is DeviceMode.EXCLUSIVE or (

@@ -18,6 +18,7 @@ from gpugov.model.cluster import ClusterState
 from gpugov.model.devices import DeviceMode
 from gpugov.model.request import PodRequest
 from gpugov.placement.fragmentation import FragmentationModel
+from gpugov.placement.topology import nvlink_set
 
 #: the study's normalisation constants (largest node CPU and GPU milli it expects).
 MAX_SPEC_CPU = 128_000
@@ -80,11 +81,11 @@ def general_devices(state: ClusterState, req: PodRequest, node: int) -> tuple[in
                          f"{state.names[node]}, found {len(idx)}")
     mode = req.slice_mode
     if mode is DeviceMode.EXCLUSIVE:
-        return tuple(int(i) for i in idx[:req.gpu_count])
+        return _one_domain(state, req, node, [int(i) for i in idx])
     if mode is DeviceMode.SOFT:
         if req.gpu_count > 1:  # N slices on N distinct devices: the N best fits
             order = np.lexsort((idx, state.gpu_free[node, idx]))
-            return tuple(sorted(int(i) for i in idx[order[:req.gpu_count]]))
+            return _one_domain(state, req, node, [int(i) for i in idx[order]])
         return (best_fit_device(state.gpu_free[node], req.gpu_milli, fits),)
     if mode is DeviceMode.MIG:
         key = state.mig_compute_free[node, idx]
@@ -93,6 +94,20 @@ def general_devices(state: ClusterState, req: PodRequest, node: int) -> tuple[in
     else:
         key = state.rep_free[node, idx]
     return (int(idx[int(np.argmin(key))]),)
+
+
+def _one_domain(state: ClusterState, req: PodRequest, node: int, ranked: list[int]
+                ) -> tuple[int, ...]:
+    """The first `gpu_count` of `ranked` fitting devices; with `gpugov.io/topology: required`
+    the best-fitting NVLink domain's (the state's filter left only domains that can hold
+    them all)."""
+    if req.nvlink and req.gpu_count > 1:
+        same = nvlink_set(state.dev_nvlink[node], ranked, req.gpu_count)
+        if same is None:
+            raise ValueError(f"{req.name}: no NVLink domain of {state.names[node]} holds "
+                             f"{req.gpu_count} fitting devices")
+        return tuple(sorted(same))
+    return tuple(sorted(ranked[:req.gpu_count]))
 
 
 def lowest_fitting_devices(state: ClusterState, req: PodRequest, node: int) -> tuple[int, ...]:

@@ -222,6 +222,13 @@ class GpugovPolicy(FgdPolicy):
         taken = np.zeros(fits.shape, dtype=bool)
         np.put_along_axis(taken, order[:, :k], True, axis=1)
         taken &= fits
+        if req.nvlink:  # topology required: the best fits inside one NVLink domain
+            domains = state.dev_nvlink[nodes]
+            for i in range(len(nodes)):
+                same = nvlink_set(domains[i], [int(c) for c in order[i] if fits[i, c]], k)
+                taken[i] = False
+                if same is not None:
+                    taken[i, list(same)] = True
         ok = taken.sum(axis=1) == k
         taken[~ok] = False
         free = np.where(taken, state.gpu_free[nodes] - req.gpu_milli, state.gpu_free[nodes])

@@ -109,7 +109,7 @@ def compiled_forms(request: GpuRequest, name: str, state: ClusterState, *,
     kind = request_kind(request)
     base = PodRequest(name, cpu_milli, memory_mib, 1, MILLI_PER_GPU, request.models,
                       min_isolation=min_isolation, tenant=tenant, sealed=sealed,
-                      oversubscribe=oversubscribe)
+                      oversubscribe=oversubscribe, nvlink=request.topology == "required")
     mig_models = [m for m in state.model_names if has_mig(m)
                   and (not request.models or m in request.models)]
 
@@ -256,7 +256,8 @@ def _decide(placer: Placer, form: PodRequest, nvlink_required: bool,
     while True:
         d = placer.decide(form, held | split if split.any() else exclude)
         if d.allocation is None:
-            if split.any() and not (state.feasible(form) & ~held & ~split).any():
+            if d.reason == "topology" or (
+                    split.any() and not (state.feasible(form) & ~held & ~split).any()):
                 return "no free devices inside one NVLink domain (gpugov.io/topology=required)"
             return d.reason
         node = d.allocation.node

@@ -715,6 +715,8 @@ def engine_request(info: PodInfo, card_mib: int, tolerations: bool = True) -> Po
     if base.gpu_count:
         floor = required_isolation(req.isolation if req is not None else None, info.trust)
         fill["min_isolation"] = max(floor, base.min_isolation)
+        # `gpugov.io/topology: required`: a filter of the state (reason `topology`)
+        fill["nvlink"] = req is not None and req.topology == "required"
         # the Tenant's opt-in uncaps its time-slice replicas, unless the pod asks for soft
         fill["oversubscribe"] = (info.oversubscribe and base.slice_mode is DeviceMode.TIMESLICE
                                  and fill["min_isolation"] == IsolationLevel.NONE)
