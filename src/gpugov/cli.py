@@ -175,16 +175,20 @@ def _run_and_report(nodes, pods, workload: str, policies: list[str], seeds: str,
         typer.echo(f"wrote {f}")
 
 
-def _stat_cells(s, total: int) -> tuple[str, str]:  # type: ignore[no-untyped-def]
-    """'mean', 'min–max' of a column; '—' where no seed got there; '(n/N)' after the mean
-    when only n of the N seeds reached the column."""
+def _stat_cell(s, total: int) -> str:  # type: ignore[no-untyped-def]
+    """'mean ±half-spread' of a column over the seeds (the spread is max - min); '—' where no
+    seed got there; '(n/N)' when only n of the N seeds reached the column."""
     if s.seeds == 0:
-        return f"— (0/{total})", "—"
+        return f"— (0/{total})"
     part = "" if s.seeds == total else f" ({s.seeds}/{total})"
-    return f"{s.mean:.2f}{part}", f"{s.min:.2f} – {s.max:.2f}"
+    spread = f" ±{(s.max - s.min) / 2:.2f}" if s.seeds > 1 else ""
+    return f"{s.mean:.2f}{spread}{part}"
 
 
 def _print_summary(result, rows, published: dict[str, tuple[float, float]]) -> None:
+    """The study's tables, each narrow enough for an 80-column terminal with every number
+    whole: allocation and fragmentation; the published numbers beside this run's (with
+    --targets); the failed pods by the first constraint no node met."""
     from rich import box
     from rich.table import Table
 
@@ -195,47 +199,59 @@ def _print_summary(result, rows, published: dict[str, tuple[float, float]]) -> N
                   box=box.SIMPLE_HEAD, pad_edge=False)
     table.add_column("policy", no_wrap=True)
     if not same_seeds:
-        table.add_column("seeds", justify="right")
+        table.add_column("seeds", justify="right", no_wrap=True)
     table.add_column("@100", justify="right", no_wrap=True)
-    table.add_column("min–max", justify="right", style="dim", overflow="fold")
     table.add_column(f"@{last}", justify="right", no_wrap=True)
-    table.add_column("min–max", justify="right", style="dim", overflow="fold")
-    if published:
-        table.add_column("published @100 / @130 (Δ)", justify="right")
-    table.add_column(f"frag @{last}", justify="right")
-    table.add_column("failed (why)", justify="left", min_width=9)
+    table.add_column(f"frag @{last}", justify="right", no_wrap=True)
+    table.add_column("failed", justify="right", no_wrap=True)
     for r in rows:
-        cells = [r.label, *([] if same_seeds else [str(r.seeds)]),
-                 *_stat_cells(r.at_100, r.seeds), *_stat_cells(r.at_end, r.seeds)]
-        if published:
-            cells.append(_published_cell(published.get(r.label), r))
-        why = " ".join(f"{k} {v:.0f}" for k, v in r.failed_by_reason.items())
         frag = "—" if r.frag_end != r.frag_end else f"{r.frag_end:.2f}"
-        cells += [frag, f"{r.failed_pods:.0f}" + (f" ({why})" if why else "")]
-        table.add_row(*cells)
+        table.add_row(r.label, *([] if same_seeds else [str(r.seeds)]),
+                      _stat_cell(r.at_100, r.seeds), _stat_cell(r.at_end, r.seeds), frag,
+                      f"{r.failed_pods:.0f}")
     notes = []
     if any(min(r.at_100.seeds, r.at_end.seeds) < r.seeds for r in rows):
         notes.append("(n/N) = only n of N seeds reached that column (their arrivals stopped "
                      "short of it); the mean is over those n, so columns may not be comparable")
-    if published and last != 130:
-        notes.append("published @130 is compared with this run's @130 only when --tune "
-                     ">= 1.3")
     table.caption = ("allocated GPU as % of capacity when the arrived GPU request reaches 100 % "
-                     f"and {last} % of capacity; frag = fragmented GPU (FGD measure), % of "
-                     "capacity; failed = pods that fit nowhere (mean per seed), by the first "
-                     "constraint no node met: gpu-model, gpu, cpu, memory"
-                     + "".join(f". {n}" for n in notes))
-    _console().print(table)
+                     f"and {last} % of capacity (mean ±half the min–max spread over seeds); "
+                     "frag = fragmented GPU (FGD measure), % of capacity; failed = pods that "
+                     "fit nowhere, mean per seed" + "".join(f". {n}" for n in notes))
+    console = _console()
+    console.print(table)
+    if published:
+        pub = Table(title="published (FGD, ATC'23) beside this run", box=box.SIMPLE_HEAD,
+                    pad_edge=False)
+        pub.add_column("policy", no_wrap=True)
+        for col in ("pub @100", "Δ @100", "pub @130", "Δ @130"):
+            pub.add_column(col, justify="right", no_wrap=True)
+        for r in rows:
+            pub.add_row(r.label, *_published_cells(published.get(r.label), r))
+        if last != 130:
+            pub.caption = ("published @130 is compared with this run's @130 only when --tune "
+                           ">= 1.3")
+        console.print(pub)
+    reasons = sorted({k for r in rows for k in r.failed_by_reason})
+    if reasons:
+        why = Table(title="failed pods by the first constraint no node met (mean per seed)",
+                    box=box.SIMPLE_HEAD, pad_edge=False)
+        why.add_column("policy", no_wrap=True)
+        for k in reasons:
+            why.add_column(k, justify="right", no_wrap=True)
+        for r in rows:
+            why.add_row(r.label, *(f"{r.failed_by_reason.get(k, 0):.0f}" for k in reasons))
+        console.print(why)
 
 
-def _published_cell(p: tuple[float, float] | None, r) -> str:  # type: ignore[no-untyped-def]
-    """Published @100 and @130 beside this run's same columns (never another column)."""
+def _published_cells(p: tuple[float, float] | None, r) -> list[str]:  # type: ignore[no-untyped-def]
+    """Published @100 and @130 and this run's difference on the same columns (never another
+    column): `not reached` where this run's arrivals stopped short."""
     if p is None:
-        return "—"
+        return ["—"] * 4
 
     def delta(pub: float, s) -> str:  # type: ignore[no-untyped-def]
-        return f"({s.mean - pub:+.2f})" if s is not None and s.seeds else "(not reached)"
-    return f"{p[0]:.2f} {delta(p[0], r.at_100)} / {p[1]:.2f} {delta(p[1], r.at_130)}"
+        return f"{s.mean - pub:+.2f}" if s is not None and s.seeds else "not reached"
+    return [f"{p[0]:.2f}", delta(p[0], r.at_100), f"{p[1]:.2f}", delta(p[1], r.at_130)]
 
 
 def _load_study_inputs(nodes_path: Path, pods_path: Path):  # type: ignore[no-untyped-def]
@@ -257,8 +273,9 @@ def _load_study_inputs(nodes_path: Path, pods_path: Path):  # type: ignore[no-un
     return nodes, pods
 
 
-POLICY_HELP = ("placement policy: random, dotprod, gpuclustering, gpupacking, bestfit, fgd or "
-               "all; repeat the option or separate with commas (best-fit, 06-FGD … work too)")
+POLICY_HELP = ("placement policy: random, dotprod, gpuclustering, gpupacking, bestfit, fgd, "
+               "gpugov (the production policy) or all (the study's six); repeat the option or "
+               "separate with commas (best-fit, 06-FGD … work too)")
 WORKERS_HELP = "parallel worker processes"
 
 
@@ -327,7 +344,9 @@ def simulate(
                                           help="pod CSV (openb format: name,cpu_milli,"
                                           "memory_mib,num_gpu,gpu_milli and optional "
                                           "gpu_spec)"),
-    policy: list[str] = typer.Option(["all"], "--policy", metavar="NAME", help=POLICY_HELP),
+    policy: list[str] = typer.Option(["all", "gpugov"], "--policy", metavar="NAME",
+                                     help=POLICY_HELP + " [default: all and gpugov]",
+                                     show_default=False),
     seeds: str = typer.Option("1-3", "--seeds", metavar="SEEDS",
                               help="seeds: a range 1-3 or a list 1,2,5"),
     tune: float = typer.Option(1.3, "--tune", metavar="X", help="total GPU request / GPU capacity, "
@@ -1115,10 +1134,13 @@ def crd_generate_cmd(
 
 @crd_app.command("convert")
 def crd_convert_cmd(
-    source: Path = typer.Argument(..., help="a config YAML, or a YAML stream of objects: "
-                                  "gpugov's, KAI Queues, Volcano Queues, Kueue "
-                                  "ClusterQueues/LocalQueues/Cohorts"),
+    sources: list[Path] = typer.Argument(..., help="a config YAML, or YAML streams of "
+                                         "objects: gpugov's, KAI Queues, Volcano Queues, "
+                                         "Kueue ClusterQueues/LocalQueues/Cohorts"),
     to: str = typer.Option("objects", "--to", help="objects | config"),
+    namespace: str = typer.Option("default", "--namespace", "-n", help="namespace of "
+                                  "namespaced objects (Kueue LocalQueues) that name none, as "
+                                  "kubectl apply -n would give them"),
 ) -> None:
     """Convert the replay's config YAML to Queue/Tenant/PriorityPolicy objects or back, and
     other schedulers' queue objects (by apiVersion) to gpugov's. What has no gpugov
@@ -1136,25 +1158,31 @@ def crd_convert_cmd(
 
     if to not in ("objects", "config"):
         raise _fail(f"--to {to!r}: allowed: objects, config")
-    try:
-        docs = [d for d in yaml.safe_load_all(source.read_text()) if d is not None]
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
-        raise _fail(f"{source}: cannot read YAML: {e}") from None
+    docs: list = []
+    for source in sources:
+        try:
+            docs += [d for d in yaml.safe_load_all(source.read_text()) if d is not None]
+        except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
+            raise _fail(f"{source}: cannot read YAML: {e}") from None
+    source = sources[0]
     docs = [i for d in docs for i in (d.get("items") or [] if isinstance(d, dict)
                                       and d.get("kind") == "List" else [d])]
     try:
         if not any(is_foreign(d) for d in docs):  # the replay's config file
+            if len(sources) > 1:
+                raise _fail("a config file converts alone; give one file")
             if to == "config":
                 raise _fail(f"{source}: no objects (apiVersion/kind) to convert to a config")
             typer.echo(yaml.safe_dump_all(config_to_objects(load_config(source)),
                                           sort_keys=False), nl=False)
             return
-        conv = convert_objects(docs)
+        conv = convert_objects(docs, namespace)
         for note in conv.notes:
             typer.echo(f"# not carried over / changed: {note.line()}", err=True)
         if conv.errors:
             raise _fail("cannot convert:\n  " + "\n  ".join(conv.errors))
-        cfg = objects_to_config(conv.objects, str(source))  # validates the result as a whole
+        # validates the result as a whole
+        cfg = objects_to_config(conv.objects, ", ".join(map(str, sources)))
         if to == "config":
             typer.echo(yaml.safe_dump(config_sections(cfg), sort_keys=False), nl=False)
         else:

@@ -2,7 +2,8 @@
 
 `up` builds the binaries (once), starts the control plane with kube-scheduler (for pods that are
 not gpugov's), creates fake GPU nodes from a cluster file (without one, the built-in mixed
-fleet packaged as `gpugov/k8s/data/dev-fleet.yaml`), installs gpugov's CRDs and the in-apiserver
+fleet packaged as `gpugov/k8s/data/dev-fleet.yaml`), installs gpugov's CRDs (and
+scheduler-plugins' PodGroup, for gangs) and the in-apiserver
 admission policies (pod ownership, node scope), starts the admission webhook and
 registers it, starts `gpugov scheduler` when this gpugov has it, and creates a default Queue
 and a catch-all Tenant so a GPU pod in any namespace is admitted. Every gpugov component runs
@@ -99,6 +100,19 @@ async def install_crds(kubeconfig: Path, timeout: float = 30.0) -> None:
                     if exc.status not in (429, 503, 404) or time.monotonic() > deadline:
                         raise
                 await asyncio.sleep(0.1)
+
+
+async def install_podgroup_crd(kubeconfig: Path) -> None:
+    """scheduler-plugins' PodGroup CRD, so gangs work on a dev cluster as on one running
+    scheduler-plugins (gpugov reads `spec.minMember`)."""
+    from gpugov.k8s.scheduler import harness
+    from gpugov.k8s.scheduler.kube import Kube
+
+    kube = await Kube.from_kubeconfig(kubeconfig)
+    try:
+        await harness.install_podgroup_crd(kube)
+    finally:
+        await kube.close()
 
 
 async def apply_webhook_configurations(kubeconfig: Path, objs: list[dict[str, Any]]) -> None:
@@ -216,6 +230,8 @@ def up(workdir: Path, nodes: Path | None = None,
     try:
         say("installing CRDs")
         asyncio.run(install_crds(plane.kubeconfig))
+        say("installing the PodGroup CRD (scheduler-plugins gangs)")
+        asyncio.run(install_podgroup_crd(plane.kubeconfig))
         say("installing admission policies (pod ownership, node scope)")
         asyncio.run(install_policies(plane.kubeconfig))
         say("starting the admission webhook")
