@@ -233,7 +233,7 @@ def _print_summary(result, rows, published: dict[str, tuple[float, float]]) -> N
         console.print(pub)
     reasons = sorted({k for r in rows for k in r.failed_by_reason})
     if reasons:
-        why = Table(title="failed pods by the first constraint no node met (mean per seed)",
+        why = Table(title="failed pods, by the first constraint no node met",
                     box=box.SIMPLE_HEAD, pad_edge=False)
         why.add_column("policy", no_wrap=True)
         for k in reasons:

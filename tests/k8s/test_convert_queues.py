@@ -22,23 +22,27 @@ from gpugov.k8s.convert import convert_objects
 from gpugov.k8s.devcluster.dev import install_crds
 
 UPSTREAM = Path(__file__).parent / "upstream" / "queues"
-FILES = sorted(UPSTREAM.glob("*/*.yaml"))
+KUEUEVIZ = sorted(UPSTREAM.glob("kueue/v1beta1-kueueviz-*.yaml"))  # queues, then LocalQueues
+# what a user applies together: each file, and Kueue's kueueviz example as its two files
+SETS = [[p] for p in sorted(UPSTREAM.glob("*/*.yaml")) if p not in KUEUEVIZ] + [KUEUEVIZ]
 
 
-def convert(path: Path, to: str = "objects") -> tuple[int, str, str]:
-    r = CliRunner().invoke(app, ["crd", "convert", str(path), "--to", to])
+def convert(path: Path | list[Path], to: str = "objects", *opts: str) -> tuple[int, str, str]:
+    paths = path if isinstance(path, list) else [path]
+    r = CliRunner().invoke(app, ["crd", "convert", *map(str, paths), "--to", to, *opts])
     return r.exit_code, r.stdout, r.stderr
 
 
-def queues(path: Path) -> dict[str, dict]:
+def queues(path: Path | list[Path]) -> dict[str, dict]:
     code, out, err = convert(path, "config")
     assert code == 0, err
     return {q["name"]: q for q in yaml.safe_load(out)["queues"]}
 
 
-@pytest.mark.parametrize("path", FILES, ids=lambda p: f"{p.parent.name}/{p.stem}")
-def test_every_upstream_file_converts(path: Path) -> None:
-    code, out, err = convert(path)
+@pytest.mark.parametrize("paths", SETS, ids=lambda ps: "+".join(
+    f"{p.parent.name}/{p.stem}" for p in ps))
+def test_every_upstream_file_converts(paths: list[Path]) -> None:
+    code, out, err = convert(paths)
     assert code == 0, err
     objs = list(yaml.safe_load_all(out))
     assert objs and all(o["apiVersion"] == crds.API_VERSION for o in objs)
@@ -113,6 +117,20 @@ def test_kueue_flavors_cohorts_local_queues() -> None:
     assert [(t.namespace, t.queue) for t in cfg.tenants] == [("ns-a", "team-a")]
 
 
+def test_kueue_v1beta1_cohort_and_local_queues_without_namespace() -> None:
+    code, out, err = convert(KUEUEVIZ, "config", "--namespace", "research")
+    assert code == 0, err
+    cfg = yaml.safe_load(out)
+    by = {q["name"]: q for q in cfg["queues"]}
+    # the cohort becomes the parent Queue (no Cohort object: created, noted)
+    assert by["llm-cluster-queue"]["parent"] == "ai-for-humanity-foundation"
+    assert by["llm-cluster-queue"]["quota"] == {"cpu": 0.3, "memory": 0.292969}  # 300m, 300Mi
+    assert "ai-for-humanity-foundation" in by and "created" in err
+    # LocalQueues that name no namespace land where they are applied; one queue per namespace
+    assert [t["namespace"] for t in cfg["tenants"]] == ["research"]
+    assert "a gpugov namespace has one queue; kept the first" in err
+
+
 @pytest.mark.parametrize(("obj", "needle"), [
     ({"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "ClusterQueue", "metadata": {"name": "x"},
       "spec": {"cohortName": "org"}}, "kueue.x-k8s.io/v1beta1 spells it cohort"),
@@ -127,7 +145,7 @@ def test_kueue_flavors_cohorts_local_queues() -> None:
     ({"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue", "metadata": {"name": "x"},
       "spec": {"quota": 1}}, "spec.quota: not a field of scheduling.volcano.sh/v1beta1 Queue"),
     ({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
-      "metadata": {"name": "x"}, "spec": {"clusterQueue": "cq"}}, "metadata.namespace"),
+      "metadata": {"name": "x", "namespace": "ns"}, "spec": {}}, "spec.clusterQueue: None"),
 ])
 def test_bad_objects_are_refused_by_field_and_others_still_convert(obj, needle) -> None:
     good = {"apiVersion": "scheduling.run.ai/v2", "kind": "Queue", "metadata": {"name": "ok"},
@@ -159,8 +177,9 @@ def test_apiserver_accepts_the_converted_upstream_objects(with_crds) -> None:
         refused = []
         async with with_crds.api() as api:
             custom = client.CustomObjectsApi(api)
-            for path in FILES:
-                _, out, _ = convert(path)
+            for paths in SETS:
+                path = paths[0]
+                _, out, _ = convert(paths)
                 prefix = f"cv-{path.parent.name}-{path.stem}"[:40].lower().replace("_", "-")
                 for o in yaml.safe_load_all(out):
                     o = json.loads(json.dumps(o))

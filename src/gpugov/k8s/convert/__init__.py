@@ -43,7 +43,8 @@ def _supported_text() -> str:
     return ", ".join(sorted(f"{k} ({a})" for a, k in SUPPORTED))
 
 
-def convert_objects(docs: list[Any]) -> Conversion:
+def convert_objects(docs: list[Any], namespace: str = "default") -> Conversion:
+    """`namespace`: for namespaced objects that name none (where kubectl would apply them)."""
     out = Conversion()
     others: list[str] = []
     for i, obj in enumerate(docs):
@@ -54,6 +55,8 @@ def convert_objects(docs: list[Any]) -> Conversion:
         try:
             if (api, kind) in PASS_THROUGH:
                 out.objects.append(obj)
+            elif kind == "LocalQueue" and api in kueue.APIS:
+                out.objects.extend(kueue.convert_local_queue(obj, out.notes, namespace))
             elif (api, kind) in SUPPORTED:
                 out.objects.extend(SUPPORTED[(api, kind)](obj, out.notes))
             elif kind in SKIPPED and isinstance(api, str) and api.startswith(_GROUPS):

@@ -123,12 +123,18 @@ def convert_cohort(obj: dict[str, Any], notes: list[Note]) -> list[dict[str, Any
                   nominal or None, None, borrow or None, lend or None)]
 
 
-def convert_local_queue(obj: dict[str, Any], notes: list[Note]) -> list[dict[str, Any]]:
+def convert_local_queue(obj: dict[str, Any], notes: list[Note],
+                        namespace: str = "default") -> list[dict[str, Any]]:
+    """`namespace`: where `kubectl apply` would put a LocalQueue that names none."""
     name_of(obj)
     spec = spec_of(obj)
     src = ident(obj)
     ns = (obj.get("metadata") or {}).get("namespace")
     cq = spec.get("clusterQueue")
+    if ns is None:
+        ns = namespace
+        notes.append(Note(src, "metadata.namespace", f"none: the namespace it is applied in, "
+                          f"taken as {namespace!r} (gpugov crd convert --namespace)"))
     if not isinstance(ns, str) or not ns:
         raise ConvertError(f"{src}: metadata.namespace: {ns!r}; a LocalQueue lives in the "
                            "namespace it serves")
