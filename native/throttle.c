@@ -124,6 +124,32 @@ static int allowed_in_flight(const struct dev_state *d) {
     return n < 1 ? 1 : n > RING ? RING : (int)n;
 }
 
+/* Makes a record's events again in the context of stream (where a record on it must be
+ * made); 0 on success. */
+static int remake_events(struct rec *r, CUstream stream) {
+    CUcontext c = NULL, popped = NULL;
+    CUresult rc = (uintptr_t)stream > 2 && gg_real.cuStreamGetCtx ? gg_real.cuStreamGetCtx(stream, &c)
+                  : gg_real.cuCtxGetCurrent ? gg_real.cuCtxGetCurrent(&c) : CUDA_ERROR_NOT_FOUND;
+    if (rc != CUDA_SUCCESS || !c || !gg_real.cuCtxPushCurrent_v2 || !gg_real.cuCtxPopCurrent_v2
+        || gg_real.cuCtxPushCurrent_v2(c) != CUDA_SUCCESS)
+        return -1;
+    CUevent start = NULL, stop = NULL;
+    rc = gg_real.cuEventCreate(&start, 0);
+    if (rc == CUDA_SUCCESS) rc = gg_real.cuEventCreate(&stop, 0);
+    gg_real.cuCtxPopCurrent_v2(&popped);
+    if (rc != CUDA_SUCCESS) {
+        if (start && gg_real.cuEventDestroy_v2) gg_real.cuEventDestroy_v2(start);
+        return -1;
+    }
+    if (gg_real.cuEventDestroy_v2) {
+        gg_real.cuEventDestroy_v2(r->start);
+        gg_real.cuEventDestroy_v2(r->stop);
+    }
+    r->start = start;
+    r->stop = stop;
+    return 0;
+}
+
 int gg_throttle_before(int dev, CUstream stream) {
     struct gg_header *h = &gg_region_ptr()->header;
     uint32_t pct = gg_device_core_limit(dev);
@@ -147,13 +173,12 @@ int gg_throttle_before(int dev, CUstream stream) {
         if (c->start && c->stop) r = c;
     }
     int64_t cost = d->mean;
+    if (!cost && !r) cost = d->peak ? d->peak : BURST_NS; /* cannot time it: the most it could be */
     if (r) {
         r->state = REC_STARTED;
         r->seq = ++d->seq;
         r->debited = cost;
         d->pending++;
-    } else if (!cost) {
-        cost = d->peak ? d->peak : BURST_NS; /* cannot time it: the most it could be */
     }
     int64_t burst = d->peak;
     pthread_mutex_unlock(&d->mu);
@@ -163,13 +188,17 @@ int gg_throttle_before(int dev, CUstream stream) {
     int64_t t = __atomic_load_n(&h->tokens_ns[dev], __ATOMIC_ACQUIRE);
     if (t < 0) wait_tokens(dev, -t * 100 / (int64_t)pct); /* until refills repay the debt */
     if (!r) return -1;
-    /* the start event goes in after any wait, so a timing measures the work, not our sleep */
-    if (gg_real.cuEventRecord(r->start, stream) != CUDA_SUCCESS) {
+    /* the start event goes in after any wait, so a timing measures the work, not our sleep;
+     * events belong to a context: if the stream's is another, make them again in it */
+    if (gg_real.cuEventRecord(r->start, stream) != CUDA_SUCCESS
+        && (remake_events(r, stream) || gg_real.cuEventRecord(r->start, stream) != CUDA_SUCCESS)) {
         pthread_mutex_lock(&d->mu);
         r->state = REC_FREE;
         d->pending--;
+        int64_t worst = d->peak ? d->peak : BURST_NS;
         pthread_mutex_unlock(&d->mu);
-        gg_count_device_ns(dev, cost);
+        if (worst > cost) debit(dev, worst - cost); /* untimed: the most it could be, never free */
+        gg_count_device_ns(dev, worst > cost ? worst : cost);
         return -1;
     }
     return (int)(r - d->ring);

@@ -856,6 +856,7 @@ EXPORT CUresult cuEventRecord(CUevent e, CUstream s) {
     struct ev *v = (struct ev *)e;
     int d = stream_dev(s);
     if (!v || d < 0) return ERR_INVALID_HANDLE;
+    if (v->dev != d) return ERR_INVALID_HANDLE; /* an event and its stream share a context */
     pthread_mutex_lock(&mu);
     uint64_t now = fakegpu_now_ns();
     v->t = devs[d].busy_until > now ? devs[d].busy_until : now;
