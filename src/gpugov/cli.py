@@ -1457,7 +1457,8 @@ def top_cmd(
                 return await from_prometheus(prom, window)
 
             if once:
-                Console(width=120).print(top.render(await fetch()))
+                console = Console(width=max(80, Console().width))  # the terminal's, >= 80
+                console.print(top.render(await fetch(), width=console.width))
                 return 0
 
             async def fetch_or_say() -> Snapshot:

@@ -121,3 +121,40 @@ def test_empty_trace_and_gpu_less_cluster_are_refused_not_run(tmp_path: Path) ->
     res = runner.invoke(app, ["experiment", "fgd", "--trace-dir", str(d), "--workload",
                               "empty", "--seeds", "1", "--out", str(tmp_path / "e")])
     assert res.exit_code == 2 and "openb_pod_list_empty.csv: no pods" in res.output
+
+
+def test_simulate_with_the_gpugov_policy_places_pods_and_reports_it(tmp_path) -> None:
+    """Issue 22, finding 2: `--policy gpugov` printed an empty table and wrote empty files
+    (with another policy, gpugov was silently dropped)."""
+    import json as _json
+
+    from typer.testing import CliRunner
+
+    from gpugov.cli import app
+
+    out = tmp_path / "out"
+    r = CliRunner().invoke(app, ["simulate", "--policy", "gpugov", "--policy", "fgd",
+                                 "--seeds", "1", "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    summary = _json.loads((out / "summary.json").read_text())
+    text = _json.dumps(summary)
+    assert "gpugov" in text and "fgd" in text.lower()
+    rows = (out / "alloc_discrete.csv").read_text().splitlines()
+    assert any(",07-gpugov," in row for row in rows[1:]), rows[:3]
+    r = CliRunner().invoke(app, ["simulate", "--policy", "", "--out", str(tmp_path / "x")])
+    assert r.exit_code == 2 and "--policy: no policy named" in r.output, r.output
+
+
+@pytest.mark.parametrize("tune", ["0.5", "0.05"])
+def test_a_small_tune_writes_its_chart_instead_of_crashing_after_the_work(tmp_path, tune):
+    """Issue 22, finding 3: below ~0.85 the PNG's zoom had zero width (NaN) and the run died
+    after all its work."""
+    from typer.testing import CliRunner
+
+    from gpugov.cli import app
+
+    out = tmp_path / "out"
+    r = CliRunner().invoke(app, ["simulate", "--tune", tune, "--policy", "fgd", "--seeds", "1",
+                                 "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    assert (out / "alloc_curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -83,7 +83,9 @@ def plot_figure(result: StudyResult, published: dict[str, tuple[float, float]] |
     panels = [
         Panel(boxes[0], (0, right), (0, 102), f"GPU allocation — {result.workload}", x_label,
               alloc_label),
-        Panel(boxes[1], (min(80, last), right), (80, 100),
+        # the zoom shows the last stretch: from 80 % arrived, or the last 20 points of a short
+        # run (a --tune below 0.8 once gave it zero width: NaN ticks, a crash after the work)
+        Panel(boxes[1], (min(80.0, max(0.0, right - 20.0)), right), (80, 100),
               "zoom (bands: min–max over seeds" + ("; ◇ published)" if published else ")"),
               x_label, alloc_label),
         Panel(boxes[2], (0, right), (0, frag_top * 1.05), "fragmented GPU (FGD measure)",

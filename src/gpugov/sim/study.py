@@ -16,7 +16,7 @@ import numpy as np
 from gpugov.model.cluster import NodeSpec
 from gpugov.model.request import PodRequest
 from gpugov.placement.fragmentation import TypicalPods
-from gpugov.placement.registry import POLICIES, get_policy
+from gpugov.placement.registry import POLICIES, PRODUCTION_POLICIES, get_policy
 from gpugov.sim.curves import discretise
 from gpugov.sim.experiment import run_experiment
 
@@ -85,13 +85,17 @@ def parse_seeds(text: str) -> list[int]:
 
 
 def resolve_policies(names: Sequence[str]) -> list[str]:
-    """Policy names in the study's order; 'all' expands to every registered policy; an item
-    may be a comma list (`fgd,best-fit`)."""
+    """Policy names in the study's order, then gpugov's production policies; 'all' expands
+    to the study's six (named others are added to them); an item may be a comma list
+    (`fgd,best-fit`). ValueError when nothing is named (`--policy ""`)."""
     items = [part.strip() for n in names for part in n.split(",") if part.strip()]
-    if not items or any(n.lower() == "all" for n in items):
-        return list(POLICIES)
-    chosen = {get_policy(n).name for n in items}
-    return [p for p in POLICIES if p in chosen]
+    if not items:
+        raise ValueError(f"--policy: no policy named (got {list(names)!r}); allowed: "
+                         f"{', '.join([*POLICIES, *PRODUCTION_POLICIES])} or all")
+    chosen = {get_policy(n).name for n in items if n.lower() != "all"}
+    if any(n.lower() == "all" for n in items):
+        chosen |= set(POLICIES)
+    return [p for p in (*POLICIES, *PRODUCTION_POLICIES) if p in chosen]
 
 
 _WORKER: dict[str, object] = {}
