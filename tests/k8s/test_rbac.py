@@ -27,7 +27,7 @@ from gpugov.k8s.devcluster.rbac import (
     load_rules,
     rules_file,
 )
-from gpugov.observe.cluster import read_cluster, read_queues
+from gpugov.observe.cluster import read_cluster, read_queues, read_tenancy
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "deploy" / "helm" / "gpugov"
@@ -49,6 +49,16 @@ def test_components_get_least_privilege(k8s_control_plane):
 
     async def run() -> dict[str, int]:
         seen: dict[str, int] = {}
+        async with cluster.api() as api:  # a Tenant for the reconciler to read
+            try:
+                await client.CustomObjectsApi(api).create_cluster_custom_object(
+                    "gpugov.io", "v1alpha1", "tenants", {
+                        "apiVersion": "gpugov.io/v1alpha1", "kind": "Tenant",
+                        "metadata": {"name": "rbac-test"},
+                        "spec": {"namespaces": [NS], "queue": "rbac-test"}})
+            except client.exceptions.ApiException as e:
+                if e.status != 409:
+                    raise
         async with api_client(await cluster.component_kubeconfig("scheduler", NS)) as api:
             core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
             coord = client.CoordinationV1Api(api)
@@ -64,6 +74,9 @@ def test_components_get_least_privilege(k8s_control_plane):
             seen["sched list leases here"] = await _status(coord.list_namespaced_lease(NS))
             seen["sched get lease elsewhere"] = await _status(
                 coord.read_namespaced_lease("gpugov-scheduler", "kube-system"))
+            volcano = await _status(custom.list_cluster_custom_object(
+                "scheduling.volcano.sh", "v1beta1", "podgroups"))
+            seen["sched list volcano podgroups"] = 200 if volcano in (200, 404) else volcano
             seen["sched create clusterrole"] = await _status(
                 client.RbacAuthorizationV1Api(api).create_cluster_role(
                     {"metadata": {"name": "escalate"}, "rules": []}))
@@ -84,6 +97,9 @@ def test_components_get_least_privilege(k8s_control_plane):
             pods, nodes = await read_cluster(api)
             seen["reconciler reads its views"] = 200 if await read_queues(api) is not None \
                 and isinstance(pods, list) and isinstance(nodes, list) else 0
+            # whom each pod is charged to: the Tenants and namespace labels, under its rules
+            seen["reconciler reads tenancy"] = 200 if await read_tenancy(api) is not None \
+                else 0
             seen["reconciler list secrets"] = await _status(core.list_secret_for_all_namespaces())
             seen["reconciler patch pod"] = await _status(
                 core.patch_namespaced_pod("x", NS, {"metadata": {"labels": {"a": "b"}}}))
@@ -94,6 +110,7 @@ def test_components_get_least_privilege(k8s_control_plane):
         "sched list nodes": 200, "sched delete pod": 403, "sched list queues": 200,
         "sched create lease here": 200, "sched list leases here": 403,
         "sched get lease elsewhere": 403, "sched create clusterrole": 403,
+        "sched list volcano podgroups": 200, "reconciler reads tenancy": 200,
         "webhook list tenants": 200, "webhook read namespace": 200, "webhook list pods": 403,
         "node list pods": 200, "node list secrets": 403, "node delete node": 403,
         "reconciler reads its views": 200, "reconciler list secrets": 403,
