@@ -98,3 +98,81 @@ def test_live_top_refreshes_and_quits_on_q_and_on_ctrl_c(stack) -> None:
                 p.kill()
                 p.wait()
             os.close(master)
+
+
+def _frame(snap: Snapshot, width: int) -> str:
+    console = Console(width=width, record=True)
+    console.print(top.render(snap, width=width))
+    return console.export_text()
+
+
+def _cluster_snapshot(used_note: str = ""):  # type: ignore[no-untyped-def]
+    from gpugov.observe.snapshot import DeviceView
+    from gpugov.observe.views import QueueRow
+
+    return Snapshot("cluster", [QueueRow("research", 2.0, 7.4, 8.3, 0),
+                                QueueRow("vision", 6.0, 5.6, 4.6, 1)],
+                    [DeviceView("h100-0", "3", "GPU-h100-0-3", "timeslice", 1.0, None, None,
+                                None),
+                     DeviceView("a100-0", "0", "GPU-a100-0-0", "exclusive", 1.0, None, None,
+                                None)], used_note=used_note)
+
+
+def test_frame_fits_80_columns_and_says_once_why_used_is_empty() -> None:
+    from gpugov.observe.snapshot import NO_PROMETHEUS
+
+    for width in (80, 100, 120):
+        text = _frame(_cluster_snapshot(NO_PROMETHEUS), width)
+        assert max(len(line) for line in text.splitlines()) <= width, text
+        assert "research" in text and "timeslice" in text and "a100-0" in text
+        # no silent dashes: the used columns are left out and the reason is given once
+        assert "—" not in text.split("\n", 1)[1] and "┃ busy" not in text
+        assert text.count("not measured") == 1 and "exporter" in text
+        assert "none: idle, leaking and oversized pods are found from the used view" in text
+    assert "fair share" in _frame(_cluster_snapshot(), 120)
+    assert "fair share" not in _frame(_cluster_snapshot(NO_PROMETHEUS), 80)
+
+
+def test_measured_devices_keep_the_used_columns() -> None:
+    from gpugov.observe.snapshot import DeviceView
+
+    snap = _cluster_snapshot()
+    snap.devices = [DeviceView("a100-0", "0", "u", "exclusive", 1.0, 0.42, 3 * 2**30,
+                               80 * 2**30)]
+    text = _frame(snap, 80)
+    assert "42 %" in text and "3.0 / 80.0" in text and "not measured" not in text
+
+
+def test_empty_views_say_why() -> None:
+    text = _frame(Snapshot("cluster", used_note="used (busy, memory) not measured: x"), 80)
+    assert "no queues: no Queue objects" in text
+    assert "no devices: no running pod holds a GPU" in text
+
+
+def test_top_once_on_a_cluster_without_prometheus_says_why_used_is_empty(
+        monkeypatch, tmp_path) -> None:
+    """`top --once --kubeconfig` on a cluster with no exporter: the terminal's width (80),
+    and the used view's absence explained, not shown as dashes."""
+    from gpugov.observe import snapshot
+
+    async def fake_from_cluster(api, prom, tree, window):  # noqa: ANN001, ARG001
+        return _cluster_snapshot(snapshot.NO_PROMETHEUS)
+
+    async def fake_api_client(path):  # noqa: ANN001, ARG001
+        class Api:
+            async def close(self) -> None:
+                return None
+        return Api()
+
+    monkeypatch.setattr(snapshot, "from_cluster", fake_from_cluster)
+    monkeypatch.setattr("gpugov.observe.cluster.api_client", fake_api_client)
+    monkeypatch.setenv("COLUMNS", "80")
+    (tmp_path / "kubeconfig").write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+        "clusters: [{name: k, cluster: {server: 'https://127.0.0.1:1'}}]\n"
+        "users: [{name: u, user: {}}]\n"
+        "contexts: [{name: c, context: {cluster: k, user: u}}]\n")
+    r = CliRunner().invoke(app, ["top", "--once", "--kubeconfig", str(tmp_path / "kubeconfig")])
+    assert r.exit_code == 0, r.output
+    assert max(len(line) for line in r.output.splitlines()) <= 80, r.output
+    assert "not measured: no --prometheus given" in r.output

@@ -45,6 +45,15 @@ class Snapshot:
     pods: list[PodRow] = field(default_factory=list)
     offenders: list[Offender] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    #: why the used view (busy, memory) is empty, when it is: `top` says it once
+    used_note: str = ""
+
+
+NO_PROMETHEUS = ("used (busy, memory) not measured: no --prometheus given; the used view comes "
+                 "from `gpugov node exporter` on each GPU node, scraped by Prometheus (a "
+                 "`gpugov dev up` cluster's kwok nodes run no exporter)")
+NO_EXPORTER = ("used (busy, memory) not measured: Prometheus has no exporter series for these "
+               "devices; is `gpugov node exporter` running on the GPU nodes and scraped?")
 
 
 def offenders(pods: list[PodRow], leaks: dict[tuple[str, str], float],
@@ -118,10 +127,13 @@ async def from_prometheus(prom: Prometheus, window: str = "5m") -> Snapshot:
                                   s.labels.get("mode", ""), s.value, busy.get(u),
                                   used.get(u), total))
     devices.sort(key=lambda d: (d.node, d.gpu))
+    unmeasured = bool(devices) and all(d.busy is None and d.memory_used is None for d in devices)
     leaks = {_key(s.labels): s.value for s in await prom.query(
         LEAK_QUERY.format(metric=m.POD_MEMORY_USED, window=window))}
     snap = Snapshot(f"Prometheus {prom.url}", queue_rows, devices, pods,
                     offenders(pods, leaks))
+    if unmeasured:
+        snap.used_note = NO_EXPORTER
     if not pods and not queue_rows:
         snap.problems.append(f"Prometheus at {prom.url} has no gpugov reconciler series: is "
                              "`gpugov reconcile` running and scraped?")
@@ -173,4 +185,14 @@ async def from_cluster(api: Any, prom: Prometheus | None, tree: Any | None,
     snap = from_reconciliation(rec, "cluster" + (f" + Prometheus {prom.url}" if prom else ""),
                                leaks)
     snap.problems = problems + snap.problems + ([note] if note else [])
+    if devices:  # the exporter's own device fields: busy and framebuffer used
+        snap.devices = [DeviceView(d.node, d.gpu, d.uuid, d.mode, d.allocated,
+                                   *devices.get(d.uuid, (None, None)), None)
+                        for d in snap.devices]
+    if prom is None:
+        snap.used_note = NO_PROMETHEUS
+    elif note:
+        snap.used_note = f"used (busy, memory) not measured: {note}"
+    elif not devices:
+        snap.used_note = NO_EXPORTER
     return snap
