@@ -118,7 +118,7 @@ def test_named_tenant_wins_over_the_catch_all(hooked):
     assert refused["message"] == (
         'admission webhook "mutate.pods.gpugov.io" denied the request: gpugov: '
         f"nvidia.com/gpu.shared: Tenant '{ns}' is untrusted: its pods need hard isolation, but "
-        "this request delivers only none; instead, ask for a MIG profile "
+        "this request delivers only soft; instead, ask for a MIG profile "
         "(nvidia.com/mig-<profile>) or whole GPUs (nvidia.com/gpu)")
 
 
