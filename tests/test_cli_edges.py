@@ -533,3 +533,23 @@ def test_study_tables_at_80_columns_keep_every_number_whole(trace: Path, tmp_pat
         assert all(re.fullmatch(rf"\s*\S+(\s+{cell})+\s*", x) for x in rows), rows
     for number in ("11.25", "77.50", "12.75", "66.25"):
         assert number in res.output
+
+
+def test_crd_generate_prints_outside_a_checkout_and_names_an_unwritable_folder(
+        tmp_path: Path, monkeypatch) -> None:
+    """Issue 22, finding 6: with no --out it wrote ./deploy/helm/gpugov/crds into whatever
+    folder it ran in; an unwritable --out printed a traceback."""
+    import yaml
+
+    monkeypatch.chdir(tmp_path)
+    res = runner.invoke(app, ["crd", "generate"])
+    assert res.exit_code == 0, res.output
+    assert not (tmp_path / "deploy").exists()
+    kinds = {d["spec"]["names"]["kind"] for d in yaml.safe_load_all(res.output) if d}
+    assert {"Queue", "Tenant"} <= kinds
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    res = runner.invoke(app, ["crd", "generate", "--out", str(blocker / "crds")])
+    assert res.exit_code == 2, res.output
+    assert f"--out {blocker / 'crds'}: cannot write there" in res.output
+    assert "Traceback" not in res.output

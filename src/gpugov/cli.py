@@ -1121,14 +1121,27 @@ def dev_down_cmd(
 
 @crd_app.command("generate")
 def crd_generate_cmd(
-    out: Path = typer.Option(Path("deploy/helm/gpugov/crds"), "--out", help="output folder"),
+    out: Path | None = typer.Option(None, "--out", metavar="DIR",
+                                    help="output folder (default: print the manifests, for "
+                                    "`| kubectl apply -f -`; in a gpugov source checkout, "
+                                    "its chart's crds/ folder)"),
 ) -> None:
     """Write the CRD YAML generated from the config models."""
-    from gpugov.k8s.crds import write_crds
+    from gpugov.k8s.crds import generate, render, write_crds
 
+    chart = Path("deploy/helm/gpugov")
+    if out is None and (chart / "Chart.yaml").is_file():
+        out = chart / "crds"  # the checkout's own chart: regenerate it in place
+    if out is None:
+        typer.echo("---\n".join(render(crd) for crd in generate().values()), nl=False)
+        return
     if out.exists() and not out.is_dir():
         raise _fail(f"--out {out} exists and is not a folder")
-    for path in write_crds(out):
+    try:
+        paths = write_crds(out)
+    except OSError as e:
+        raise _fail(f"--out {out}: cannot write there ({e.strerror or e})") from None
+    for path in paths:
         typer.echo(str(path))
 
 
