@@ -211,7 +211,25 @@ def test_the_documented_example_cluster_file_loads():
 
     path = Path(__file__).resolve().parents[2] / "deploy" / "examples" / "cluster.yaml"
     names = [n["metadata"]["name"] for n in node_objects(load_cluster_file(path))]
-    assert names == ["h100-0", "h100-1"]
+    assert names == ["h100-0", "a100-0", "a100-1"]
+
+
+def test_the_built_in_fleet_is_package_data_with_every_mode_in_two_pools(tmp_path,
+                                                                        monkeypatch):
+    """`gpugov dev up` without --nodes: the fleet comes from the installed package (read
+    from another working directory), the example file is a copy of it, and it has every
+    device mode."""
+    from gpugov.k8s.devcluster.cluster_file import builtin_fleet, builtin_fleet_text, node_objects
+
+    monkeypatch.chdir(tmp_path)
+    fleet = builtin_fleet()
+    example = Path(__file__).resolve().parents[2] / "deploy" / "examples" / "cluster.yaml"
+    assert builtin_fleet_text() == example.read_text()
+    assert [p.name for p in fleet.node_pools] == ["h100", "a100"]
+    inventories = [ann.decode_inventory(n["metadata"]["annotations"][ann.INVENTORY])
+                   for n in node_objects(fleet)]
+    modes = {str(d.mode) for inv in inventories for d in inv.devices}
+    assert modes == {"mig", "soft", "timeslice", "mps", "exclusive"}
 
 
 def test_a_killed_test_run_leaves_no_control_plane_behind(tmp_path):
