@@ -278,13 +278,13 @@ def link_kubectl(workdir: Path) -> Path:
 
 def next_steps(workdir: Path) -> list[str]:
     """What `up` prints before the KUBECONFIG line: where kubectl is, what to try."""
+    d = "" if workdir == default_dir().resolve() else f" --dir {workdir}"
     return [f"kubectl (v{build.K8S_VERSION}, built for this cluster): "
             f"{workdir / 'bin' / 'kubectl'}",
-            f"  export PATH={workdir / 'bin'}:$PATH   # or: gpugov dev kubectl get nodes",
+            f"  export PATH={workdir / 'bin'}:$PATH   # or: gpugov dev kubectl{d} get nodes",
             "next, with the export line below:",
-            "  kubectl get nodes -L gpugov.io/pool   # the built-in fleet (or your --nodes)",
-            "  gpugov dev demo                       # three teams, borrowing, reclaim, "
-            "preemption",
+            "  kubectl get nodes -L gpugov.io/pool   # the fleet: built-in, or your --nodes",
+            f"  gpugov dev demo{d}   # three teams: borrowing, reclaim, preemption, a summary",
             "  gpugov top --kubeconfig $KUBECONFIG   # queues, devices, offenders"]
 
 
