@@ -553,3 +553,18 @@ def test_crd_generate_prints_outside_a_checkout_and_names_an_unwritable_folder(
     assert res.exit_code == 2, res.output
     assert f"--out {blocker / 'crds'}: cannot write there" in res.output
     assert "Traceback" not in res.output
+
+
+@pytest.mark.parametrize("argv", [
+    ["node", "run", "--node-name", "n1", "--config", "FILE"],
+    ["node", "agent", "--node-name", "n1", "--mig-config", "FILE"],
+    ["node", "device-plugin", "--node-name", "n1", "--devices", "FILE"],
+], ids=["run --config", "agent --mig-config", "device-plugin --devices"])
+def test_non_utf8_node_files_are_named_not_a_traceback(tmp_path: Path, argv) -> None:
+    """Issue 22, finding 9: non-UTF-8 node config files printed a traceback, and
+    `device-plugin --devices` did not name the file."""
+    path = tmp_path / "bin.yaml"
+    path.write_bytes(b"\xff\xfe\x00 not text")
+    res = runner.invoke(app, [str(path) if a == "FILE" else a for a in argv])
+    assert res.exit_code == 2, res.output
+    assert f"{path}: not UTF-8 text" in res.output and "Traceback" not in res.output

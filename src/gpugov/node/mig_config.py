@@ -99,9 +99,12 @@ def _entry(e: Any, where: str) -> MigEntry:
 
 def load(path: Path) -> dict[str, list[MigEntry]]:
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise MigConfigError(f"{path}: cannot read ({exc.strerror})") from None
+    except UnicodeDecodeError:
+        raise MigConfigError(f"{path}: not UTF-8 text (a mig-parted YAML config is expected)"
+                             ) from None
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:

@@ -48,9 +48,12 @@ class NodeFile(BaseModel):
 
 def load_node_file(path: Path) -> NodeFile:
     try:
-        data = yaml.safe_load(path.read_text())
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except OSError as exc:
         raise NodeConfigError(f"--config: {path}: cannot read ({exc.strerror})") from None
+    except UnicodeDecodeError:
+        raise NodeConfigError(f"--config: {path}: not UTF-8 text (a YAML node file is "
+                              "expected)") from None
     except yaml.YAMLError as exc:
         raise NodeConfigError(f"--config: {path}: not YAML ({exc})") from None
     try:

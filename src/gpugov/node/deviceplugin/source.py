@@ -46,9 +46,12 @@ class StaticDeviceSource:
     def from_file(cls, path: Path) -> StaticDeviceSource:
         """Load an inventory JSON file (the `gpugov.io/inventory` format)."""
         try:
-            text = path.read_text()
+            text = path.read_text(encoding="utf-8")
         except OSError as exc:
             raise ValueError(f"{path}: cannot read the device inventory ({exc.strerror})") from None
+        except UnicodeDecodeError:
+            raise ValueError(f"{path}: not UTF-8 text (a gpugov.io/inventory JSON file is "
+                             "expected)") from None
         try:
             return cls(decode_inventory(text))
         except ValueError as exc:
