@@ -7,16 +7,20 @@ apiserver with gpugov's CRDs."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from pathlib import Path
 
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.rest import ApiException
 from typer.testing import CliRunner
 
 from gpugov.cli import app
+from gpugov.control.config import ConfigError
 from gpugov.k8s import crds
 from gpugov.k8s.convert import convert_objects
 from gpugov.k8s.devcluster.dev import install_crds
@@ -200,3 +204,42 @@ def test_apiserver_accepts_the_converted_upstream_objects(with_crds) -> None:
         return refused
 
     assert asyncio.run(go()) == []
+
+
+_json = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
+                     lambda inner: st.lists(inner, max_size=3)
+                     | st.dictionaries(st.text(max_size=8), inner, max_size=3), max_leaves=12)
+_KINDS = [("scheduling.run.ai/v2", "Queue"), ("scheduling.volcano.sh/v1beta1", "Queue"),
+          ("kueue.x-k8s.io/v1beta1", "ClusterQueue"), ("kueue.x-k8s.io/v1beta2", "ClusterQueue"),
+          ("kueue.x-k8s.io/v1beta2", "LocalQueue"), ("kueue.x-k8s.io/v1beta2", "Cohort")]
+_FIELDS = ["resources", "gpu", "quota", "limit", "capability", "deserved", "guarantee",
+           "resourceGroups", "flavors", "nominalQuota", "cohort", "cohortName", "parent",
+           "parentQueue", "weight", "clusterQueue", "fairSharing", "priority"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(kind=st.sampled_from(_KINDS),
+       spec=st.dictionaries(st.sampled_from(_FIELDS), _json, max_size=4),
+       meta=st.one_of(_json, st.fixed_dictionaries({"name": st.text(min_size=1, max_size=5)},
+                                                   optional={"annotations": _json,
+                                                             "namespace": _json})))
+def test_hostile_objects_fail_alone_never_crash(kind, spec, meta) -> None:
+    good = {"apiVersion": "scheduling.run.ai/v2", "kind": "Queue", "metadata": {"name": "ok"},
+            "spec": {}}
+    bad = {"apiVersion": kind[0], "kind": kind[1], "metadata": meta, "spec": spec}
+    conv = convert_objects([bad, good])  # never raises
+    assert "ok" in [o["metadata"]["name"] for o in conv.objects]
+    assert all(isinstance(e, str) and e for e in conv.errors)
+    with contextlib.suppress(crds.ConversionError, ConfigError):  # the CLI's next step
+        crds.objects_to_config(conv.objects)
+
+
+@settings(max_examples=200, deadline=None)
+@given(obj=st.fixed_dictionaries({"apiVersion": st.just(crds.API_VERSION),
+                                  "kind": st.sampled_from(["Queue", "Tenant"])},
+                                 optional={"metadata": _json, "spec": _json}))
+def test_malformed_gpugov_objects_passed_through_never_crash(obj) -> None:
+    conv = convert_objects([obj, obj])
+    # refused with a message (the CLI prints it) or accepted; never an unexpected exception
+    with contextlib.suppress(crds.ConversionError, ConfigError):
+        crds.objects_to_config(conv.objects)

@@ -54,6 +54,7 @@ def convert_objects(docs: list[Any], namespace: str = "default") -> Conversion:
         api, kind = obj.get("apiVersion"), obj.get("kind")
         try:
             if (api, kind) in PASS_THROUGH:
+                _check_own(obj)
                 out.objects.append(obj)
             elif kind == "LocalQueue" and api in kueue.APIS:
                 out.objects.extend(kueue.convert_local_queue(obj, out.notes, namespace))
@@ -69,6 +70,10 @@ def convert_objects(docs: list[Any], namespace: str = "default") -> Conversion:
                               f"nor a queue object gpugov converts")
         except ConvertError as e:
             out.errors.append(str(e))
+        except (TypeError, AttributeError, KeyError, ValueError) as e:
+            # a shape the converters did not foresee: this object fails, the others convert
+            out.errors.append(f"{ident(obj)}: malformed ({type(e).__name__}: {e}); see the "
+                              f"{kind} schema of {api}")
     if others and not out.objects and not out.errors:
         out.errors.extend(f"{o}; supported: {_supported_text()}, and gpugov's own"
                           for o in others)
@@ -79,33 +84,61 @@ def convert_objects(docs: list[Any], namespace: str = "default") -> Conversion:
     return out
 
 
+def _check_own(obj: dict[str, Any]) -> None:
+    """The envelope of one of gpugov's own objects, before the config loader reads it (the
+    loader checks the fields; this keeps a wrong shape from reaching it)."""
+    meta = obj.get("metadata")
+    if not isinstance(meta, dict) or not isinstance(meta.get("name"), str) or not meta["name"]:
+        raise ConvertError(f"{ident(obj)}: metadata.name: missing; allowed: a non-empty name")
+    if obj.get("kind") == "PriorityClass":
+        if "value" in obj and (isinstance(obj["value"], bool) or not isinstance(obj["value"],
+                                                                                 int)):
+            raise ConvertError(f"{ident(obj)}: value: {obj['value']!r:.40}; allowed: an integer")
+        return
+    spec = obj.get("spec", {})
+    if spec is not None and not isinstance(spec, dict):
+        raise ConvertError(f"{ident(obj)}: spec: {spec!r:.40} is not a mapping")
+    spaces = (spec or {}).get("namespaces")
+    if obj.get("kind") == "Tenant" and spaces is not None and not (
+            isinstance(spaces, list) and all(isinstance(n, str) and n for n in spaces)):
+        raise ConvertError(f"{ident(obj)}: spec.namespaces: {spaces!r:.40}; allowed: a list "
+                           "of namespace names")
+
+
 def _dedupe(out: Conversion) -> None:
-    """One object per kind and name; parents named but absent are created (noted)."""
-    seen: dict[tuple[str, str], dict[str, Any]] = {}
+    """One object per kind and name; parents named but absent are created (noted).
+    Passed-through objects may be malformed: objects_to_config reports those afterwards."""
+    seen: dict[tuple[object, object], dict[str, Any]] = {}
     kept: list[dict[str, Any]] = []
     for o in out.objects:
-        key = (o["kind"], o["metadata"]["name"])
-        if key in seen:
-            if o != seen[key] and o["kind"] == "Tenant":
+        meta = o.get("metadata") if isinstance(o.get("metadata"), dict) else {}
+        key = (o.get("kind"), meta.get("name"))
+        spec = o.get("spec") if isinstance(o.get("spec"), dict) else {}
+        if key in seen and o.get("apiVersion") == API_VERSION:
+            first = seen[key]
+            first_spec = first.get("spec") if isinstance(first.get("spec"), dict) else {}
+            if o != first and key[0] == "Tenant":
                 out.notes.append(Note(f"{API_VERSION} Tenant/{key[1]}", "spec.queue",
-                                      f"namespace {key[1]} has queues "
-                                      f"{seen[key]['spec']['queue']} and {o['spec']['queue']}:"
-                                      f" a gpugov namespace has one queue; kept the first"))
-            elif o != seen[key] and o["kind"] == "Queue" and o["spec"]:
-                if seen[key]["spec"]:
+                                      f"namespace {key[1]} has queues {first_spec.get('queue')}"
+                                      f" and {spec.get('queue')}: a gpugov namespace has one "
+                                      "queue; kept the first"))
+            elif o != first and key[0] == "Queue" and spec:
+                if first_spec:
                     out.errors.append(f"Queue {key[1]} is defined twice with different specs")
                 else:
-                    seen[key]["spec"] = o["spec"]
+                    first["spec"] = spec
             continue
         seen[key] = o
         kept.append(o)
-    names = {o["metadata"]["name"] for o in kept if o["kind"] == "Queue"}
+    names = {k[1] for k in seen if k[0] == "Queue"}
     for o in list(kept):
-        parent = o.get("spec", {}).get("parent") if o["kind"] == "Queue" else None
-        if parent and parent not in names:
+        spec = o.get("spec") if isinstance(o.get("spec"), dict) else {}
+        parent = spec.get("parent") if o.get("kind") == "Queue" else None
+        if isinstance(parent, str) and parent and parent not in names:
             names.add(parent)
             kept.append(queue(parent))
             out.notes.append(Note(f"{API_VERSION} Queue/{parent}", "metadata.name",
-                                  f"created: {o['metadata']['name']} names it as its parent "
-                                  "(a Kueue cohort, Volcano's root) and no object defines it"))
+                                  f"created: {(o.get('metadata') or {}).get('name')} names it "
+                                  "as its parent (a Kueue cohort, Volcano's root) and no object"
+                                  " defines it"))
     out.objects = kept

@@ -46,9 +46,17 @@ def _groups(obj: dict[str, Any], spec: dict[str, Any], notes: list[Note]
     if not isinstance(groups, list):
         raise ConvertError(f"{src}: spec.resourceGroups: {groups!r} is not a list")
     for gi, group in enumerate(groups):
-        for fi, flavor in enumerate((group or {}).get("flavors") or []):
-            fname = (flavor or {}).get("name", f"#{fi}")
-            for ri, res in enumerate((flavor or {}).get("resources") or []):
+        flavor_list = group.get("flavors") if isinstance(group, dict) else None
+        if not isinstance(flavor_list, list):
+            raise ConvertError(f"{src}: spec.resourceGroups[{gi}].flavors: {flavor_list!r:.60}"
+                               " is not a list of flavors")
+        for fi, flavor in enumerate(flavor_list):
+            res_list = flavor.get("resources") if isinstance(flavor, dict) else None
+            if not isinstance(res_list, list):
+                raise ConvertError(f"{src}: spec.resourceGroups[{gi}].flavors[{fi}].resources:"
+                                   f" {res_list!r:.60} is not a list of resources")
+            fname = flavor.get("name", f"#{fi}")
+            for ri, res in enumerate(res_list):
                 at = f"spec.resourceGroups[{gi}].flavors[{fi}].resources[{ri}]"
                 if not isinstance(res, dict) or not isinstance(res.get("name"), str):
                     raise ConvertError(f"{src}: {at}: {res!r}; allowed: name and nominalQuota")

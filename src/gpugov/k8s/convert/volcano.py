@@ -82,6 +82,8 @@ def convert(obj: dict[str, Any], notes: list[Note]) -> list[dict[str, Any]]:
         raise ConvertError(f"{src}: spec.parent: {parent!r} is not a queue name")
     out: list[dict[str, Any]] = []
     annotations = (obj.get("metadata") or {}).get("annotations") or {}
+    if not isinstance(annotations, dict):
+        raise ConvertError(f"{src}: metadata.annotations: {annotations!r:.60} is not a mapping")
     if HIERARCHY in annotations:
         parent, out, leaf_weight = _hierarchy(obj, name, annotations, parent, notes)
         weight = leaf_weight if leaf_weight is not None else weight
