@@ -13,9 +13,10 @@ import logging
 import os
 import socket
 import threading
+import time
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pynvml
@@ -23,6 +24,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from gpugov.node import hami_metrics as hami
 from gpugov.node import metric_names as mn
 from gpugov.node.detect import Findings, detect, nvml_pids
 from gpugov.node.nvml.dcgm_fields import DRIVER_VERSION_LABEL, FIELDS, pcie_fallback
@@ -50,6 +52,8 @@ class ExporterConfig:
     regions: Path | None = None  # <state>/regions folder of the device plugin
     recovery_s: float = DEFAULT_RECOVERY_S
     proc_root: Path = Path("/proc")
+    # HAMi's metric names too (opt-in: gpugov.node.hami_metrics; $GPUGOV_EXPORTER_HAMI_METRICS=1)
+    hami_metrics: bool = field(default_factory=lambda: os.environ.get(hami.ENV) == "1")
 
 
 class NodeCollector(Collector):
@@ -70,6 +74,7 @@ class NodeCollector(Collector):
         self._topo: dict[int, GpuInfo] = {}
         self._driver = ""
         self.gpm = GpmSampler(nvml)
+        self._hami_clock = hami.DeviceTime()
 
     def _driver_version(self) -> str:
         if not self._driver:
@@ -192,6 +197,9 @@ class NodeCollector(Collector):
             gpus.add_metric([model, self.hostname], n)
         yield gpus
         yield from self._pod_metrics(regions, findings)
+        if self.cfg.hami_metrics:
+            yield from hami.families(samples, topo, regions, findings, self.hostname,
+                                     self._hami_clock, time.monotonic())
         yield from self._detection_metrics(findings, topo)
         yield self._errors_metric()
 
