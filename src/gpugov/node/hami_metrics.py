@@ -73,7 +73,9 @@ def families(samples: list[DeviceSample], topo: dict[int, GpuInfo], regions: lis
         used.add_metric(labels, reg.used[k])
         if reg.mem_limit[k]:
             limit.add_metric(labels, reg.mem_limit[k])
-        if k < len(reg.device_ns):
+        # device time is metered only under a compute limit: no series without one (unknown),
+        # never a false 0
+        if k < len(reg.device_ns) and (reg.core_limit[k] or reg.device_ns[k]):
             ratio = clock.ratio((str(r.path), k), reg.device_ns[k], now)
             if ratio is not None:
                 util.add_metric(labels, ratio)
