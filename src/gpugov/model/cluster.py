@@ -51,7 +51,7 @@ from functools import cache
 import numpy as np
 
 from gpugov.model.catalog import MILLI_PER_GPU, get_model
-from gpugov.model.constraints import Taint, selects, tolerates
+from gpugov.model.constraints import Taint, affinity_matches, selects, tolerates
 from gpugov.model.devices import DeviceConfig, DeviceMode, DeviceTopology
 from gpugov.model.isolation import IsolationLevel
 from gpugov.model.mig import MIG_GEOMETRIES, layout_errors
@@ -266,9 +266,11 @@ class ClusterState:
         return mask
 
     def selector_mask(self, req: PodRequest) -> np.ndarray:
-        """Nodes whose labels carry the request's nodeSelector."""
-        return self._per_node(("sel", req.node_selector),
-                              lambda s: selects(req.node_selector, dict(s.labels)))
+        """Nodes whose labels carry the request's nodeSelector and match its required node
+        affinity (some term)."""
+        return self._per_node(("sel", req.node_selector, req.node_affinity),
+                              lambda s: selects(req.node_selector, dict(s.labels))
+                              and affinity_matches(req.node_affinity, dict(s.labels), s.name))
 
     def taint_mask(self, req: PodRequest) -> np.ndarray:
         """Nodes whose NoSchedule/NoExecute taints the request tolerates."""
@@ -465,11 +467,11 @@ class ClusterState:
         """Node-level tests that never change: GPU model, nodeSelector, taints (cached per
         request shape; read only)."""
         key = ("node", req.models if req.gpu_milli > 0 else None, req.node_selector,
-               req.tolerations if self.has_taints else ())
+               req.node_affinity, req.tolerations if self.has_taints else ())
         ok = self._constraint_masks.get(key)
         if ok is None:
             ok = self.model_mask(req.models) if req.gpu_milli > 0 else np.ones(len(self), bool)
-            if req.node_selector:
+            if req.node_selector or req.node_affinity:
                 ok = ok & self.selector_mask(req)
             if self.has_taints:
                 ok = ok & self.taint_mask(req)
@@ -543,7 +545,7 @@ class ClusterState:
             ok &= self.model_mask(req.models)
             if not ok.any():
                 return "gpu-model"
-        if req.node_selector:
+        if req.node_selector or req.node_affinity:
             ok &= self.selector_mask(req)
             if not ok.any():
                 return "node-selector"
@@ -874,7 +876,7 @@ def shape_key(req: PodRequest) -> tuple:
     """Everything of a request the filter reads (not its name)."""
     return (req.cpu_milli, req.memory_mib, req.gpu_count, req.gpu_milli, req.models,
             req.gpu_memory_mib, req.gpu_memory_percent, req.mode, req.mig_profile,
-            int(req.min_isolation), req.tenant, req.nvlink,
+            int(req.min_isolation), req.tenant, req.nvlink, req.node_affinity,
             req.sealed, req.node_selector, req.tolerations, req.oversubscribe)
 
 

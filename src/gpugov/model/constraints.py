@@ -9,6 +9,7 @@ are equal.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
@@ -69,3 +70,95 @@ def tolerates(tolerations: Iterable[Toleration], taints: Iterable[Taint]) -> boo
 def selects(selector: Iterable[tuple[str, str]], labels: Mapping[str, str]) -> bool:
     """True when the node's labels carry every key=value of the pod's nodeSelector."""
     return all(labels.get(k) == v for k, v in selector)
+
+
+_INT = re.compile(r"[+-]?[0-9]+")
+#: node affinity operators (core/v1 NodeSelectorRequirement)
+AFFINITY_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt")
+#: the one field a `matchFields` requirement may name (kube-scheduler's rule)
+NODE_NAME_FIELD = "metadata.name"
+
+
+@dataclass(frozen=True, slots=True)
+class NodeRequirement:
+    """One `matchExpressions` (or `matchFields`, `field=True`) entry of a node selector term.
+
+    Semantics of kube-scheduler (k8s.io/component-helpers nodeaffinity): `In` the label exists
+    and its value is one of `values`; `NotIn` it is absent or not one of them; `Exists` /
+    `DoesNotExist`; `Gt` / `Lt` the label exists and, read as an integer, is greater / less
+    than the one integer value (a label that is not an integer does not match). A field
+    requirement names `metadata.name` with `In` or `NotIn` and one value."""
+
+    key: str
+    operator: str
+    values: tuple[str, ...] = ()
+    field: bool = False
+
+    def __post_init__(self) -> None:
+        op, n = self.operator, len(self.values)
+        if op not in AFFINITY_OPERATORS:
+            raise ValueError(f"operator {op!r} is not one of {', '.join(AFFINITY_OPERATORS)}")
+        if not self.key:
+            raise ValueError("a requirement needs a key")
+        if op in ("In", "NotIn") and n == 0:
+            raise ValueError(f"operator {op} needs at least one value")
+        if op in ("Exists", "DoesNotExist") and n:
+            raise ValueError(f"operator {op} takes no values")
+        if op in ("Gt", "Lt"):
+            if n != 1:
+                raise ValueError(f"operator {op} takes exactly one value")
+            _int64(self.values[0], f"operator {op}: value")
+        if self.field and (self.key != NODE_NAME_FIELD or op not in ("In", "NotIn") or n != 1):
+            raise ValueError(f"matchFields supports only {NODE_NAME_FIELD} with In or NotIn "
+                             "and one value")
+
+    def matches(self, labels: Mapping[str, str], name: str = "") -> bool:
+        if self.field:
+            return (name in self.values) == (self.operator == "In")
+        op, present = self.operator, self.key in labels
+        if op == "Exists":
+            return present
+        if op == "DoesNotExist":
+            return not present
+        if op == "In":
+            return present and labels[self.key] in self.values
+        if op == "NotIn":
+            return not present or labels[self.key] not in self.values
+        if not present:
+            return False
+        try:
+            have = _int64(labels[self.key], "label")
+        except ValueError:
+            return False
+        want = _int64(self.values[0], "value")
+        return have > want if op == "Gt" else have < want
+
+
+@dataclass(frozen=True, slots=True)
+class NodeTerm:
+    """One `nodeSelectorTerms` entry: its requirements all hold (an empty term matches no
+    node, as in Kubernetes)."""
+
+    requirements: tuple[NodeRequirement, ...] = ()
+
+    def matches(self, labels: Mapping[str, str], name: str = "") -> bool:
+        return bool(self.requirements) and all(r.matches(labels, name)
+                                               for r in self.requirements)
+
+
+def affinity_matches(terms: Iterable[NodeTerm], labels: Mapping[str, str],
+                     name: str = "") -> bool:
+    """Required node affinity: some term matches (terms are ORed); no terms = no constraint."""
+    terms = tuple(terms)
+    return not terms or any(t.matches(labels, name) for t in terms)
+
+
+def _int64(text: str, what: str) -> int:
+    """Kubernetes reads Gt/Lt values with strconv.ParseInt(s, 10, 64)."""
+    s = str(text)
+    if len(s) > 20 or not _INT.fullmatch(s):
+        raise ValueError(f"{what} {s[:32]!r} is not an integer")
+    v = int(s)
+    if not -(2**63) <= v < 2**63:
+        raise ValueError(f"{what} {s[:32]!r} is out of the int64 range")
+    return v

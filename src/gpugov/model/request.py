@@ -6,7 +6,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from gpugov.model.catalog import MILLI_PER_GPU
-from gpugov.model.constraints import Toleration
+from gpugov.model.constraints import NodeTerm, Toleration
 from gpugov.model.devices import DeviceMode
 from gpugov.model.isolation import IsolationLevel
 
@@ -59,6 +59,9 @@ class PodRequest:
     #: `gpugov.io/topology: required`: every device of the pod in one NVLink domain (a filter
     #: step of the state, reason `topology`; unknown topology never qualifies)
     nvlink: bool = False
+    #: required node affinity (`spec.affinity.nodeAffinity`, terms ORed; reason
+    #: `node-selector`, as Kubernetes reports selector and affinity together)
+    node_affinity: tuple[NodeTerm, ...] = ()
     #: `is_plain`, computed once at construction (not an argument; not compared)
     plain: bool = dataclasses.field(init=False, repr=False, compare=False, default=True)
 
@@ -120,7 +123,8 @@ class PodRequest:
     def _is_plain(self) -> bool:
         if self.mode not in (None, DeviceMode.EXCLUSIVE, DeviceMode.SOFT):
             return False
-        if self.node_selector or self.tolerations or self.gpu_memory_percent:
+        if self.node_selector or self.tolerations or self.gpu_memory_percent or \
+                self.node_affinity:
             return False
         if self.nvlink and self.gpu_count > 1:
             return False  # the per-device filter keeps the devices in one NVLink domain

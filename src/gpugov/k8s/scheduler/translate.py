@@ -42,7 +42,7 @@ from gpugov.k8s.scheduler import names
 from gpugov.k8s.scheduler.tenancy import Tenancy
 from gpugov.model.catalog import CATALOG
 from gpugov.model.cluster import NodeSpec
-from gpugov.model.constraints import Taint, Toleration
+from gpugov.model.constraints import NodeRequirement, NodeTerm, Taint, Toleration
 from gpugov.model.devices import DeviceConfig, DeviceMode, DeviceTopology
 from gpugov.model.gpu_request import GpuRequest
 from gpugov.model.isolation import IsolationLevel, TrustTier, required_isolation
@@ -386,8 +386,11 @@ class PodInfo:
     #: are the one part of a pod's spec that may grow after creation)
     source: tuple = ()
     node_selector: tuple[tuple[str, str], ...] = ()  # beyond the GPU product (-> models)
-    #: a required node affinity gpugov cannot express as a nodeSelector ("" = none)
+    #: why the pod's affinity cannot be placed as written ("" = it can): a malformed term,
+    #: or a field gpugov's scheduler does not evaluate (named)
     node_affinity: str = ""
+    #: required node affinity terms (ORed), evaluated by the state
+    affinity_terms: tuple[NodeTerm, ...] = ()
     allocation_text: str | None = None
     tolerations: tuple[Toleration, ...] = ()
     #: its Tenant opts time-slice replicas in to memory oversubscription (not capped)
@@ -591,12 +594,7 @@ def _pod_info(obj: dict[str, Any], tenancy: Tenancy, old: PodInfo | None) -> Pod
             request = dataclasses.replace(request, models=(model,))  # placed by GPU model
         else:
             selector[names.PRODUCT_LABEL] = product  # checked like any other label
-    affinity, terms = _required_affinity(spec)
-    for k, v in terms:
-        if selector.get(k, v) != v:
-            affinity = (f"spec.affinity.nodeAffinity asks for {k}={v}, the nodeSelector for "
-                        f"{k}={selector[k]}: no node can have both")
-        selector[k] = v
+    affinity, terms = _node_affinity(spec)
     tolerations: tuple[Toleration, ...] = ()
     try:
         tolerations = _tolerations(spec)
@@ -625,7 +623,7 @@ def _pod_info(obj: dict[str, Any], tenancy: Tenancy, old: PodInfo | None) -> Pod
         source=_source(meta, spec),
         allocation_text=ann.get(names.ANN_ALLOCATION),
         node_selector=tuple(sorted((str(k), str(v)) for k, v in selector.items())),
-        node_affinity=affinity, tolerations=tolerations)
+        node_affinity=affinity, affinity_terms=terms, tolerations=tolerations)
     info.resolve(tenancy)
     return info
 
@@ -645,31 +643,70 @@ def _tolerations(spec: dict[str, Any]) -> tuple[Toleration, ...]:
     return tuple(sorted(set(out), key=lambda t: (t.key, t.operator, t.value, t.effect)))
 
 
-def _required_affinity(spec: dict[str, Any]) -> tuple[str, tuple[tuple[str, str], ...]]:
-    """A required node affinity as nodeSelector terms, or why it cannot be one.
+#: bounds on a pod's node affinity (tenant input): far beyond any real one
+MAX_TERMS, MAX_REQUIREMENTS, MAX_VALUES, MAX_AFFINITY_TEXT = 32, 32, 256, 317
+_REQUIRED = "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
+#: fields gpugov's scheduler does not evaluate: a pod naming one is refused, never placed as if
+#: it said nothing
+NOT_EVALUATED = (
+    ("spec.affinity.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution",
+     ("affinity", "nodeAffinity", "preferredDuringSchedulingIgnoredDuringExecution")),
+    ("spec.affinity.podAffinity", ("affinity", "podAffinity")),
+    ("spec.affinity.podAntiAffinity", ("affinity", "podAntiAffinity")),
+    ("spec.topologySpreadConstraints", ("topologySpreadConstraints",)),
+)
 
-    gpugov evaluates exactly what a nodeSelector can say: one `nodeSelectorTerms` entry whose
-    `matchExpressions` are all `In` with a single value. Anything else (several terms, other
-    operators, several values, `matchFields`) is refused by the caller, never ignored."""
-    req = (((spec.get("affinity") or {}).get("nodeAffinity") or {})
+
+def _node_affinity(spec: dict[str, Any]) -> tuple[str, tuple[NodeTerm, ...]]:
+    """(why not, required node affinity terms): kube-scheduler's semantics, every operator
+    (In, NotIn, Exists, DoesNotExist, Gt, Lt), terms ORed, `matchFields` on metadata.name.
+    A malformed term, or a field gpugov does not evaluate (`NOT_EVALUATED`), is a reason
+    naming the field, never ignored."""
+    for name, path in NOT_EVALUATED:
+        got: Any = spec
+        for part in path:
+            got = got.get(part) if isinstance(got, dict) else None
+        if got:
+            return (f"{name} is not evaluated by gpugov's scheduler (planned); remove it, "
+                    "express it as required node affinity or a nodeSelector"), ()
+    req = (_mapping(_mapping(spec.get("affinity")).get("nodeAffinity"))
            .get("requiredDuringSchedulingIgnoredDuringExecution"))
-    if not req:
+    if req is None:
         return "", ()
     terms = req.get("nodeSelectorTerms") if isinstance(req, dict) else None
-    why = ("spec.affinity.nodeAffinity (required) is evaluated by gpugov's scheduler only as "
-           "one nodeSelectorTerm of `In` expressions with one value each (the rest: planned)")
-    if not isinstance(terms, list) or len(terms) != 1 or not isinstance(terms[0], dict) \
-            or terms[0].get("matchFields"):
-        return why, ()
+    if not isinstance(terms, list) or not terms or len(terms) > MAX_TERMS:
+        return (f"{_REQUIRED}.nodeSelectorTerms: expected 1..{MAX_TERMS} terms "
+                "(Kubernetes requires at least one)"), ()
     out = []
-    for e in terms[0].get("matchExpressions") or []:
-        if not isinstance(e, dict):
-            return why, ()
-        values = e.get("values")
-        if e.get("operator") != "In" or not isinstance(values, list) or len(values) != 1:
-            return why, ()
-        out.append((str(e.get("key") or ""), str(values[0])))
-    return ("", tuple(out)) if out else (why, ())
+    for i, t in enumerate(terms):
+        where = f"{_REQUIRED}.nodeSelectorTerms[{i}]"
+        if not isinstance(t, dict):
+            return f"{where}: expected an object", ()
+        reqs = []
+        for kind, is_field in (("matchExpressions", False), ("matchFields", True)):
+            items = t.get(kind) or []
+            if not isinstance(items, list) or len(items) > MAX_REQUIREMENTS:
+                return f"{where}.{kind}: expected a list of at most {MAX_REQUIREMENTS}", ()
+            for j, e in enumerate(items):
+                try:
+                    reqs.append(_requirement(e, is_field))
+                except ValueError as exc:
+                    return f"{where}.{kind}[{j}]: {exc}", ()
+        out.append(NodeTerm(tuple(reqs)))
+    return "", tuple(out)
+
+
+def _requirement(e: Any, field: bool) -> NodeRequirement:
+    if not isinstance(e, dict):
+        raise ValueError("expected an object with key, operator and values")
+    values = e.get("values") or []
+    if not isinstance(values, list) or len(values) > MAX_VALUES:
+        raise ValueError(f"values: expected a list of at most {MAX_VALUES} strings")
+    texts = [e.get("key"), e.get("operator"), *values]
+    if not all(isinstance(x, str) and len(x) <= MAX_AFFINITY_TEXT for x in texts):
+        raise ValueError(f"key, operator and values must be strings of at most "
+                         f"{MAX_AFFINITY_TEXT} characters")
+    return NodeRequirement(e["key"], e["operator"], tuple(values), field)
 
 
 def engine_request(info: PodInfo, card_mib: int, tolerations: bool = True) -> PodRequest:
@@ -724,6 +761,8 @@ def engine_request(info: PodInfo, card_mib: int, tolerations: bool = True) -> Po
         fill["sealed"] = base.sealed or info.trust is TrustTier.UNTRUSTED
     if info.node_selector and not base.node_selector:
         fill["node_selector"] = info.node_selector
+    if info.affinity_terms:
+        fill["node_affinity"] = info.affinity_terms
     if tols and not base.tolerations:
         fill["tolerations"] = tols
     return dataclasses.replace(base, **fill) if fill else base
