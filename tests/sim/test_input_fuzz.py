@@ -152,3 +152,15 @@ def test_yaml_syntax_error_names_file_and_line(tmp_path: Path) -> None:
     p.write_text("queues:\n  - {name: a\n  - b\n")
     with pytest.raises(InputFileError, match=r"q\.yaml, line \d+: not valid YAML"):
         load_yaml(p)
+
+
+def test_a_misspelled_optional_job_column_is_refused_with_the_closest_name(tmp_path) -> None:
+    """Issue 22, finding 15: `node_selectr` was silently ignored (the jobs ran anywhere)."""
+    from gpugov.sim.text_input import InputFileError
+
+    path = tmp_path / "jobs.csv"
+    path.write_text(",".join((*JOB_COLUMNS, "node_selectr")) + "\n"
+                    "j,q,low,0,10,1,1,1000,1000,1024,zone=a\n")
+    with pytest.raises(InputFileError) as info:
+        load_job_file(path)
+    assert "node_selectr" in str(info.value) and "did you mean 'node_selector'" in str(info.value)

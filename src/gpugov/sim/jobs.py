@@ -52,6 +52,8 @@ from gpugov.sim.trace import (
 
 JOB_COLUMNS = ("name", "queue", "priority", "submit_s", "duration_s", "pods", "gpu_per_pod",
                "gpu_milli", "cpu_milli", "memory_mib")
+#: the columns a job file may add (anything else is refused, with the closest name)
+JOB_OPTIONAL_COLUMNS = ("namespace", "resources", "node_selector", "tolerations")
 
 #: the openb adapter's tenants: QoS class -> (queue prefix, priority class)
 OPENB_QOS = {
@@ -112,7 +114,7 @@ def load_job_file(path: Path | str) -> list[JobSpec]:
         return openb_jobs(path)
     specs: list[JobSpec] = []
     seen: set[str] = set()
-    for line, row in read_table(path, JOB_COLUMNS, text):
+    for line, row in read_table(path, JOB_COLUMNS, text, JOB_OPTIONAL_COLUMNS):
         name = unique_name(path, line, row, "name", seen, "job")
         namespace = row.get("namespace", "").strip()
         if not row["queue"] and not namespace:

@@ -72,12 +72,14 @@ def csv_rows(path: Path | str, text: str | None = None) -> Iterator[tuple[int, l
         yield reader.line_num, [c.strip() for c in row]
 
 
-def read_table(path: Path | str, required: tuple[str, ...], text: str | None = None
-               ) -> Iterator[tuple[int, dict[str, str]]]:
+def read_table(path: Path | str, required: tuple[str, ...], text: str | None = None,
+               optional: tuple[str, ...] | None = None) -> Iterator[tuple[int, dict[str, str]]]:
     """(line number, row by column name) of a CSV whose header must hold `required`.
 
     Every row must have as many cells as the header; extra cells are accepted only when
-    empty (trailing separators Excel writes).
+    empty (trailing separators Excel writes). With `optional`, a header column that is
+    neither required nor optional is refused with the closest known name: a misspelled
+    optional column (`node_selectr`) would otherwise be ignored silently.
     """
     path = Path(path)
     rows = csv_rows(path, text)
@@ -91,6 +93,16 @@ def read_table(path: Path | str, required: tuple[str, ...], text: str | None = N
         raise InputFileError(path, 1, missing[0],
                              f"missing column(s) {', '.join(missing)}; the header must "
                              f"contain {','.join(required)} (got {','.join(header)[:200]})")
+    if optional is not None:
+        known = (*required, *optional)
+        unknown = [h for h in header if h and h not in known]
+        if unknown:
+            import difflib
+
+            close = difflib.get_close_matches(unknown[0], known, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise InputFileError(path, 1, unknown[0],
+                                 f"unknown column{hint} allowed: {', '.join(known)}")
     dupes = sorted({h for h in header if h and header.count(h) > 1})
     if dupes:
         raise InputFileError(path, 1, dupes[0], "column appears more than once in the header")
