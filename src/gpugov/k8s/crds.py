@@ -12,8 +12,9 @@ generate` rewrites it. `config_to_objects` / `objects_to_config` convert between
 - `Tenant` (cluster-scoped): namespaces (a list, or a label selector) -> leaf queue + trust tier,
   and `schedulers`: the other schedulers its GPU pods may name (default: gpugov only; the
   webhook refuses any other), and `timeSlicing.oversubscribe` (a trusted tenant's time-slice
-  replicas are not capped at their memory). The config's one `namespace` becomes
-  `namespaces: [namespace]`.
+  replicas are not capped at their memory), and `guardrails` (Pod Security, quota, limit
+  range, network policy, RBAC, placement: the fences `gpugov tenants` keeps; status carries
+  one condition per fence). The config's one `namespace` becomes `namespaces: [namespace]`.
 - `PriorityPolicy` (cluster-scoped): extends the Kubernetes PriorityClass of the same name with
   `preemptible` and `minRuntime`; the value stays on the PriorityClass.
 """
@@ -162,6 +163,7 @@ def tenant_crd() -> dict[str, Any]:
             "isolation); true: replicas are not capped and the card's memory may be "
             "oversubscribed, as the NVIDIA device plugin's time-slicing (isolation none; only "
             "a trusted tenant)"}}}
+    spec["properties"]["guardrails"] = _guardrails_schema()
     spec["x-kubernetes-validations"] = [{
         "rule": "has(self.namespaces) != has(self.namespaceSelector)",
         "message": "set exactly one of namespaces and namespaceSelector"}, {
@@ -169,10 +171,69 @@ def tenant_crd() -> dict[str, Any]:
                 "!self.timeSlicing.oversubscribe || (has(self.trust) && self.trust == 'trusted')",
         "message": "timeSlicing.oversubscribe needs trust: trusted (an uncapped replica "
                    "delivers no isolation)"}]
-    status = {"type": "object", "properties": {"conditions": _conditions()}}
+    status = {"type": "object", "properties": {
+        "conditions": _conditions(),
+        "namespaces": {"type": "array", "items": {"type": "string"},
+                       "description": "the namespaces the tenant controller fences for it"}}}
     return _crd("Tenant", "tenants", spec, status, [], [
         {"name": "Queue", "type": "string", "jsonPath": ".spec.queue"},
-        {"name": "Trust", "type": "string", "jsonPath": ".spec.trust"}], short=["gt"])
+        {"name": "Trust", "type": "string", "jsonPath": ".spec.trust"},
+        {"name": "Ready", "type": "string",
+         "jsonPath": ".status.conditions[?(@.type=='Ready')].status"}], short=["gt"])
+
+
+def _any_objects(description: str) -> dict[str, Any]:
+    return {"type": "array", "maxItems": 64, "description": description,
+            "items": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}}
+
+
+def _quantities(description: str) -> dict[str, Any]:
+    return {"type": "object", "description": description, "maxProperties": 64,
+            "additionalProperties": {"x-kubernetes-int-or-string": True}}
+
+
+def _subjects(role: str) -> dict[str, Any]:
+    return {"type": "array", "maxItems": 64, "description": f"bound to the `{role}` "
+            "ClusterRole in each of the tenant's namespaces (and may read its own Queue)",
+            "items": {"type": "object", "required": ["kind", "name"], "properties": {
+                "kind": {"type": "string", "enum": ["User", "Group", "ServiceAccount"]},
+                "name": {"type": "string", "minLength": 1, "maxLength": 253},
+                "namespace": {"type": "string", "maxLength": 63}}}}
+
+
+def _guardrails_schema() -> dict[str, Any]:
+    """`spec.guardrails`: the fences the tenant controller keeps around the tenant's
+    namespaces (gpugov.k8s.tenants; defaults per trust tier: docs/tenancy.md)."""
+    return {"type": "object", "description": "fences around the tenant's namespaces; "
+            "unset fields take the trust tier's defaults (docs/tenancy.md)", "properties": {
+        "podSecurity": {"type": "object", "properties": {"level": {
+            "type": "string", "enum": ["privileged", "baseline", "restricted"],
+            "description": "Pod Security Standard enforced on every namespace (default and "
+            "floor: untrusted restricted, internal baseline; trusted: privileged)"}}},
+        "podChecks": {"type": "boolean", "description": "the webhook refuses GPU pods that "
+                      "mount /dev/nvidia*, set device/preload env or run privileged (default "
+                      "true; only a trusted tenant may turn it off)"},
+        "quota": {"type": "object", "properties": {"hard": _quantities(
+            "ResourceQuota spec.hard per namespace, e.g. requests.cpu, limits.memory, pods, "
+            "requests.nvidia.com/gpu (default: untrusted pods: 200)")}},
+        "limitRange": {"type": "object", "properties": {
+            "defaultRequest": _quantities("container request defaults (untrusted/internal "
+                                          "default: cpu 100m, memory 128Mi)"),
+            "default": _quantities("container limit defaults (default: none)")}},
+        "networkPolicy": {"type": "object", "properties": {
+            "isolate": {"type": "boolean", "description": "default deny between tenants, "
+                        "allow within the tenant and to DNS (default: true except trusted; "
+                        "untrusted cannot turn it off)"},
+            "ingress": _any_objects("extra NetworkPolicyIngressRules for every namespace"),
+            "egress": _any_objects("extra NetworkPolicyEgressRules for every namespace")}},
+        "rbac": {"type": "object", "properties": {
+            "admins": _subjects("admin"), "editors": _subjects("edit"),
+            "viewers": _subjects("view")}},
+        "placement": {"type": "object", "description": "a dedicated pool: the webhook "
+                      "adds these to the tenant's GPU pods", "properties": {
+            "nodeSelector": {"type": "object", "maxProperties": 32,
+                             "additionalProperties": {"type": "string"}},
+            "tolerations": _any_objects("tolerations added to the tenant's GPU pods")}}}}
 
 
 def priority_policy_crd() -> dict[str, Any]:
