@@ -37,6 +37,9 @@ class Resolution:
     schedulers: tuple[str, ...] = ()
     #: time-slice replicas are not capped at their memory (`spec.timeSlicing.oversubscribe`)
     oversubscribe: bool = False
+    #: `spec.guardrails` as written (the webhook's pod checks and placement read it through
+    #: `gpugov.k8s.tenants.guardrails.parse`)
+    guardrails: Mapping[str, Any] | None = None
 
 
 def selector_matches(selector: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
@@ -104,7 +107,9 @@ def resolve(namespace: str, ns_labels: Mapping[str, str], tenants: list[dict[str
     if not isinstance(schedulers, list):
         schedulers = []
     names = tuple(s for s in schedulers[:MAX_SCHEDULERS] if isinstance(s, str) and s)
-    return Resolution(name, queue, trust, names, _oversubscribe(name, spec, trust))
+    guard = spec.get("guardrails")
+    return Resolution(name, queue, trust, names, _oversubscribe(name, spec, trust),
+                      guard if isinstance(guard, Mapping) else None)
 
 
 def _oversubscribe(name: str, spec: Mapping[str, Any], trust: TrustTier) -> bool:
