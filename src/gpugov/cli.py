@@ -1538,34 +1538,40 @@ def rightsize_cmd(
     observed = _with_prometheus(prometheus, lambda prom: rightsize.observe(
         prom, period, step, rate_window))
     gib = 1024 ** 3
-    table = Table(title=f"Right-sizing from the last {period} (headroom {headroom:.0%})")
-    for col in ("workload", "pods", "memory p95 / peak GiB", "declared GiB", "advise GiB",
-                "frees GiB", "compute p95 / peak", "declared", "advise", "frees"):
-        table.add_column(col, justify="left" if col == "workload" else "right")
-    total_mem = total_comp = 0.0
-
-    def fmt(x, scale=1.0, f="{:.2f}"):  # type: ignore[no-untyped-def]
-        return "—" if x is None else f.format(x / scale)
-
-    for obs in observed:
-        a = rightsize.recommend(obs, headroom)
-        total_mem += a.frees_memory
-        total_comp += a.frees_compute
-        table.add_row(f"{obs.namespace}/{obs.workload}", str(obs.pods),
-                      f"{obs.p95_memory / gib:.2f} / {obs.peak_memory / gib:.2f}",
-                      fmt(obs.declared_memory, gib), f"{a.memory / gib:.2f}",
-                      f"{a.frees_memory / gib:.2f}",
-                      f"{obs.p95_compute:.2f} / {obs.peak_compute:.2f}",
-                      fmt(obs.declared_compute), f"{a.compute:.2f}", f"{a.frees_compute:.2f}")
-    table.caption = (f"would free {total_mem / gib:.2f} GiB of GPU memory and "
-                     f"{total_comp:.2f} GPUs of compute")
     if not observed:
         typer.echo(f"no pod memory series in the last {period}: is the gpugov exporter "
                    "scraped by this Prometheus?")
         return
+
+    def fmt(x, scale=1.0, f="{:.2f}"):  # type: ignore[no-untyped-def]
+        return "—" if x is None else f.format(x / scale)
+
+    # two tables that each fit 80 columns (one had 10 columns and needed 150)
+    memory = Table(title=f"GPU memory (GiB), last {period}, headroom {headroom:.0%}")
+    compute = Table(title=f"GPU compute (GPUs), last {period}")
+    for table in (memory, compute):
+        table.add_column("workload", overflow="fold")
+        if table is memory:
+            table.add_column("pods", justify="right", no_wrap=True)
+        for col in ("p95 / peak", "declared", "advise", "frees"):
+            table.add_column(col, justify="right", no_wrap=True)
+    total_mem = total_comp = 0.0
+    for obs in observed:
+        a = rightsize.recommend(obs, headroom)
+        total_mem += a.frees_memory
+        total_comp += a.frees_compute
+        name = f"{obs.namespace}/{obs.workload}"
+        memory.add_row(name, str(obs.pods),
+                       f"{obs.p95_memory / gib:.2f} / {obs.peak_memory / gib:.2f}",
+                       fmt(obs.declared_memory, gib), f"{a.memory / gib:.2f}",
+                       f"{a.frees_memory / gib:.2f}")
+        compute.add_row(name, f"{obs.p95_compute:.2f} / {obs.peak_compute:.2f}",
+                        fmt(obs.declared_compute), f"{a.compute:.2f}", f"{a.frees_compute:.2f}")
+    memory.caption = f"would free {total_mem / gib:.2f} GiB of GPU memory"
+    compute.caption = f"would free {total_comp:.2f} GPUs of compute"
     console = Console()
-    console.width = max(console.width, 150)
-    console.print(table)
+    console.print(memory)
+    console.print(compute)
 
 
 @app.command("report")

@@ -70,9 +70,13 @@ def test_rightsize_advises_the_oversized_pod_down_and_keeps_the_leak_above_its_p
     leak = advice["leaky"]
     assert leak.memory >= leak.observed.peak_memory > leak.observed.p95_memory * 0.5
     result = CliRunner().invoke(app, ["rightsize", "--prometheus", stack.prom.url, "--period",
-                                      "20s", "--step", "250ms", "--rate-window", "2s"])
+                                      "20s", "--step", "250ms", "--rate-window", "2s"],
+                                env={"COLUMNS": "80"})
     assert result.exit_code == 0, result.output
     assert "team-b/oversized" in result.output and "would free" in result.output
+    # issue 22, finding 13: it printed 150 columns whatever the terminal
+    assert max(len(line) for line in result.output.splitlines()) <= 80, result.output
+    assert "…" not in result.output
 
 
 def test_report_writes_per_tenant_chargeback(stack, tmp_path: Path) -> None:
