@@ -29,6 +29,13 @@ from gpugov.k8s import annotations as ann
 from gpugov.k8s import identities
 from gpugov.k8s.quantity import parse_quantity, plain
 from gpugov.k8s.resources import RequestError, translate
+from gpugov.k8s.tenants.checks import tenant_problems
+from gpugov.k8s.tenants.podchecks import (
+    GuardrailError,
+    guardrails_of,
+    placement_patch,
+    refusals,
+)
 from gpugov.k8s.webhook.policy import (
     FORBIDDEN_AT_CREATE,
     OWNED_ANNOTATIONS,
@@ -430,11 +437,22 @@ def mutate(req: Mapping[str, Any], resolve_tenancy, scheduler_name: str = ann.SC
         _check_tier(gpu, res)
     except (TenancyError, RequestError) as exc:
         return response(uid, False, f"gpugov: {exc}")
+    try:
+        guards = guardrails_of(res.tenant, res.trust, res.guardrails)
+    except GuardrailError as exc:
+        return response(uid, False, f"gpugov: {exc}")
+    found = refusals(pod) if guards.pod_checks else []
+    if found:
+        return response(uid, False, f"gpugov: GPU pod of Tenant {res.tenant!r} refused: "
+                        + "; ".join(found[:5]), code=403)
+    place, refusal = placement_patch(pod, guards)
+    if refusal:
+        return response(uid, False, f"gpugov: {refusal}", code=403)
     sched_patch, refusal = _scheduler_patch(pod, res, scheduler_name, options.adopt)
     refusal = refusal or _queue_refusal(pod, res)
     if refusal:
         return response(uid, False, refusal, code=403)
-    patch: list[dict[str, Any]] = rename_patch(pod, options.names)
+    patch: list[dict[str, Any]] = rename_patch(pod, options.names) + place
     if not annots:
         patch.append({"op": "add", "path": "/metadata/annotations", "value": {}})
     for key, value in ((ann.REQUEST, ann.encode_request(gpu)), (ann.TENANT, res.tenant),
@@ -514,11 +532,17 @@ def queue_cycle(name: str, parent: str | None, queues: Mapping[str, str | None]
     return None
 
 
-def review_tenancy(req: Mapping[str, Any], queues: Mapping[str, str | None]) -> dict[str, Any]:
+def review_tenancy(req: Mapping[str, Any], queues: Mapping[str, str | None],
+                   tenants: list[Mapping[str, Any]] | None = None,
+                   protected: Mapping[str, Mapping[str, str]] | None = None
+                   ) -> dict[str, Any]:
     """Answer a review of a Tenant or Queue. A Queue whose parent chain comes back to itself
-    is refused (a cycle has no root to share from). Otherwise allowed, with warnings (kubectl
-    prints them) when it points at a queue that does not exist or a Tenant's queue is not a
-    leaf: missing objects are not refused, manifests are applied in any order."""
+    is refused (a cycle has no root to share from). A Tenant is refused when it lists a
+    namespace another Tenant lists, lists or selects a system namespace (`protected`: name ->
+    labels), or its guardrails are malformed or below its trust tier's floor
+    (`tenants.checks`). Otherwise allowed, with warnings (kubectl prints them) when it points
+    at a queue that does not exist or a Tenant's queue is not a leaf: missing objects are not
+    refused, manifests are applied in any order."""
     uid = req["uid"]
     obj = req.get("object")
     kind = req.get("kind", {}).get("kind")
@@ -527,6 +551,10 @@ def review_tenancy(req: Mapping[str, Any], queues: Mapping[str, str | None]) -> 
     spec = obj.get("spec") or {}
     name = (obj.get("metadata") or {}).get("name", "?")
     warnings: list[str] = []
+    if kind == "Tenant" and req.get("operation") in ("CREATE", "UPDATE", None):
+        problems = tenant_problems(obj, list(tenants or []), protected or {})
+        if problems:
+            return response(uid, False, "gpugov: " + "; ".join(problems[:5]))
     if kind == "Tenant":
         queue = spec.get("queue")
         children = sorted(q for q, parent in queues.items() if parent == queue)

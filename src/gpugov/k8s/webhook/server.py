@@ -68,6 +68,32 @@ class TenancySource:
             return self._last[1] if self._last else {}
         return {q["metadata"]["name"]: (q.get("spec") or {}).get("parent") for q in items}
 
+    async def tenant_context(self, system_namespace: str
+                             ) -> tuple[list[dict[str, Any]], dict[str, dict[str, str]]]:
+        """The Tenants and the labels of the system namespaces, for reviewing a Tenant (a
+        namespace that cannot be read counts with its name label only, as the apiserver
+        sets it)."""
+        from gpugov.k8s.tenants.checks import system_namespaces
+
+        if self.api is None:
+            return [], {}
+        try:
+            tenants = (await client.CustomObjectsApi(self.api).list_cluster_custom_object(
+                GROUP, VERSION, "tenants"))["items"]
+        except Exception as exc:
+            log.warning("cannot list tenants: %s", exc)
+            tenants = self._last[0] if self._last else []
+        protected: dict[str, dict[str, str]] = {}
+        for ns in system_namespaces(system_namespace):
+            labels = {"kubernetes.io/metadata.name": ns}
+            try:
+                got = await client.CoreV1Api(self.api).read_namespace(ns)
+                labels.update(got.metadata.labels or {})
+            except Exception:
+                pass
+            protected[ns] = labels
+        return tenants, protected
+
     async def resolve(self, namespace: str) -> Resolution:
         if self.api is None:
             raise TenancyError("gpugov's webhook runs without API access; cannot resolve "
@@ -215,7 +241,9 @@ class WebhookApp:
         try:
             if (req.get("kind") or {}).get("kind") in ("Tenant", "Queue"):
                 queues = await self.tenancy.queues()
-                out = await self._run(admission.review_tenancy, req, queues)
+                tenants, protected = await self.tenancy.tenant_context(self.system_namespace)
+                out = await self._run(admission.review_tenancy, req, queues, tenants,
+                                      protected)
             else:
                 out = await self._run(admission.validate, req, self.scheduler_name,
                                       self.system_namespace)
