@@ -29,7 +29,7 @@ struct gg_slot {
     uint64_t seq;                      /* seqlock: odd while the slot is being written */
     uint32_t state;                    /* GG_SLOT_FREE or GG_SLOT_ACTIVE */
     uint32_t pid;                      /* pid in the container's namespace */
-    uint32_t host_pid;                 /* filled by the node agent; 0 = unknown */
+    uint32_t host_pid;                 /* unused (0); detection never reads it: container-writable */
     uint32_t reserved0;
     uint64_t start_ticks;              /* /proc/<pid>/stat starttime, detects pid reuse */
     uint64_t used[GG_MAX_DEVICES];     /* device bytes charged to this process */
