@@ -1,7 +1,8 @@
 """Node affinity on the scheduler: every operator, several terms ORed, matchFields on the
-node name; a term no node meets waits with reason `node-selector`; pod (anti-)affinity,
-topologySpreadConstraints and preferred node affinity, which gpugov's scheduler does not
-evaluate, are refused naming the field, never ignored."""
+node name; a term no node meets waits with reason `node-selector`; preferred node affinity
+and PreferNoSchedule taints rank nodes as kube-scheduler does; pod (anti-)affinity and
+topologySpreadConstraints, which gpugov's scheduler does not evaluate, are refused naming the
+field, never ignored."""
 
 from __future__ import annotations
 
@@ -66,8 +67,8 @@ def test_a_term_no_node_meets_waits_with_node_selector() -> None:
                                      "whenUnsatisfiable": "DoNotSchedule"}]},
      "spec.topologySpreadConstraints"),
     ({"affinity": {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
-        {"weight": 5, "preference": {"matchExpressions": [expr("zone", "In", "a")]}}]}}},
-     "spec.affinity.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution"),
+        {"weight": 500, "preference": {"matchExpressions": [expr("zone", "In", "a")]}}]}}},
+     "preferredDuringSchedulingIgnoredDuringExecution[0].weight"),
     ({"affinity": required([expr("gen", "Gt", "eight")])},
      "nodeSelectorTerms[0].matchExpressions[0]"),
 ])
@@ -77,3 +78,30 @@ def test_what_is_not_evaluated_is_refused_naming_the_field(spec: dict, field: st
     plan = st.cycle(T0)
     (cond,) = plan.conditions
     assert not plan.binds and cond.code == INVALID and field in cond.message, cond.message
+
+
+def preferred(*weighted: tuple[int, list[dict]]) -> dict:
+    return {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+        {"weight": w, "preference": {"matchExpressions": e}} for w, e in weighted]}}
+
+
+def test_preferred_node_affinity_ranks_nodes_by_the_weights_they_match() -> None:
+    st = state(fleet())
+    aff = preferred((10, [expr("zone", "In", "c")]), (60, [expr("gen", "Gt", "8")]),
+                    (30, [expr("zone", "In", "a")]))
+    submit(st, pod("p", limits=ONE, affinity=aff))
+    (b,) = st.cycle(T0).binds
+    assert b.node == "b9-0"  # 60 > 30 > 10
+
+
+def test_a_prefer_no_schedule_taint_ranks_its_node_last_unless_tolerated() -> None:
+    soft = {"key": "spot", "value": "yes", "effect": "PreferNoSchedule"}
+    objs = nodes(pool("t", 1, labels={"zone": "a"}, taints=[soft]),
+                 pool("u", 1, labels={"zone": "a"}))
+    st = state(objs)
+    submit(st, pod("p", limits=ONE))
+    (b,) = st.cycle(T0).binds
+    assert b.node == "u-0"
+    st2 = state(nodes(pool("t", 1, labels={"zone": "a"}, taints=[soft])))
+    submit(st2, pod("q", limits=ONE))
+    assert [b.node for b in st2.cycle(T0).binds] == ["t-0"]  # a preference, never a refusal

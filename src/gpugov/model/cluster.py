@@ -51,7 +51,14 @@ from functools import cache
 import numpy as np
 
 from gpugov.model.catalog import MILLI_PER_GPU, get_model
-from gpugov.model.constraints import Taint, affinity_matches, selects, tolerates
+from gpugov.model.constraints import (
+    Taint,
+    affinity_matches,
+    intolerable_preferences,
+    preference_weight,
+    selects,
+    tolerates,
+)
 from gpugov.model.devices import DeviceConfig, DeviceMode, DeviceTopology
 from gpugov.model.isolation import IsolationLevel
 from gpugov.model.mig import MIG_GEOMETRIES, layout_errors
@@ -210,6 +217,9 @@ class ClusterState:
         self._constraint_masks: dict[tuple, np.ndarray] = {}
         self._fit_cache: dict[tuple, tuple[np.ndarray, np.ndarray, np.ndarray | None]] = {}
         self.has_taints = any(s.taints for s in self.nodes)
+        #: some node has a PreferNoSchedule taint: placement scores it (`preference`)
+        self.has_soft_taints = any(t.effect == "PreferNoSchedule" for s in self.nodes
+                                   for t in s.taints)
         self.has_power = any(s.power_budget_w is not None for s in self.nodes)
         for i, spec in enumerate(self.nodes):
             if spec.power_budget_w is not None:
@@ -276,6 +286,37 @@ class ClusterState:
         """Nodes whose NoSchedule/NoExecute taints the request tolerates."""
         return self._per_node(("tol", req.tolerations),
                               lambda s: tolerates(req.tolerations, s.taints))
+
+    def has_preferences(self, req: PodRequest) -> bool:
+        """True when `preference` may rank nodes for `req`."""
+        return bool(req.preferred) or self.has_soft_taints
+
+    def preference(self, req: PodRequest, nodes: np.ndarray) -> np.ndarray:
+        """kube-scheduler's NodeAffinity and TaintToleration scores of `nodes`, each normalized
+        to 0..100 over them and weighted as its default profile does (2 and 3): preferred
+        node affinity weights summed, and PreferNoSchedule taints the pod does not tolerate
+        (fewer is better). Placement adds this to its own 0..100 score."""
+        out = np.zeros(len(nodes), dtype=np.int64)
+        if req.preferred:
+            got = self._per_node_int(("pref", req.preferred), lambda s: preference_weight(
+                req.preferred, dict(s.labels), s.name))[nodes]
+            top = int(got.max()) if len(got) else 0
+            if top > 0:
+                out += 2 * (got * 100 // top)
+        if self.has_soft_taints:
+            bad = self._per_node_int(("prefer-taint", req.tolerations),
+                                     lambda s: intolerable_preferences(req.tolerations,
+                                                                       s.taints))[nodes]
+            top = int(bad.max()) if len(bad) else 0
+            out += 3 * (100 - bad * 100 // top if top > 0 else 100)
+        return out
+
+    def _per_node_int(self, key: tuple, value: Callable[[NodeSpec], int]) -> np.ndarray:
+        got = self._constraint_masks.get(key)
+        if got is None:
+            got = np.array([value(s) for s in self.nodes], dtype=np.int64)
+            self._constraint_masks[key] = got
+        return got
 
     def _per_node(self, key: tuple, test: Callable[[NodeSpec], bool]) -> np.ndarray:
         """A node mask that never changes (specs are fixed), computed once per key."""
@@ -876,7 +917,7 @@ def shape_key(req: PodRequest) -> tuple:
     """Everything of a request the filter reads (not its name)."""
     return (req.cpu_milli, req.memory_mib, req.gpu_count, req.gpu_milli, req.models,
             req.gpu_memory_mib, req.gpu_memory_percent, req.mode, req.mig_profile,
-            int(req.min_isolation), req.tenant, req.nvlink, req.node_affinity,
+            int(req.min_isolation), req.tenant, req.nvlink, req.node_affinity, req.preferred,
             req.sealed, req.node_selector, req.tolerations, req.oversubscribe)
 
 

@@ -1,7 +1,10 @@
 """Node constraints a pod must satisfy besides capacity: labels it selects, taints it tolerates.
 
 Kubernetes semantics (core/v1): a pod may land on a node only if it tolerates every taint with
-effect `NoSchedule` or `NoExecute`; `PreferNoSchedule` is a preference, never a refusal. A
+effect `NoSchedule` or `NoExecute`; `PreferNoSchedule` is a preference, never a refusal (it
+lowers the node's score, `intolerable_preferences`). Required node affinity
+(`affinity_matches`: every operator, terms ORed) is a filter; preferred node affinity
+(`preference_weight`) a score. A
 toleration matches a taint when the keys are equal (an empty key with `Exists` matches every
 key), the effects are equal (an empty effect matches every effect) and, for `Equal`, the values
 are equal.
@@ -162,3 +165,18 @@ def _int64(text: str, what: str) -> int:
     if not -(2**63) <= v < 2**63:
         raise ValueError(f"{what} {s[:32]!r} is out of the int64 range")
     return v
+
+
+def preference_weight(preferred: Iterable[tuple[int, NodeTerm]], labels: Mapping[str, str],
+                      name: str = "") -> int:
+    """Preferred node affinity: the sum of the weights of the terms the node matches (an
+    empty term matches nothing, as kube-scheduler skips it)."""
+    return sum(w for w, t in preferred if t.matches(labels, name))
+
+
+def intolerable_preferences(tolerations: Iterable[Toleration], taints: Iterable[Taint]) -> int:
+    """How many `PreferNoSchedule` taints of a node no toleration matches (kube-scheduler's
+    TaintToleration score counts these)."""
+    tols = [t for t in tolerations if t.effect in ("", "PreferNoSchedule")]
+    return sum(1 for taint in taints if taint.effect == "PreferNoSchedule"
+               and not any(t.matches(taint) for t in tols))

@@ -62,6 +62,8 @@ class PodRequest:
     #: required node affinity (`spec.affinity.nodeAffinity`, terms ORed; reason
     #: `node-selector`, as Kubernetes reports selector and affinity together)
     node_affinity: tuple[NodeTerm, ...] = ()
+    #: preferred node affinity, (weight 1..100, term): a score (`ClusterState.preference`)
+    preferred: tuple[tuple[int, NodeTerm], ...] = ()
     #: `is_plain`, computed once at construction (not an argument; not compared)
     plain: bool = dataclasses.field(init=False, repr=False, compare=False, default=True)
 
@@ -124,7 +126,7 @@ class PodRequest:
         if self.mode not in (None, DeviceMode.EXCLUSIVE, DeviceMode.SOFT):
             return False
         if self.node_selector or self.tolerations or self.gpu_memory_percent or \
-                self.node_affinity:
+                self.node_affinity or self.preferred:
             return False
         if self.nvlink and self.gpu_count > 1:
             return False  # the per-device filter keeps the devices in one NVLink domain

@@ -95,6 +95,8 @@ class Placer:
             node = int(nodes[0])
         else:
             s = self.policy.normalize(self.scores(req, nodes))
+            if self.state.has_preferences(req):  # preferred node affinity, PreferNoSchedule
+                s = s + self.state.preference(req, nodes)
             key = s * len(self.state) + self._tiebreak[nodes]
             node = int(nodes[int(key.argmax())])
         devices = self.policy.choose_devices(self.state, req, node)

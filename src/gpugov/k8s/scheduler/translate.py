@@ -391,6 +391,8 @@ class PodInfo:
     node_affinity: str = ""
     #: required node affinity terms (ORed), evaluated by the state
     affinity_terms: tuple[NodeTerm, ...] = ()
+    #: preferred node affinity (weight, term): a score
+    preferred_terms: tuple[tuple[int, NodeTerm], ...] = ()
     allocation_text: str | None = None
     tolerations: tuple[Toleration, ...] = ()
     #: its Tenant opts time-slice replicas in to memory oversubscription (not capped)
@@ -595,6 +597,9 @@ def _pod_info(obj: dict[str, Any], tenancy: Tenancy, old: PodInfo | None) -> Pod
         else:
             selector[names.PRODUCT_LABEL] = product  # checked like any other label
     affinity, terms = _node_affinity(spec)
+    preferred: tuple[tuple[int, NodeTerm], ...] = ()
+    if not affinity:
+        affinity, preferred = _preferred_affinity(spec)
     tolerations: tuple[Toleration, ...] = ()
     try:
         tolerations = _tolerations(spec)
@@ -623,7 +628,8 @@ def _pod_info(obj: dict[str, Any], tenancy: Tenancy, old: PodInfo | None) -> Pod
         source=_source(meta, spec),
         allocation_text=ann.get(names.ANN_ALLOCATION),
         node_selector=tuple(sorted((str(k), str(v)) for k, v in selector.items())),
-        node_affinity=affinity, affinity_terms=terms, tolerations=tolerations)
+        node_affinity=affinity, affinity_terms=terms, preferred_terms=preferred,
+        tolerations=tolerations)
     info.resolve(tenancy)
     return info
 
@@ -649,8 +655,6 @@ _REQUIRED = "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExe
 #: fields gpugov's scheduler does not evaluate: a pod naming one is refused, never placed as if
 #: it said nothing
 NOT_EVALUATED = (
-    ("spec.affinity.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution",
-     ("affinity", "nodeAffinity", "preferredDuringSchedulingIgnoredDuringExecution")),
     ("spec.affinity.podAffinity", ("affinity", "podAffinity")),
     ("spec.affinity.podAntiAffinity", ("affinity", "podAntiAffinity")),
     ("spec.topologySpreadConstraints", ("topologySpreadConstraints",)),
@@ -693,6 +697,41 @@ def _node_affinity(spec: dict[str, Any]) -> tuple[str, tuple[NodeTerm, ...]]:
                 except ValueError as exc:
                     return f"{where}.{kind}[{j}]: {exc}", ()
         out.append(NodeTerm(tuple(reqs)))
+    return "", tuple(out)
+
+
+_PREFERRED = "spec.affinity.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution"
+
+
+def _preferred_affinity(spec: dict[str, Any]) -> tuple[str, tuple[tuple[int, NodeTerm], ...]]:
+    """(why not, preferred node affinity as (weight 1..100, term)): a score, as
+    kube-scheduler's NodeAffinity plugin (an empty preference adds nothing)."""
+    prefs = (_mapping(_mapping(spec.get("affinity")).get("nodeAffinity"))
+             .get("preferredDuringSchedulingIgnoredDuringExecution"))
+    if prefs is None:
+        return "", ()
+    if not isinstance(prefs, list) or len(prefs) > MAX_TERMS:
+        return f"{_PREFERRED}: expected a list of at most {MAX_TERMS} terms", ()
+    out = []
+    for i, p in enumerate(prefs):
+        where = f"{_PREFERRED}[{i}]"
+        weight = p.get("weight") if isinstance(p, dict) else None
+        if not isinstance(weight, int) or isinstance(weight, bool) or not 1 <= weight <= 100:
+            return f"{where}.weight: {str(weight)[:32]!r}; allowed: an integer 1..100", ()
+        pref = p.get("preference")
+        if not isinstance(pref, dict):
+            return f"{where}.preference: expected an object", ()
+        reqs = []
+        for kind, is_field in (("matchExpressions", False), ("matchFields", True)):
+            items = pref.get(kind) or []
+            if not isinstance(items, list) or len(items) > MAX_REQUIREMENTS:
+                return f"{where}.preference.{kind}: expected at most {MAX_REQUIREMENTS}", ()
+            for j, e in enumerate(items):
+                try:
+                    reqs.append(_requirement(e, is_field))
+                except ValueError as exc:
+                    return f"{where}.preference.{kind}[{j}]: {exc}", ()
+        out.append((weight, NodeTerm(tuple(reqs))))
     return "", tuple(out)
 
 
@@ -763,6 +802,8 @@ def engine_request(info: PodInfo, card_mib: int, tolerations: bool = True) -> Po
         fill["node_selector"] = info.node_selector
     if info.affinity_terms:
         fill["node_affinity"] = info.affinity_terms
+    if info.preferred_terms:
+        fill["preferred"] = info.preferred_terms
     if tols and not base.tolerations:
         fill["tolerations"] = tols
     return dataclasses.replace(base, **fill) if fill else base
