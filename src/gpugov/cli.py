@@ -860,6 +860,30 @@ def reconcile_cmd(
 
 
 # --- Kubernetes scheduler and extender ---
+@app.command("tenants")
+def tenants_cmd(
+    kubeconfig: Path | None = typer.Option(None, "--kubeconfig",
+                                           help="kubeconfig file (default: in-cluster)"),
+    system_namespace: str = typer.Option("gpugov-system", "--system-namespace",
+                                         help="gpugov's own namespace (never fenced)"),
+    resync: float = typer.Option(30.0, "--resync", callback=_positive_seconds,
+                                 help="seconds between full passes (watch events trigger "
+                                 "one at once)"),
+) -> None:
+    """Keep every Tenant's fences (Pod Security labels, quota, limit range, network policies,
+    RoleBindings) in its namespaces; report them in the Tenant's status."""
+    import asyncio
+    import contextlib
+    import logging
+
+    from gpugov.k8s.tenants.controller import run
+
+    kc = _kubeconfig_file(kubeconfig)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(run(kc, system_namespace, resync))
+
+
 def _kubeconfig_file(kubeconfig: Path | None) -> Path | None:
     """The kubeconfig, checked (`k8s/kubeconfig.py`): a broken, empty or missing one exits 2
     with one line, never a traceback. None (in-cluster credentials) passes through."""
