@@ -122,7 +122,7 @@ def test_packaged_rules_are_the_charts() -> None:
     assert rules_file().read_bytes() == chart_rules_file().read_bytes(), (
         "src/gpugov/k8s/data/rbac.yaml differs from deploy/helm/gpugov/files/rbac.yaml; "
         "run: python -m gpugov.k8s.devcluster.rbac --sync")
-    assert set(load_rules()) == {"scheduler", "webhook", "node", "reconciler"}
+    assert set(load_rules()) == {"scheduler", "webhook", "node", "reconciler", "tenants"}
 
 
 def test_unloadable_rules_are_a_clear_error(tmp_path) -> None:
@@ -152,7 +152,7 @@ def test_a_wheel_ships_the_rules_and_loads_them_outside_the_checkout(tmp_path) -
     assert run.returncode == 0, run.stderr
     path, components = run.stdout.splitlines()
     assert Path(path).is_relative_to(tmp_path / "site")
-    assert components == "['node', 'reconciler', 'scheduler', 'webhook']"
+    assert components == "['node', 'reconciler', 'scheduler', 'tenants', 'webhook']"
 
 
 def test_chart_node_scope_file_is_generated() -> None:

@@ -25,7 +25,7 @@ from kubernetes_asyncio.client.rest import ApiException
 
 from gpugov.k8s.devcluster.client import api_client
 
-COMPONENTS = ("scheduler", "webhook", "node", "reconciler")
+COMPONENTS = ("scheduler", "webhook", "node", "reconciler", "tenants")
 
 
 class RulesError(Exception):
