@@ -869,6 +869,8 @@ def tenants_cmd(
     resync: float = typer.Option(30.0, "--resync", callback=_positive_seconds,
                                  help="seconds between full passes (watch events trigger "
                                  "one at once)"),
+    tenant_selector: str = typer.Option("", "--tenant-selector",
+                                        help="only Tenants with these labels, k=v[,k=v]"),
 ) -> None:
     """Keep every Tenant's fences (Pod Security labels, quota, limit range, network policies,
     RoleBindings) in its namespaces; report them in the Tenant's status."""
@@ -879,9 +881,10 @@ def tenants_cmd(
     from gpugov.k8s.tenants.controller import run
 
     kc = _kubeconfig_file(kubeconfig)
+    selector = dict(_label_pairs(tenant_selector)) if tenant_selector else None
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(run(kc, system_namespace, resync))
+        asyncio.run(run(kc, system_namespace, resync, selector))
 
 
 def _kubeconfig_file(kubeconfig: Path | None) -> Path | None:
