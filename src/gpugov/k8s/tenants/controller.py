@@ -31,7 +31,7 @@ from gpugov.k8s import identities
 from gpugov.k8s.crds import GROUP, VERSION
 from gpugov.k8s.quantity import parse_quantity
 from gpugov.k8s.tenants import fences
-from gpugov.k8s.tenants.checks import system_namespaces
+from gpugov.k8s.tenants.checks import is_catch_all, system_namespaces
 from gpugov.k8s.tenants.guardrails import GuardrailError, Guardrails, parse
 from gpugov.k8s.tenants.objects import KINDS, content_same, key, ops
 from gpugov.k8s.webhook.tenancy import TenancyError, resolve
@@ -96,8 +96,10 @@ def below_usage(hard: Mapping[str, str], used: Mapping[str, Any]) -> list[str]:
 
 class TenantController:
     def __init__(self, api: client.ApiClient, system_namespace: str = identities.SYSTEM_NAMESPACE,
-                 resync: float = 30.0) -> None:
+                 resync: float = 30.0, tenant_selector: Mapping[str, str] | None = None) -> None:
         self.api = api
+        #: only Tenants carrying these labels are fenced (None: every Tenant)
+        self.tenant_selector = dict(tenant_selector) if tenant_selector else None
         self.skip = system_namespaces(system_namespace)
         self.resync = resync
         self.custom = client.CustomObjectsApi(api)
@@ -124,10 +126,21 @@ class TenantController:
         keep: set[tuple[str, str, str]] = set()  # refused fences stay as they were
         outcomes: dict[str, Outcome] = {}
         wanted_labels: dict[str, dict[str, str]] = {}
+        unmanaged = set()
         for t in tenants:
             name = t["metadata"]["name"]
             spec = t.get("spec") or {}
+            if not self._manages(t):
+                unmanaged.add(name)
+                continue
             out = outcomes[name] = Outcome(sorted(ns for ns, o in owner.items() if o == name))
+            if is_catch_all(spec) and "guardrails" not in spec:
+                out.namespaces = []
+                for f in fences.FENCES:
+                    out.fences[f] = (True, "NotRequested", "a catch-all Tenant "
+                                     "(namespaceSelector: {}) is fenced only when it declares "
+                                     "spec.guardrails: it would fence every namespace")
+                continue
             try:
                 trust = TrustTier(spec.get("trust", TrustTier.INTERNAL.value))
                 g = parse(name, spec, trust)
@@ -160,11 +173,21 @@ class TenantController:
                 for obj in per_fence[fence]:
                     desired[key(obj)] = obj
                 out.fences[fence] = _done(fence, per_fence[fence], out.namespaces, g)
-        await self._apply_labels(namespaces, wanted_labels)
+        keep |= {k for k, o in actual.items()
+                 if (o["metadata"].get("labels") or {}).get(SELECTOR) in unmanaged}
+        await self._apply_labels({ns: labels for ns, labels in namespaces.items()
+                                  if labels.get(SELECTOR) not in unmanaged}, wanted_labels)
         await self._apply_objects(desired, actual, keep)
-        await self._write_status(tenants, outcomes)
+        await self._write_status([t for t in tenants if t["metadata"]["name"] in outcomes],
+                                 outcomes)
         self.passes += 1
         return outcomes
+
+    def _manages(self, tenant: Mapping[str, Any]) -> bool:
+        if self.tenant_selector is None:
+            return True
+        labels = (tenant.get("metadata") or {}).get("labels") or {}
+        return all(labels.get(k) == v for k, v in self.tenant_selector.items())
 
     async def _rbac_refusal(self, g: Guardrails) -> tuple[str, str] | None:
         missing = []
@@ -363,7 +386,7 @@ def _cmp(c: Mapping[str, Any]) -> tuple[Any, ...]:
 
 
 async def run(kubeconfig: Any, system_namespace: str = identities.SYSTEM_NAMESPACE,
-              resync: float = 30.0) -> None:
+              resync: float = 30.0, tenant_selector: Mapping[str, str] | None = None) -> None:
     """`gpugov tenants`: run the controller until cancelled (in-cluster without kubeconfig)."""
     from kubernetes_asyncio import config
 
@@ -371,11 +394,11 @@ async def run(kubeconfig: Any, system_namespace: str = identities.SYSTEM_NAMESPA
 
     if kubeconfig is not None:
         async with api_client(kubeconfig) as api:
-            await TenantController(api, system_namespace, resync).run()
+            await TenantController(api, system_namespace, resync, tenant_selector).run()
         return
     config.load_incluster_config()
     api = client.ApiClient()
     try:
-        await TenantController(api, system_namespace, resync).run()
+        await TenantController(api, system_namespace, resync, tenant_selector).run()
     finally:
         await api.close()
