@@ -105,3 +105,11 @@ def test_a_prefer_no_schedule_taint_ranks_its_node_last_unless_tolerated() -> No
     st2 = state(nodes(pool("t", 1, labels={"zone": "a"}, taints=[soft])))
     submit(st2, pod("q", limits=ONE))
     assert [b.node for b in st2.cycle(T0).binds] == ["t-0"]  # a preference, never a refusal
+
+
+def test_admission_can_ask_the_same_question_before_the_pod_exists() -> None:
+    from gpugov.k8s.scheduler.translate import affinity_refusal
+
+    assert affinity_refusal({"affinity": required([expr("gen", "Gt", "8")])}) == ""
+    assert "spec.topologySpreadConstraints" in affinity_refusal(
+        {"topologySpreadConstraints": [{"maxSkew": 1}]})

@@ -661,6 +661,12 @@ NOT_EVALUATED = (
 )
 
 
+def affinity_refusal(spec: dict[str, Any]) -> str:
+    """Why gpugov's scheduler cannot place a pod spec's affinity as written ("" = it can):
+    what the scheduler puts on the pod as `invalid-request`, for admission to refuse first."""
+    return _node_affinity(spec)[0] or _preferred_affinity(spec)[0]
+
+
 def _node_affinity(spec: dict[str, Any]) -> tuple[str, tuple[NodeTerm, ...]]:
     """(why not, required node affinity terms): kube-scheduler's semantics, every operator
     (In, NotIn, Exists, DoesNotExist, Gt, Lt), terms ORed, `matchFields` on metadata.name.
