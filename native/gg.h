@@ -242,6 +242,7 @@ void gg_track_reset(void);
  * flight, starts timing the launch. Returns a record id (>= 0) for gg_throttle_after, or -1. */
 int gg_throttle_before(int dev, CUstream stream);
 void gg_throttle_after(int dev, int rec, CUstream stream, CUresult rc);
+void gg_throttle_after_fork(void);
 
 /* ---- test-only hooks, compiled in with -DGPUGOV_TEST_HOOKS ---- */
 void gg_test_hold_lock(void);

@@ -230,6 +230,21 @@ void gg_throttle_after(int dev, int rec, CUstream stream, CUresult rc) {
     }
 }
 
+/* A forked child has no launches in flight and none of its parent's events (CUDA contexts do
+ * not survive fork): it starts with nothing pending, so its exit waits for nothing. */
+void gg_throttle_after_fork(void) {
+    for (int dev = 0; dev < GG_MAX_DEVICES; dev++) {
+        struct dev_state *d = &st[dev];
+        pthread_mutex_init(&d->mu, NULL);
+        for (int i = 0; i < RING; i++) {
+            d->ring[i].state = REC_FREE;
+            d->ring[i].start = d->ring[i].stop = NULL;
+        }
+        d->pending = 0;
+        d->mean = d->peak = 0;
+    }
+}
+
 /* A process that exits settles the launches it still has in flight (the driver finishes
  * them anyway before it tears the context down), so exiting early saves nothing. */
 __attribute__((destructor)) static void settle_at_exit(void) {
