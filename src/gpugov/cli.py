@@ -589,7 +589,13 @@ def modes(
                     f"nodes × 8 {model}, policy {policy}")
         return
 
-    rows = compare(pods, seed, nodes, 8, model, replicas, policy)
+    from gpugov.sim.progress import Ticker
+
+    ticker = Ticker("modes", 6 * pods, "placements")
+    try:
+        rows = compare(pods, seed, nodes, 8, model, replicas, policy, tick=ticker.update)
+    finally:
+        ticker.close()
     table = Table(title=f"{pods} pods (seed {seed}) on {nodes}×8 {model}, policy {policy}",
                   box=box.SIMPLE_HEAD, pad_edge=False,
                   caption="compute placed: share of the cluster's GPU compute; stranded: "
@@ -1115,7 +1121,8 @@ def dev_demo_cmd(
         raise _fail(f"no dev cluster running in {workdir}; run `gpugov dev up` first")
     console = Console()
     try:
-        result = demo.run(workdir / "kubeconfig", say=console.print, timeout=timeout)
+        result = demo.run(workdir / "kubeconfig", timeout=timeout,
+                          say=lambda m: console.print(m, markup=False, highlight=False))
     except demo.DemoError as e:
         raise _fail(str(e)) from None
     import asyncio

@@ -31,6 +31,7 @@ first, least rounded-up form), never below its tier's floor.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import cache
 
@@ -156,16 +157,20 @@ def _placer(state: ClusterState, policy: str, seed: int = 0) -> Placer:
 
 def simulate(mode: DeviceMode, pods: list[Pod], nodes: int = 16, gpus_per_node: int = 8,
              model: str = "H100-SXM5-80GB", replicas: int = 4, oversubscribe: bool = True,
-             policy: str = "bestfit") -> ModeResult:
+             policy: str = "bestfit", tick: Callable[[int], None] | None = None
+             ) -> ModeResult:
     """Place `pods` in order on a fresh cluster where every GPU is in `mode` (see the module
-    docstring); `oversubscribe` applies to time-slice replicas only."""
+    docstring); `oversubscribe` applies to time-slice replicas only; `tick(i)` now and then
+    with the number of pods placed so far."""
     card = get_model(model).memory_mib or 0
     state = ClusterState(mode_nodes(mode, nodes, gpus_per_node, model, replicas))
     placer = _placer(state, policy)
     claimed = np.zeros((nodes, gpus_per_node))  # memory pods touch, per GPU
     refused: Counter[str] = Counter()
     placed = compute = 0
-    for pod in pods:
+    for i, pod in enumerate(pods):
+        if tick is not None and i % 256 == 0:
+            tick(i)
         d = placer.place(compile_for(mode, pod, model, oversubscribe))
         if d.allocation is None:
             refused[d.reason] += 1
@@ -195,18 +200,22 @@ def simulate(mode: DeviceMode, pods: list[Pod], nodes: int = 16, gpus_per_node: 
 
 
 def compare(n_pods: int = 100, seed: int = 0, nodes: int = 16, gpus_per_node: int = 8,
-            model: str = "H100-SXM5-80GB", replicas: int = 4, policy: str = "bestfit"
-            ) -> list[ModeResult]:
+            model: str = "H100-SXM5-80GB", replicas: int = 4, policy: str = "bestfit",
+            tick: Callable[[int], None] | None = None) -> list[ModeResult]:
     """Run every mode on the same seeded workload (same order); time-slicing twice: as the
-    NVIDIA plugin does it (memory oversubscribed) and with gpugov's memory cap."""
+    NVIDIA plugin does it (memory oversubscribed) and with gpugov's memory cap. `tick(done)`
+    hears of progress over all runs (6 × n_pods placements)."""
     pods = generate_workload(n_pods, seed)
-    rows = [simulate(m, pods, nodes, gpus_per_node, model, replicas, policy=policy)
-            for m in (DeviceMode.EXCLUSIVE, DeviceMode.MIG, DeviceMode.SOFT,
-                      DeviceMode.TIMESLICE)]
-    rows.append(simulate(DeviceMode.TIMESLICE, pods, nodes, gpus_per_node, model, replicas,
-                         oversubscribe=False, policy=policy))
-    rows.append(simulate(DeviceMode.MPS, pods, nodes, gpus_per_node, model, replicas,
-                         policy=policy))
+    runs = [(m, True) for m in (DeviceMode.EXCLUSIVE, DeviceMode.MIG, DeviceMode.SOFT,
+                                DeviceMode.TIMESLICE)]
+    runs += [(DeviceMode.TIMESLICE, False), (DeviceMode.MPS, True)]
+    rows = []
+    for k, (m, over) in enumerate(runs):
+        step = None if tick is None else (lambda i, k=k: tick(k * len(pods) + i))
+        rows.append(simulate(m, pods, nodes, gpus_per_node, model, replicas,
+                             oversubscribe=over, policy=policy, tick=step))
+    if tick is not None:
+        tick(len(runs) * len(pods))
     return rows
 
 

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import heapq
 import math
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -249,8 +248,9 @@ def replay(cfg: ControlConfig, nodes: Sequence[NodeSpec], specs: Sequence[JobSpe
             pend.append([len(cp.backlog[q]) for q in leaves])
             next_sample += sample_every
 
-    show = sys.stderr.isatty() if opts.progress is None else opts.progress
-    bar = _Progress(len(jobs), min(last, horizon)) if show else None
+    # a bar on a terminal; in a pipe, a plain line now and then once the run is long
+    bar = _Progress(len(jobs), min(last, horizon), opts.progress) \
+        if opts.progress is not False else None
     while events:
         now = events[0][0]
         if now > horizon:
@@ -330,31 +330,24 @@ def replay(cfg: ControlConfig, nodes: Sequence[NodeSpec], specs: Sequence[JobSpe
 
 
 class _Progress:
-    """A rich progress bar over virtual time, on stderr, so stdout stays the report."""
+    """Progress over virtual time (`sim.progress.Ticker`), on stderr."""
 
-    def __init__(self, jobs: int, span: float) -> None:
-        from rich.console import Console
-        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+    def __init__(self, jobs: int, span: float, tty: bool | None) -> None:
+        from gpugov.sim.progress import Ticker
 
         self.span = max(span, 1.0)
         self.jobs = jobs
-        self.progress = Progress(TextColumn("replay"), BarColumn(),
-                                 TextColumn("{task.percentage:>3.0f}% of trace time"),
-                                 TextColumn("{task.fields[done]}"), TimeElapsedColumn(),
-                                 console=Console(stderr=True), transient=True)
-        self.task = self.progress.add_task("replay", total=self.span, done="")
-        self.progress.start()
+        self.ticker = Ticker("replay", self.span, "s of trace time", tty=tty)
         self._last = -1.0
 
     def update(self, now: float, finished: int) -> None:
         if now - self._last < self.span / 1000:  # at most ~1000 redraw requests
             return
         self._last = now
-        self.progress.update(self.task, completed=min(now, self.span),
-                             done=f"{finished}/{self.jobs} jobs done")
+        self.ticker.update(min(now, self.span), f"{finished}/{self.jobs} jobs done")
 
     def close(self) -> None:
-        self.progress.stop()
+        self.ticker.close()
 
 
 def job_rows(res: ReplayResult) -> list[list]:

@@ -1,0 +1,35 @@
+"""Signs of life on stderr: a long run in a pipe is never silent, a short one prints nothing."""
+
+from __future__ import annotations
+
+import io
+
+from gpugov.sim.progress import Ticker
+
+
+def test_a_long_run_in_a_pipe_prints_plain_lines_and_a_short_one_prints_nothing() -> None:
+    """Issue 22, finding 17: `modes` at its maximum and large replays in a pipe showed no sign
+    of life for minutes."""
+    quiet = io.StringIO()
+    t = Ticker("modes", 100, "placements", stream=quiet, tty=False)  # first line after 5 s
+    for i in range(100):
+        t.update(i)
+    t.close()
+    assert quiet.getvalue() == ""
+    out = io.StringIO()
+    t = Ticker("replay", 200, "s of trace time", stream=out, tty=False, first_after=0,
+               every=0)
+    t.update(50, "3/9 jobs done")
+    t.update(100)
+    t.close()
+    lines = out.getvalue().splitlines()
+    assert lines[0].startswith("replay: 25% (50/200 s of trace time) 3/9 jobs done, ")
+    assert lines[1].startswith("replay: 50% (100/200 s of trace time), ")
+
+
+def test_modes_reports_progress_over_every_mode_run() -> None:
+    from gpugov.sim.modes import compare
+
+    seen: list[int] = []
+    compare(600, 0, 2, tick=seen.append)
+    assert seen == sorted(seen) and seen[0] == 0 and seen[-1] == 6 * 600
