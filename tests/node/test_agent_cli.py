@@ -12,7 +12,7 @@ from gpugov.cli import app
 @pytest.mark.parametrize("args, message", [
     (["node", "exporter", "--listen", "localhost"], "--listen 'localhost': expected HOST:PORT"),
     (["node", "exporter", "--regions", "/nonexistent/regions"], "not a folder"),
-    (["node", "exporter", "--recovery-seconds", "-1"], "must be >= 0"),
+    (["node", "exporter", "--recovery-seconds", "-1"], "must be a finite number >= 0"),
     (["node", "agent", "--node-name", "n", "--mode", "shared"],
      "--mode 'shared'; allowed: exclusive, soft, timeslice, mps"),
     (["node", "agent", "--node-name", "n", "--replicas", "4"], "--replicas 4: must be 1"),

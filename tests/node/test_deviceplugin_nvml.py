@@ -89,8 +89,8 @@ def test_nvml_discovery_and_xid_health_reach_the_device_manager(
                                              "timeslice"),
     (["--soft-replicas", "0"], "--soft-replicas: 0; allowed: >= 1"),
     (["--metrics-listen", "9401"], "--metrics-listen: '9401'; expected HOST:PORT"),
-    (["--kubeconfig", "/nonexistent/kubeconfig"], "--kubeconfig: /nonexistent/kubeconfig is "
-                                                  "not a file"),
+    (["--kubeconfig", "/nonexistent/kubeconfig"], "--kubeconfig /nonexistent/kubeconfig: "
+                                                  "no such file"),
 ])
 def test_bad_options_exit_2_with_the_option_named(args: list[str], message: str) -> None:
     result = CliRunner().invoke(app, ["node", "device-plugin", "--node-name", "n", *args])
