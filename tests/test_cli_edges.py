@@ -568,3 +568,16 @@ def test_non_utf8_node_files_are_named_not_a_traceback(tmp_path: Path, argv) -> 
     res = runner.invoke(app, [str(path) if a == "FILE" else a for a in argv])
     assert res.exit_code == 2, res.output
     assert f"{path}: not UTF-8 text" in res.output and "Traceback" not in res.output
+
+
+def test_deprecated_and_zero_options_are_said_not_silently_changed(tmp_path: Path) -> None:
+    """Issue 22 (low): `--workers 0` ran as 1; the deprecated `replay --cluster` printed no
+    note and errors named it instead of `--nodes`; `node --help` advertised a `discovery`
+    command that does not exist."""
+    res = runner.invoke(app, ["simulate", "--workers", "0", "--out", str(tmp_path / "o")])
+    assert res.exit_code == 2 and "--workers must be within 1..256, got 0" in res.output
+    res = runner.invoke(app, ["replay", "--cluster", str(tmp_path / "c.yaml")])
+    assert "--cluster is deprecated; use --nodes" in res.output
+    assert "give --nodes, --jobs and --queues together" in res.output
+    res = runner.invoke(app, ["node", "--help"], env={"COLUMNS": "200"})
+    assert "discovery" not in res.output.lower()

@@ -322,7 +322,8 @@ def experiment_fgd(
     Arrivals only; pods that fit nowhere are dropped. Writes the study's *_discrete.csv files,
     a PNG of the curves and summary.json, and prints a table.
     """
-    workers = _renamed(workers, jobs_old, "--jobs", "--workers") or 1
+    workers = _renamed(workers, jobs_old, "--jobs", "--workers")
+    workers = 1 if workers is None else workers  # 0 is refused below, not run as 1
     node_name = _renamed(nodes, node_list_old, "--node-list", "--nodes") or DEFAULT_NODE_LIST
     if not trace_dir.is_dir():
         raise _fail(f"--trace-dir {trace_dir}: not a folder")
@@ -366,7 +367,8 @@ def simulate(
     """
     from gpugov.sim.workload import default_nodes, default_pods
 
-    workers = _renamed(workers, jobs_old, "--jobs", "--workers") or 1
+    workers = _renamed(workers, jobs_old, "--jobs", "--workers")
+    workers = 1 if workers is None else workers  # 0 is refused below, not run as 1
     if (nodes_file is None) != (pods_file is None):
         raise _fail("give both --nodes and --pods, or neither for the built-in workload")
     if nodes_file is None or pods_file is None:
@@ -659,10 +661,12 @@ def _write_replay(res, out: Path, plots: bool) -> dict:  # type: ignore[no-untyp
 
 @app.command("replay")
 def replay_cmd(
-    nodes_file: Path | None = typer.Option(None, "--nodes", "--cluster", metavar="FILE",
+    nodes_file: Path | None = typer.Option(None, "--nodes", metavar="FILE",
                                            help="cluster.yaml (nodePools) or node CSV (openb: "
                                            "sn,cpu_milli,memory_mib,gpu,model); by extension "
                                            "or content"),
+    cluster_old: Path | None = typer.Option(None, "--cluster", metavar="FILE", hidden=True,
+                                            help="deprecated spelling of --nodes"),
     jobs: Path | None = typer.Option(None, "--jobs", metavar="FILE",
                                      help="job file, or an openb pod CSV"),
     queues: Path | None = typer.Option(None, "--queues", metavar="FILE",
@@ -688,6 +692,7 @@ def replay_cmd(
                                         "gangs, taints, power, untrusted)"),
 ) -> None:
     """Replay jobs through queues over time; no arguments runs the built-in scenario."""
+    nodes_file = _renamed(nodes_file, cluster_old, "--cluster", "--nodes")
     from gpugov.sim.replay import ReplayOptions
     from gpugov.sim.replay_report import InputError, print_summary, run_from_files
 
@@ -1285,7 +1290,7 @@ def webhook_cmd(
         raise _fail(f"--listen {listen}: cannot listen there ({e.strerror or e})") from None
 
 
-node_app = typer.Typer(help="Node-side components: NVML discovery, node agent, exporter.",
+node_app = typer.Typer(help="Node-side components: device plugin, node agent, exporter.",
                        no_args_is_help=True)
 app.add_typer(node_app, name="node")
 

@@ -192,7 +192,7 @@ def run_from_files(cluster: Path | None, jobs: Path | None, queues: Path | None,
         return replay(scenario_config(), scenario_nodes(), scenario_jobs(), opts,
                       "<built-in scenario>")
     if len(given) != 3:
-        raise InputError("give --cluster, --jobs and --queues together, or none of them "
+        raise InputError("give --nodes, --jobs and --queues together, or none of them "
                          "for the built-in scenario")
     assert cluster is not None and jobs is not None and queues is not None
     try:
