@@ -322,3 +322,12 @@ def test_a_shared_default_mode_serves_the_charts_replicas_per_card(helm, tmp_pat
     vols = {v["name"]: v for v in ds["spec"]["template"]["spec"]["volumes"]}
     assert mounts["mps-shm"] == "/dev/shm"
     assert vols["mps-shm"]["hostPath"]["path"] == "/var/lib/gpugov/mps/shm"
+
+
+def test_helm_template_renders_without_a_kube_version(helm) -> None:
+    """Issue 22 (low): `helm template` without --kube-version failed against the chart's
+    kubeVersion (GitOps tools render that way)."""
+    out = subprocess.run([str(helm), "template", "gpugov", str(CHART)], capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "kind: ValidatingAdmissionPolicy" in out.stdout
