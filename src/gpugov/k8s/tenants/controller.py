@@ -39,6 +39,7 @@ from gpugov.model.isolation import TrustTier
 
 log = logging.getLogger("gpugov.tenants")
 SELECTOR = fences.TENANT_LABEL
+MERGE = "application/merge-patch+json"
 
 
 @dataclass
@@ -236,7 +237,8 @@ class TenantController:
             patch: dict[str, Any] = {k: v for k, v in want.items() if labels.get(k) != v}
             patch.update({k: None for k in ours - set(want)})
             if patch:
-                await self.core.patch_namespace(ns, {"metadata": {"labels": patch}})
+                await self.core.patch_namespace(ns, {"metadata": {"labels": patch}},
+                                                _content_type=MERGE)
 
     async def _apply_objects(self, desired: Mapping[tuple[str, str, str], dict[str, Any]],
                              actual: Mapping[tuple[str, str, str], dict[str, Any]],
@@ -300,7 +302,8 @@ class TenantController:
                 continue
             try:
                 await self.custom.patch_cluster_custom_object_status(
-                    GROUP, VERSION, "tenants", name, {"status": status})
+                    GROUP, VERSION, "tenants", name, {"status": status},
+                    _content_type=MERGE)
             except ApiException as exc:
                 if exc.status != 404:
                     raise

@@ -43,7 +43,9 @@ def guardrails_of(tenant: str, trust: TrustTier, spec_guardrails: Mapping[str, A
 
 
 def _norm(path: Any) -> str:
-    return posixpath.normpath("/" + str(path)) if path else ""
+    # normpath keeps a leading `//` (POSIX leaves it implementation-defined); the kernel
+    # does not, so neither do we
+    return "/" + posixpath.normpath("/" + str(path)).lstrip("/") if path else ""
 
 
 def _covers(a: str, b: str) -> bool:
