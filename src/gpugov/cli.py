@@ -1137,7 +1137,7 @@ def dev_demo_cmd(
     console.print(top.render(asyncio.run(demo.top_snapshot(workdir / "kubeconfig")),
                              width=console.width))
     for line in demo.summary(result):
-        console.print(line, soft_wrap=True, highlight=False, markup=False)
+        console.print(line, highlight=False, markup=False)
 
 
 @dev_app.command("down")

@@ -158,6 +158,19 @@ async def _reset(kube: Kube, scn: dict[str, Any], timeout: float,
         await asyncio.sleep(0.3)
 
 
+async def _other_gpu_pods(kube: Kube, ns_list: list[str]) -> list[str]:
+    """Live pods outside the demo's namespaces that hold a gpugov allocation."""
+    out = []
+    for p in await _list(kube, "/api/v1/pods"):
+        meta = p["metadata"]
+        if meta.get("namespace") in ns_list or (p.get("status") or {}).get("phase") in (
+                "Succeeded", "Failed"):
+            continue
+        if names.ANN_ALLOCATION in (meta.get("annotations") or {}):
+            out.append(f"{meta['namespace']}/{meta['name']}")
+    return sorted(out)
+
+
 async def _create(kube: Kube, obj: dict[str, Any]) -> None:
     body = copy.deepcopy(obj)
     for _ in range(50):  # a fresh namespace or CRD can answer 404/429/503 for a moment
@@ -199,6 +212,11 @@ async def run_async(kubeconfig: Path, say: Callable[[str], None] = lambda _m: No
     result = Result()
     try:
         await _reset(kube, scn, timeout, say)
+        others = await _other_gpu_pods(kube, ns_list)
+        if others:
+            say(f"note: other GPU pods run on this cluster ({', '.join(others[:5])}"
+                f"{', ...' if len(others) > 5 else ''}); the demo is sized for the built-in "
+                "fleet of `gpugov dev up` with nothing else on it, so some steps may differ")
         for step in scn["steps"]:
             t0 = time.monotonic()
             say(f"[{step['name']}] {step['say']}")
@@ -278,7 +296,7 @@ def summary(result: Result) -> list[str]:
             lines.append(f"- {qname} borrowed: it held {peak:.2f} GPU at the burst, "
                          f"{peak - quota:.2f} above its quota of {quota:g}, on GPUs no one "
                          "else was asking for")
-    for victim, kind, who in result.evictions:
+    for victim, kind, who in sorted(result.evictions, key=lambda e: (e[1] != "reclaim", e)):
         why = ("reclaim: the preemptor's queue was under its fair share and the victim's "
                "above it" if kind == "reclaim" else
                "preempt: same queue, at its cap, and the victim's priority class is lower")
