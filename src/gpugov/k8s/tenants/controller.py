@@ -22,6 +22,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from fractions import Fraction
 from typing import Any
 
 from kubernetes_asyncio import client, watch
@@ -87,11 +88,19 @@ def pod_usage(pods: list[dict[str, Any]]) -> dict[str, Any]:
     return use
 
 
+def _amount(value: Any) -> Fraction:
+    return Fraction(value) if isinstance(value, int | Fraction) else parse_quantity(str(value))
+
+
 def below_usage(hard: Mapping[str, str], used: Mapping[str, Any]) -> list[str]:
+    """`key=hard (in use: n)` for every quota key set below what is already used."""
     out = []
     for k, v in hard.items():
-        if k in used and parse_quantity(str(v)) < parse_quantity(str(used[k])):
-            out.append(f"{k}={v} (in use: {used[k]})")
+        if k in used:
+            have = _amount(used[k])
+            if parse_quantity(str(v)) < have:
+                shown = used[k] if isinstance(used[k], str) else f"{float(have):g}"
+                out.append(f"{k}={v} (in use: {shown})")
     return out
 
 
