@@ -164,3 +164,18 @@ def test_a_misspelled_optional_job_column_is_refused_with_the_closest_name(tmp_p
     with pytest.raises(InputFileError) as info:
         load_job_file(path)
     assert "node_selectr" in str(info.value) and "did you mean 'node_selector'" in str(info.value)
+
+
+def test_openb_pods_without_or_with_a_negative_lifetime_are_never_a_silent_second(
+        tmp_path) -> None:
+    """Issue 22 (low): a missing or negative duration became 1 s without a word."""
+    from gpugov.sim.text_input import InputFileError
+
+    head = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,qos,creation_time,deletion_time\n"
+    path = tmp_path / "pods.csv"
+    path.write_text(head + "a,1000,1024,1,1000,LS,100,500\nb,1000,1024,1,1000,BE,200,\n")
+    jobs = {j.name: j for j in load_job_file(path)}
+    assert jobs["a"].duration == 400 and jobs["b"].duration == 300  # until the trace's end
+    path.write_text(head + "a,1000,1024,1,1000,LS,100,50\n")
+    with pytest.raises(InputFileError, match="deletion_time.*before creation_time"):
+        load_job_file(path)

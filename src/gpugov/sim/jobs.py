@@ -273,20 +273,30 @@ def openb_queue(name: str, qos: str) -> tuple[str, str]:
 
 def openb_jobs(path: Path | str) -> list[JobSpec]:
     """One single-pod job per openb pod: submit = creation_time, duration = deletion -
-    creation (at least 1 s), tenant by `openb_queue`."""
+    creation (at least 1 s), tenant by `openb_queue`. A pod with no deletion_time was still
+    running when the trace ended: it runs until the trace's last timestamp (never a silent
+    1 s). A deletion before the creation is refused with the line."""
     path = Path(path)
     pods = {p.name: p for p in load_pods(path)}
-    specs = []
+    rows = []
     for line, r in read_table(path, ("name", "creation_time")):
-        name = r["name"]
-        if name not in pods:
+        if r["name"] not in pods:
             continue
         created = _num(path, line, r, "creation_time", False)
         deleted = _num(path, line, r, "deletion_time", False) if r.get(
-            "deletion_time") else created + 1
+            "deletion_time", "").strip() else None
+        if deleted is not None and deleted < created:
+            raise TraceError(path, line, "deletion_time", f"{deleted:g} is before "
+                             f"creation_time {created:g}; a pod cannot end before it starts")
+        rows.append((line, r, created, deleted))
+    end = max((t for _, _, c, d in rows for t in (c, d) if t is not None), default=0.0)
+    specs = []
+    for line, r, created, deleted in rows:
+        name = r["name"]
         queue, pclass = openb_queue(name, r.get("qos", ""))
         p = pods[name]
-        specs.append(JobSpec(name, queue, pclass, created, max(1.0, deleted - created), 1,
+        duration = (end if deleted is None else deleted) - created
+        specs.append(JobSpec(name, queue, pclass, created, max(1.0, duration), 1,
                              p.gpu_count, p.gpu_milli, p.cpu_milli, p.memory_mib,
                              p.models, line))
     return specs
