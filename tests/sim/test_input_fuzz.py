@@ -179,3 +179,14 @@ def test_openb_pods_without_or_with_a_negative_lifetime_are_never_a_silent_secon
     path.write_text(head + "a,1000,1024,1,1000,LS,100,50\n")
     with pytest.raises(InputFileError, match="deletion_time.*before creation_time"):
         load_job_file(path)
+
+
+def test_a_policy_listed_twice_in_the_targets_is_refused(tmp_path) -> None:
+    """Issue 22 (low): duplicate --targets rows were accepted (the last one silently won)."""
+    from gpugov.sim.text_input import InputFileError
+
+    path = tmp_path / "t.csv"
+    path.write_text("workload,policy,alloc_at_100_mean,alloc_at_130_mean\n"
+                    "w,06-FGD,90,91\nw,fgd,80,81\n")
+    with pytest.raises(InputFileError, match="06-FGD of workload 'w' is listed twice"):
+        load_targets(path, "w")

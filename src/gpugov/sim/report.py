@@ -216,6 +216,9 @@ def load_targets(path: Path | str, workload: str) -> dict[str, tuple[float, floa
             label = get_policy(row["policy"]).label
         except KeyError as exc:
             raise InputFileError(path, line, "policy", exc.args[0]) from None
+        if label in out:  # two published numbers for one policy: which is meant?
+            raise InputFileError(path, line, "policy", f"{row['policy']!r}: {label} of "
+                                 f"workload {workload!r} is listed twice")
         out[label] = (number(path, line, row, "alloc_at_100_mean", lo=0, hi=100),
                       number(path, line, row, "alloc_at_130_mean", lo=0, hi=100))
     return out
