@@ -6,7 +6,10 @@ fleet packaged as `gpugov/k8s/data/dev-fleet.yaml`), installs gpugov's CRDs (and
 scheduler-plugins' PodGroup, for gangs) and the in-apiserver
 admission policies (pod ownership, node scope), starts the admission webhook and
 registers it, starts `gpugov scheduler` when this gpugov has it, and creates a default Queue
-and a catch-all Tenant so a GPU pod in any namespace is admitted. Every gpugov component runs
+and a catch-all Tenant so a GPU pod in any namespace is admitted, and starts `gpugov tenants`
+(the tenant controller; the catch-all Tenant declares no guardrails, so it fences nothing
+until one does). kube-apiserver writes `<workdir>/audit.log` (tenancy audit policy). Every
+gpugov component runs
 as the chart's ServiceAccount under the chart's RBAC (packaged with gpugov, so this holds from
 any install); when those rules cannot be loaded `up` refuses to start, never falling back to
 the admin. The kubectl built with the binaries is linked as `<workdir>/bin/kubectl`.
@@ -225,7 +228,7 @@ def up(workdir: Path, nodes: Path | None = None,
     check_rules()  # before anything starts
     t0 = time.monotonic()
     build.ensure_binaries(progress=say)
-    plane = LocalControlPlane(workdir, scheduler_config=True, progress=say)
+    plane = LocalControlPlane(workdir, scheduler_config=True, progress=say, audit=True)
     plane.start()
     try:
         say("installing CRDs")
@@ -246,6 +249,10 @@ def up(workdir: Path, nodes: Path | None = None,
             plane.start_process("gpugov-scheduler", gpugov_argv(
                 "scheduler", "--kubeconfig", str(sched_kc),
                 "--lease-namespace", SYSTEM_NAMESPACE))
+        say("starting gpugov tenants (each Tenant's fences)")
+        tenants_kc = _component_kubeconfig(plane, "tenants", say)
+        plane.start_process("gpugov-tenants", gpugov_argv(
+            "tenants", "--kubeconfig", str(tenants_kc), "--system-namespace", SYSTEM_NAMESPACE))
         objs = node_objects(cluster)
         say(f"creating {len(objs)} fake GPU nodes")
 

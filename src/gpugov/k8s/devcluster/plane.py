@@ -45,6 +45,8 @@ class LocalControlPlane:
     filled in) or True for kube-scheduler's defaults; None starts no kube-scheduler.
     `extra_args`: per component (`kube-apiserver`, ...), additional command-line flags.
     `die_with_parent`: every process gets SIGTERM if this Python process dies (tests).
+    `audit`: kube-apiserver writes `<workdir>/audit.log` under gpugov's tenancy audit policy
+    (pod creations, Queue/Tenant changes; `gpugov.k8s.tenants.audit`).
     """
 
     def __init__(self, workdir: Path | str, *, binaries: Path | None = None,
@@ -52,7 +54,7 @@ class LocalControlPlane:
                  scheduler_config: Path | bool | None = None,
                  extra_args: dict[str, Sequence[str]] | None = None,
                  progress: Callable[[str], None] | None = None,
-                 die_with_parent: bool = False) -> None:
+                 die_with_parent: bool = False, audit: bool = False) -> None:
         self.workdir = Path(workdir).resolve()
         self.bin = binaries or build.bin_dir()
         self.with_cm = controller_manager
@@ -64,6 +66,8 @@ class LocalControlPlane:
         self.kubeconfig = self.workdir / "kubeconfig"
         self.procs = ProcessSet(self.workdir)
         self.die_with_parent = die_with_parent
+        #: `<workdir>/audit.log` under gpugov's tenancy audit policy (`tenants.audit`)
+        self.audit = audit
         self.ca: pki.CertificateAuthority | None = None
         self.api_port = 0
         self.etcd_port = 0
@@ -208,6 +212,14 @@ class LocalControlPlane:
         self.say("starting kube-apiserver")
         self.api_port = free_port()
         p = self.pki_dir
+        audit: list[str] = []
+        if self.audit:
+            from gpugov.k8s.tenants.audit import write_policy
+
+            policy = write_policy(self.workdir / "audit-policy.yaml")
+            audit = [f"--audit-policy-file={policy}",
+                     f"--audit-log-path={self.workdir / 'audit.log'}",
+                     "--audit-log-maxsize=100", "--audit-log-maxbackup=3"]
         self._start("kube-apiserver", [
             str(self.bin / "kube-apiserver"),
             f"--etcd-servers=http://127.0.0.1:{self.etcd_port}",
@@ -222,7 +234,7 @@ class LocalControlPlane:
             f"--service-account-key-file={p / 'sa.pub'}",
             f"--service-account-signing-key-file={p / 'sa.key'}",
             f"--cert-dir={p / 'apiserver-generated'}",
-            f"--admission-control-config-file={p / 'admission.yaml'}",
+            f"--admission-control-config-file={p / 'admission.yaml'}", *audit,
             *self.extra_args.get("kube-apiserver", [])])
         _write_kubeconfig(self.kubeconfig, self.server, self.ca.pair.cert, self._admin,
                           "gpugov-admin")
