@@ -299,7 +299,9 @@ def relaxed(req: PodRequest, reason: str) -> PodRequest | None:
         return r(req, min_isolation=IsolationLevel.NONE, oversubscribe=False)
     if reason == "gpu-memory":
         if req.slice_mode is DeviceMode.TIMESLICE:
-            return r(req, oversubscribe=True)
+            # uncapping a replica also changes its isolation (an earlier step): no relaxation
+            # of memory alone exists; the reason itself is checked against the oracle
+            return None
         return r(req, gpu_memory_mib=0)
     return None
 
