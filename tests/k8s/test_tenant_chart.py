@@ -1,0 +1,23 @@
+"""The chart runs the tenant controller under its own least-privilege ServiceAccount."""
+
+from __future__ import annotations
+
+from tests.k8s.test_chart import helm, render  # noqa: F401  (helm is a fixture)
+
+from gpugov.k8s.devcluster.rbac import load_rules
+
+
+def test_chart_runs_gpugov_tenants_with_its_own_rules(helm):  # noqa: F811
+    by = {(d["kind"], d["metadata"]["name"]): d for d in render(helm)}
+    dep = by[("Deployment", "gpugov-tenants")]
+    pod = dep["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == "gpugov-tenants"
+    (c,) = pod["containers"]
+    assert c["args"][0] == "tenants" and "--resync=30" in c["args"]
+    assert c["securityContext"]["allowPrivilegeEscalation"] is False
+    assert by[("ClusterRole", "gpugov-tenants")]["rules"] == load_rules()["tenants"][
+        "clusterRules"]
+    binding = by[("ClusterRoleBinding", "gpugov-tenants")]
+    assert binding["subjects"][0]["name"] == "gpugov-tenants"
+    assert not [d for d in render(helm, "--set", "tenants.enabled=false")
+                if "tenants" in d["metadata"]["name"]]
