@@ -70,6 +70,9 @@ def test_dev_demo_borrows_reclaims_and_preempts_as_its_summary_says(tmp_path: Pa
         version = subprocess.run([str(kubectl), f"--kubeconfig={kubeconfig}", "version"],
                                  capture_output=True, text=True, timeout=60, check=False)
         assert version.returncode == 0 and "Server Version" in version.stdout, version
+        nodes = gpugov("dev", "kubectl", "--dir", str(work), "get", "nodes", "-o", "name")
+        assert nodes.returncode == 0 and sorted(nodes.stdout.split()) == [
+            "node/a100-0", "node/a100-1", "node/h100-0"], nodes
 
         demo = gpugov("dev", "demo", "--dir", str(work), timeout=600)
         assert demo.returncode == 0, demo.stdout + demo.stderr

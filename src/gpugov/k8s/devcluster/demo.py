@@ -171,8 +171,21 @@ async def _other_gpu_pods(kube: Kube, ns_list: list[str]) -> list[str]:
     return sorted(out)
 
 
+def restricted(pod: dict[str, Any]) -> dict[str, Any]:
+    """The pod with the securityContext Pod Security `restricted` asks for (what an
+    untrusted Tenant's namespaces enforce; docs/tenancy.md), unless it sets its own."""
+    pod = copy.deepcopy(pod)
+    spec = pod.setdefault("spec", {})
+    spec.setdefault("securityContext", {"runAsNonRoot": True, "runAsUser": 65532,
+                                        "seccompProfile": {"type": "RuntimeDefault"}})
+    for c in spec.get("containers") or []:
+        c.setdefault("securityContext", {"allowPrivilegeEscalation": False,
+                                         "capabilities": {"drop": ["ALL"]}})
+    return pod
+
+
 async def _create(kube: Kube, obj: dict[str, Any]) -> None:
-    body = copy.deepcopy(obj)
+    body = restricted(obj) if obj["kind"] == "Pod" else copy.deepcopy(obj)
     for _ in range(50):  # a fresh namespace or CRD can answer 404/429/503 for a moment
         status, doc = await kube.request("POST", _path(body), body)
         if status in (200, 201, 409):
