@@ -144,7 +144,7 @@ def fenced(k8s_control_plane):
     yield cluster
 
     async def teardown() -> None:
-        for name in [*tenants, "e2e-missing-sa"]:
+        for name in [*tenants, "e2e-missing-sa", "e2e-bad-rule"]:
             try:
                 await _custom(cluster, "delete_cluster_custom_object", "tenants", name)
             except ApiException as exc:
@@ -367,6 +367,23 @@ def test_bad_tenants_are_refused_or_reported_never_half_applied(fenced):
             rbs = (await client.RbacAuthorizationV1Api(api).list_namespaced_role_binding(
                 ns, label_selector="gpugov.io/tenant")).items
             assert rbs == []
+        # an extra rule the apiserver refuses: that fence reported, the others in place
+        ns2 = await cluster.unique_namespace("tenant-rule", SCOPE)
+        await _custom(cluster, "create_cluster_custom_object", "tenants", _tenant(
+            "e2e-bad-rule", {"namespaces": [ns2], "queue": QUEUE, "guardrails": {
+                "networkPolicy": {"ingress": [{"ports": [{"port": 70000}]}]}}}))
+
+        async def rejected():
+            t = await _custom(cluster, "get_cluster_custom_object", "tenants", "e2e-bad-rule")
+            conds = {c["type"]: c for c in (t.get("status") or {}).get("conditions") or []}
+            return conds if conds.get("NetworkPolicy", {}).get("reason") == "Rejected" else None
+        conds = await _wait(rejected, what="Rejected reported")
+        assert "gpugov-extra" in conds["NetworkPolicy"]["message"]
+        assert conds["LimitRange"]["status"] == "True"
+        async with cluster.api() as api:
+            pols = {p.metadata.name for p in (await client.NetworkingV1Api(api)
+                                              .list_namespaced_network_policy(ns2)).items}
+            assert pols == {"gpugov-default-deny", "gpugov-allow-tenant", "gpugov-allow-dns"}
         # a quota below what the namespace already holds: reported, the quota left as it was
         for i in range(3):
             code, msg = await _create_pod(cluster.kubeconfig, b, _pod(f"hold-{i}", gpu=False),

@@ -17,6 +17,7 @@ namespace already uses (ResourceQuota), malformed or below-floor guardrails (eve
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from collections.abc import Mapping
@@ -137,6 +138,7 @@ class TenantController:
         outcomes: dict[str, Outcome] = {}
         wanted_labels: dict[str, dict[str, str]] = {}
         unmanaged = set()
+        fence_of: dict[tuple[str, str, str], tuple[str, str]] = {}
         for t in tenants:
             name = t["metadata"]["name"]
             spec = t.get("spec") or {}
@@ -182,12 +184,17 @@ class TenantController:
                     continue
                 for obj in per_fence[fence]:
                     desired[key(obj)] = obj
+                    fence_of[key(obj)] = (name, fence)
                 out.fences[fence] = _done(fence, per_fence[fence], out.namespaces, g)
         keep |= {k for k, o in actual.items()
                  if (o["metadata"].get("labels") or {}).get(SELECTOR) in unmanaged}
         await self._apply_labels({ns: labels for ns, labels in namespaces.items()
                                   if labels.get(SELECTOR) not in unmanaged}, wanted_labels)
-        await self._apply_objects(desired, actual, keep)
+        rejected = await self._apply_objects(desired, actual, keep)
+        for k, message in rejected.items():  # the apiserver refused it: that fence only
+            tenant, fence = fence_of[k]
+            outcomes[tenant].fences[fence] = (
+                False, "Rejected", f"{k[0]} {'/'.join(x for x in k[1:] if x)}: {message}")
         await self._write_status([t for t in tenants if t["metadata"]["name"] in outcomes],
                                  outcomes)
         self.passes += 1
@@ -251,7 +258,11 @@ class TenantController:
 
     async def _apply_objects(self, desired: Mapping[tuple[str, str, str], dict[str, Any]],
                              actual: Mapping[tuple[str, str, str], dict[str, Any]],
-                             keep: set[tuple[str, str, str]]) -> None:
+                             keep: set[tuple[str, str, str]]
+                             ) -> dict[tuple[str, str, str], str]:
+        """Create, repair and remove; the objects the apiserver refused (e.g. an extra
+        NetworkPolicy rule it finds invalid), with its message: they fail alone."""
+        rejected: dict[tuple[str, str, str], str] = {}
         for k, obj in desired.items():
             o = ops(self.api, obj["kind"])
             ns = obj["metadata"].get("namespace")
@@ -274,9 +285,13 @@ class TenantController:
                         await o.replace(obj["metadata"]["name"], *args, body)
                     log.info("repaired %s %s", obj["kind"], "/".join(k[1:]))
             except ApiException as exc:
-                if exc.status not in (404, 409):  # raced with a deletion or an edit: next pass
+                if exc.status in (404, 409):  # raced with a deletion or an edit: next pass
+                    self._wake.set()
+                elif exc.status in (400, 403, 422):
+                    rejected[k] = _api_message(exc)
+                    log.warning("%s %s refused: %s", obj["kind"], "/".join(k[1:]), rejected[k])
+                else:
                     raise
-                self._wake.set()
         for k in actual:
             if k in desired or k in keep:
                 continue
@@ -288,6 +303,7 @@ class TenantController:
             except ApiException as exc:
                 if exc.status != 404:
                     raise
+        return rejected
 
     async def _write_status(self, tenants: list[dict[str, Any]],
                             outcomes: Mapping[str, Outcome]) -> None:
@@ -372,6 +388,13 @@ class TenantController:
 _KINDS_OF = {"PodSecurity": (), "ResourceQuota": ("ResourceQuota",),
              "LimitRange": ("LimitRange",), "NetworkPolicy": ("NetworkPolicy",),
              "RBAC": ("RoleBinding", "ClusterRole", "ClusterRoleBinding")}
+
+
+def _api_message(exc: ApiException) -> str:
+    try:
+        return str(json.loads(exc.body).get("message", exc.reason))[:500]
+    except (TypeError, ValueError, AttributeError):
+        return str(exc.reason)[:500]
 
 
 def _done(fence: str, objs: list[dict[str, Any]], namespaces: list[str],
