@@ -151,7 +151,7 @@ def test_no_queue_config_no_placement() -> None:
     st = ExtenderState(scheduler_name="gpugov")
     st.view.set_node(_ready(gpu_node("n", 4)))
     adm, why = st.admit(gpu_pod("p", "ns", "gpugov"))
-    assert adm is None and why.startswith("no-queue-config")
+    assert adm is None and why.startswith("no-queue-objects: no Queue objects: create a Queue")
 
 
 def test_decisions_remember_only_what_filter_accepted_bounded() -> None:
@@ -218,7 +218,9 @@ def test_extender_command_refuses_to_serve_unauthenticated_unless_told(tmp_path)
     from gpugov.cli import app
 
     kc = tmp_path / "kubeconfig"
-    kc.write_text("apiVersion: v1\nkind: Config\n")
+    kc.write_text("current-context: c\ncontexts: [{name: c, context: {cluster: k, user: u}}]\n"
+                  "clusters: [{name: k, cluster: {server: 'https://127.0.0.1:1'}}]\n"
+                  "users: [{name: u, user: {token: t}}]\n")
     out = CliRunner().invoke(app, ["extender", "--kubeconfig", str(kc)])
     assert out.exit_code == 2
     assert "give --tls-cert, --tls-key, --client-ca (or --insecure-http" in out.output

@@ -121,7 +121,8 @@ class ExtenderState:
             return None, (f"pod's schedulerName {info.scheduler!r} is not {v.scheduler_name!r}, "
                           "the scheduler this extender serves")
         if v.cp is None:
-            return None, "no-queue-config: " + ("; ".join(v.build.problems[:3]) or "no nodes")
+            code, why = v._why_no_engine()  # the scheduler's own words: the real cause
+            return None, f"{code}: {why}"
         if info.error:
             return None, info.error
         if info.node_affinity:
