@@ -85,16 +85,19 @@ def nvidia_time_sliced_node(count: int = 2, replicas: int = 4, allocatable: int 
 
 def test_a_node_time_sliced_by_the_nvidia_plugin_counts_its_gpus_not_its_replicas() -> None:
     """8 `nvidia.com/gpu` replicas of 2 H100s are 2 time-slice devices: a pod asking for 2
-    whole GPUs is not placed on replicas (it would get 2 slices of maybe one card)."""
+    whole GPUs is not placed on replicas (it would get 2 slices of maybe one card), and no
+    gpugov pod is placed there at all (the kubelet would refuse a `gpu.shared` one)."""
     st = state([nvidia_time_sliced_node()])
     spec = st.nodes["nv-0"].spec
     assert spec.gpu_count == 2
     assert {(d.mode, d.replicas) for d in spec.devices} == {(DeviceMode.TIMESLICE, 4)}
-    submit(st, pod("two", limits={"nvidia.com/gpu": "2"}))
+    assert "without renaming" in st.nodes["nv-0"].error
+    submit(st, pod("two", limits={"nvidia.com/gpu": "2"}),
+           pod("replica", limits={"nvidia.com/gpu.shared": "1"}))
     plan = st.cycle(T0)
-    assert not plan.binds
-    (cond,) = plan.conditions
-    assert "gpu-mode" in cond.message
+    assert not plan.binds  # its replicas are not gpugov's device plugin's to hand out
+    msgs = {c.name: c.message for c in plan.conditions}
+    assert "gpu-mode" in msgs["two"] and "replica" in msgs
 
 
 def test_gfd_labels_that_disagree_with_allocatable_close_the_node() -> None:

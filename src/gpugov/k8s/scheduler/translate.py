@@ -154,6 +154,15 @@ def node_info(obj: dict[str, Any]) -> NodeInfo:
     blocked, problem = _blocked_devices(meta, gpus, inv, inv_problem)
     if problem:
         problems.append(problem)
+    if shared is not None and gpus > 0:
+        # the NVIDIA plugin's replicas are `nvidia.com/gpu` IDs gpugov's device plugin does
+        # not serve: no gpugov pod (whole, time-slice or MPS) can be admitted on them
+        blocked = tuple(range(gpus))
+        problems.append(
+            f"node {name}: the NVIDIA device plugin shares {names.GPU_RESOURCE} without "
+            f"renaming it ({labels.get(GFD_STRATEGY)}, {shared[1].replicas} replicas per GPU): "
+            "gpugov counts its GPUs but places no pod on them (serve the node with gpugov's "
+            "device plugin, `gpugov node run`)")
     spec_kw: dict[str, Any] = {
         "labels": tuple(sorted((str(k), str(v)) for k, v in labels.items())),
         "taints": taints}
