@@ -538,3 +538,36 @@ def test_a_node_publishing_its_memory_takes_memory_pods_whatever_its_model() -> 
     st.set_pod(_slice("m", 40 * 1024))
     (b,) = st.cycle(T0).binds
     assert b.node == "acme" and b.record.devices[0].memory_mib == 40 * 1024
+
+
+def _borrowing_gang(rebuild: bool) -> list[str]:
+    """Queue qb (quota 3) holds two singles and a 2-pod gang on one 4-GPU node; team-a (quota
+    1) asks for 1 GPU: the pods reclaim evicts, after a rebuild or not."""
+    st = make(nodes=1, gpus=4, queues=[queue("qa", quota={"gpu": 1}),
+                                        queue("qb", quota={"gpu": 3})])
+    st.set_object("podgroup", {"metadata": {"name": "g", "namespace": "team-b"},
+                               "spec": {"minMember": 2}})
+    objs = {f"s{i}": {"created": "2027-01-15T08:00:00Z"} for i in range(2)}
+    objs.update({f"g{i}": {"group": "g", "created": "2027-01-15T08:00:05Z"} for i in range(2)})
+    for name, kw in objs.items():
+        st.set_pod(pod(name, ns="team-b", **kw))
+    plan = st.cycle(T0)
+    assert len(plan.binds) == 4
+    for b in plan.binds:  # the API's view after binding: the same pods, bound, with records
+        st.bind_result(b, True)
+        st.set_pod(pod(b.name, ns="team-b", node_name=b.node, uid=st.pods[b.key].uid,
+                       allocation=encode_allocation(b.record), **objs[b.name]))
+    st.dirty = rebuild  # what a Queue edit or a restart does: rebuild from the records
+    st.cycle(T0 + 5)
+    if rebuild:
+        assert st.job_of["team-b/g0"] == st.job_of["team-b/g1"]  # still one job
+    st.set_pod(pod("a0"))
+    return sorted(e.name for e in st.cycle(T0 + 10).evictions)
+
+
+def test_a_gang_adopted_after_a_rebuild_is_still_one_job_and_never_evicted_by_halves() -> None:
+    """A rebuild (restart, Queue edit) adopted each bound pod of a gang as its own job, so a
+    reclaim could evict half a gang (seen in the dev demo: train-1 evicted, train-0 kept)."""
+    before = _borrowing_gang(rebuild=False)
+    after = _borrowing_gang(rebuild=True)
+    assert after == before and len(after) == 1 and not after[0].startswith("g")

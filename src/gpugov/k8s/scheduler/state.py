@@ -438,7 +438,17 @@ class SchedulerState:
             if info.done or not node or node not in self.node_index:
                 continue
             bound.append((info.created, key, info, node, record))
+        gangs: dict[str, list[tuple[PodInfo, AllocationRecord]]] = {}
+        for _, _key, info, node, record in bound:
+            if info.group and record is not None and record.node == node and not info.error:
+                gangs.setdefault(f"{info.namespace}/{info.group}", []).append((info, record))
+        adopted = set()
+        for members in gangs.values():  # a gang stays one job: it is evicted whole
+            if len(members) > 1 and self._adopt_gang(members):
+                adopted |= {m.key for m, _ in members}
         for _, key, info, node, record in sorted(bound, key=lambda b: b[:2]):
+            if key in adopted:
+                continue
             start = float("inf") if key in self.protected else info.created
             if record is not None and record.node == node and not info.error and \
                     self._adopt(info, start, record):
@@ -599,6 +609,54 @@ class SchedulerState:
         cp._start(job, [alloc], start)  # the control plane's own bookkeeping of a start
         self.jobs[name] = _JobRec(job, [info.key])
         self.job_of[info.key] = name
+        return True
+
+    def _adopt_gang(self, members: list[tuple[PodInfo, AllocationRecord]]) -> bool:
+        """Count the bound pods of one PodGroup as the one job they were placed as, so that
+        preemption and reclaim evict the gang whole (a pod-per-job rebuild once evicted half
+        a gang). False, with nothing changed, when they cannot be one job (pods that differ,
+        a record that does not fit): each is then adopted alone."""
+        cp = self.cp
+        assert cp is not None
+        infos = sorted((m for m, _ in members), key=lambda m: (m.created, m.key))
+        records = {m.key: r for m, r in members}
+        try:
+            shapes = {dataclasses.replace(self.pod_request(m), name="") for m in infos}
+        except ValueError:
+            return False
+        if len(shapes) > 1 or len({m.queue for m in infos}) > 1:
+            return False
+        snap = cp.state.snapshot()
+        self._job_seq += 1
+        gkey = f"{infos[0].namespace}/{infos[0].group}"
+        jname = f"group:{gkey}#{self._job_seq}"
+        job = None
+        try:
+            job = self._new_job(jname, infos[0], len(infos))
+            if job is None:
+                return False
+            cp.submit(job)
+            if job.status == REJECTED:
+                self._drop_job(job)
+                return False
+            allocs = []
+            for m in infos:
+                rec = records[m.key]
+                alloc = recorded_allocation(cp.state, job.request, self.node_index[rec.node],
+                                            rec)
+                cp.state.allocate(job.request, alloc)
+                allocs.append(alloc)
+        except Exception:  # noqa: BLE001 - not one job after all: adopt each alone
+            cp.state.restore(snap)
+            if job is not None:
+                self._drop_job(job)
+            return False
+        protected = any(m.key in self.protected for m in infos)
+        cp._start(job, allocs, float("inf") if protected else infos[0].created)
+        keys = [m.key for m in infos]
+        self.jobs[jname] = _JobRec(job, keys)
+        for k in keys:
+            self.job_of[k] = jname
         return True
 
     # -- the cycle ------------------------------------------------------------------------------
