@@ -140,19 +140,46 @@ class Handover:
     def needs_scrub(self, uuid: str, tenant: str) -> bool:
         return self.last.get(uuid) != tenant
 
-    def before_handover(self, uuid: str, tenant: str,
-                        cuda_lib: Path | None = None) -> ScrubResult | None:
+    def before_handover(self, uuid: str, tenant: str, cuda_lib: Path | None = None,
+                        address: str | int | None = None) -> ScrubResult | None:
         """Scrub `uuid` unless `tenant` had it last; None when no scrub was needed. The device
-        is recorded as the tenant's only after a successful scrub."""
+        is recorded as the tenant's only after a successful scrub. `address`: how the driver
+        is told which device (an index, or the UUID itself when None)."""
         if not self.needs_scrub(uuid, tenant):
             return None
-        result = scrub_device(uuid, cuda_lib)
+        result = scrub_device(uuid if address is None else address, cuda_lib)
         if result.ok:
             self.last[uuid] = tenant
             tmp = self.state.with_name(f".{self.state.name}.tmp{os.getpid()}")
             tmp.write_text(json.dumps(self.last, sort_keys=True))
             os.replace(tmp, self.state)
         return result
+
+
+def handover_for(state_dir: Path, setting: str | None = None) -> Handover | None:
+    """The device plugin's handover record, or None when scrubbing is off.
+
+    `setting` (default: env `GPUGOV_SCRUB`): `on` always scrubs (a node without a loadable
+    CUDA driver then refuses whole-GPU and MIG handovers: fail closed), `off` never does,
+    `auto` (the default) scrubs where `libcuda.so.1` loads — every GPU node — and says once
+    that it is off elsewhere (a CPU-only test or dev node)."""
+    import logging
+
+    mode = (setting or os.environ.get("GPUGOV_SCRUB") or "auto").strip().lower()
+    if mode not in ("auto", "on", "off"):
+        raise ValueError(f"GPUGOV_SCRUB={mode!r}; allowed: auto, on, off")
+    if mode == "off":
+        return None
+    if mode == "auto":
+        try:
+            ctypes.CDLL("libcuda.so.1")
+        except OSError:
+            logging.getLogger("gpugov.scrub").warning(
+                "no CUDA driver (libcuda.so.1) here: whole GPUs and MIG instances are handed "
+                "to another tenant without a scrub (GPUGOV_SCRUB=on refuses instead)")
+            return None
+    state_dir.mkdir(parents=True, exist_ok=True)
+    return Handover.load(state_dir / "handover.json")
 
 
 def main(argv: list[str]) -> None:

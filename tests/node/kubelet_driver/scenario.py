@@ -108,15 +108,15 @@ def short_dir() -> Any:
 
 @contextlib.asynccontextmanager
 async def running_plugin(plugin_dir: Path, state_dir: Path, inventory: Inventory | DeviceSource,
-                         pods: MemoryPodSource, node: str = NODE, with_library: bool = True
-                         ) -> AsyncIterator[tuple[DevicePluginManager, Any]]:
+                         pods: MemoryPodSource, node: str = NODE, with_library: bool = True,
+                         **cfg_extra: Any) -> AsyncIterator[tuple[DevicePluginManager, Any]]:
     """A started manager on `inventory` (a StaticDeviceSource is made) or on a given source."""
     library = state_dir / "lib" / "libgpugov.so"
     library.parent.mkdir(parents=True, exist_ok=True)
     library.write_bytes(b"\x7fELF stand-in: mounted, never loaded in these tests")
     source = StaticDeviceSource(inventory) if isinstance(inventory, Inventory) else inventory
     cfg = ResponseConfig(state_dir=state_dir, library=library if with_library else None,
-                         device_specs=True)
+                         device_specs=True, **cfg_extra)
     mgr = DevicePluginManager(node, source, pods, plugin_dir, cfg, poll_s=0.05)
     await mgr.start()
     try:

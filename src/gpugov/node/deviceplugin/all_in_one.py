@@ -98,6 +98,7 @@ async def serve_all(opts: RunOptions) -> None:
     from gpugov.node.nvml.health import HealthTracker
     from gpugov.node.nvml.library import Nvml
     from gpugov.node.nvml.source import NvmlDeviceSource, SharingPolicy
+    from gpugov.node.scrub import handover_for
 
     cfg = opts.config
     mode = DeviceMode.EXCLUSIVE if cfg.defaultMode == "mig" else DeviceMode(cfg.defaultMode)
@@ -121,7 +122,8 @@ async def serve_all(opts: RunOptions) -> None:
                 mps=MpsDaemon(opts.state_dir / "mps", control=cfg.mpsControl)))
             plugin = DevicePluginManager(
                 opts.node_name, source, ApiPodSource(api), opts.plugin_dir,
-                ResponseConfig(opts.state_dir, install_library(opts.state_dir)),
+                ResponseConfig(opts.state_dir, install_library(opts.state_dir),
+                               handover=handover_for(opts.state_dir)),
                 soft_replicas=cfg.softSplit)
             await plugin.start()
             me = asyncio.current_task()

@@ -16,9 +16,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import grpc
-from prometheus_client import Counter
+from prometheus_client import Counter, Histogram
 
 from gpugov.k8s.annotations import ALLOCATED, Inventory, encode_allocated
+from gpugov.model.devices import DeviceMode
 from gpugov.node.deviceplugin.handshake import Candidate, candidates, matching, preferred_ids
 from gpugov.node.deviceplugin.pods import PodSource
 from gpugov.node.deviceplugin.resources import PluginDevice, socket_name
@@ -39,6 +40,12 @@ ALLOCATIONS = Counter("gpugov_deviceplugin_allocations_total",
 CONFLICTS = Counter("gpugov_deviceplugin_claim_conflicts_total",
                     "Claims refused for a stale resourceVersion (another Allocate won the pod)",
                     ["resource"])
+SCRUBS = Counter("gpugov_deviceplugin_scrubs_total",
+                 "Whole GPUs / MIG instances zeroed before another tenant got them, by outcome",
+                 ["resource", "outcome"])
+SCRUB_SECONDS = Histogram("gpugov_deviceplugin_scrub_seconds",
+                          "Time to zero a device's free memory before a handover", ["resource"],
+                          buckets=(0.01, 0.05, 0.1, 0.5, 1, 2, 5, 10, 30, 60, 300))
 
 
 class AllocateError(Exception):
@@ -186,6 +193,7 @@ class ResourcePlugin(pb_grpc.DevicePluginServicer):
             for c in found:
                 resp = self._response(c, request)  # fails before any claim is written
                 if c.claimed_ids:  # the kubelet allocates the same container again
+                    await self._scrub(c, request)  # a scrub that failed before is retried
                     return resp, "reclaimed"
                 value = encode_allocated(sorted(set(c.allocated_ids) | set(ids)), _now())
                 try:
@@ -195,6 +203,7 @@ class ResourcePlugin(pb_grpc.DevicePluginServicer):
                     continue  # deleted since the list: try the next one
                 if ok:
                     log.info("Allocate %s %s -> pod %s", self.resource, ids, c.ref)
+                    await self._scrub(c, request)
                     return resp, "ok"
                 CONFLICTS.labels(self.resource).inc()
                 log.info("claim of %s for %s lost a race (stale resourceVersion); next",
@@ -202,6 +211,33 @@ class ResourcePlugin(pb_grpc.DevicePluginServicer):
             # every match changed since we listed: another Allocate claimed it; list again
         raise AllocateError("conflict", f"could not claim a pod for {ids} after "
                             f"{CLAIM_ATTEMPTS} attempts (each candidate changed meanwhile)")
+
+    async def _scrub(self, c: Candidate, request: list[PluginDevice]) -> None:
+        """Zero a whole GPU or MIG instance before a pod of another tenant (namespace) gets
+        it: memory an exited process left is not scrubbed by anyone else, and such pods run
+        without the enforcement library. Shared devices (soft, time-slice, MPS) are not:
+        other tenants' pods may be using them, and the library scrubs what they free. A
+        failed scrub refuses the Allocate (the container does not start on another tenant's
+        data); the kubelet's retry scrubs again."""
+        handover = self.cfg.handover
+        if handover is None:
+            return
+        for d in request:
+            if d.mode not in (DeviceMode.EXCLUSIVE, DeviceMode.MIG):
+                continue
+            address = d.mig_uuid if d.mig_uuid else d.index
+            result = await asyncio.to_thread(handover.before_handover, d.key, c.namespace,
+                                             self.cfg.scrub_cuda_lib, address)
+            if result is None:
+                continue
+            SCRUBS.labels(self.resource, "ok" if result.ok else "failed").inc()
+            if not result.ok:
+                raise AllocateError("scrub_failed", f"device {d.key} could not be scrubbed "
+                                    f"before pod {c.ref} of another tenant gets it: "
+                                    f"{result.error or 'nothing zeroed'}")
+            SCRUB_SECONDS.labels(self.resource).observe(result.seconds)
+            log.info("scrubbed %s (%d bytes, %.2f s) before handing it to %s", d.key,
+                     result.bytes, result.seconds, c.ref)
 
     def _response(self, c: Candidate, request: list[PluginDevice]) -> pb.ContainerAllocateResponse:
         try:

@@ -30,6 +30,7 @@ import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from gpugov.k8s.annotations import AllocatedDevice
 from gpugov.model.devices import DeviceMode
@@ -54,6 +55,10 @@ class ResponseConfig:
     device_specs: bool = True  # pass /dev/nvidia* nodes (off when the runtime injects them)
     cdi: bool = False  # also name CDI devices
     dev_root: str = "/dev"
+    #: scrub whole GPUs and MIG instances between tenants before handing them over
+    #: (`node.scrub.Handover`); None = off
+    handover: Any = None
+    scrub_cuda_lib: Path | None = None  # folder of the libcuda.so.1 the scrub loads
 
     @property
     def preload_file(self) -> Path:

@@ -19,6 +19,7 @@ from gpugov.node.deviceplugin.pods import ApiPodSource
 from gpugov.node.deviceplugin.resources import SOFT_REPLICAS
 from gpugov.node.deviceplugin.response import ResponseConfig
 from gpugov.node.deviceplugin.source import DeviceSource, StaticDeviceSource
+from gpugov.node.scrub import handover_for
 
 DEFAULT_STATE_DIR = Path("/var/lib/gpugov")
 
@@ -140,7 +141,8 @@ async def _serve(opts: NodeOptions, node: str, source: DeviceSource) -> None:
         start_http_server(port, addr=host)  # a daemon thread; ends with the process
     async with client.ApiClient() as api:
         cfg = ResponseConfig(state_dir=opts.state_dir, library=install_library(opts.state_dir),
-                             device_specs=opts.device_specs, cdi=opts.cdi)
+                             device_specs=opts.device_specs, cdi=opts.cdi,
+                             handover=handover_for(opts.state_dir))
         mgr = DevicePluginManager(node, source, ApiPodSource(api), opts.plugin_dir, cfg,
                                   soft_replicas=opts.soft_replicas)
         watch = getattr(source, "watch", None)  # NVML: re-read discovery and health
