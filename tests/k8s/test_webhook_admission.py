@@ -512,3 +512,33 @@ def test_kai_annotations_become_resources_of_the_container_kai_gives_them(
     assert admission.pod_request(mutated) is not None
     assert ann.encode_request(admission.pod_request(mutated)) == ann.encode_request(before)
     assert admission.validate(review(mutated))["response"]["allowed"]
+
+
+@pytest.mark.parametrize(("affinity", "field"), [
+    ({"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"labelSelector": {"matchLabels": {"app": "x"}},
+         "topologyKey": "kubernetes.io/hostname"}]}}, "podAntiAffinity"),
+    ({"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"labelSelector": {"matchLabels": {"app": "x"}},
+         "topologyKey": "kubernetes.io/hostname"}]}}, "podAffinity"),
+])
+def test_affinity_the_scheduler_cannot_evaluate_is_refused_at_admission(affinity, field):
+    """Issue 20: a GPU pod whose pod (anti-)affinity gpugov's scheduler does not evaluate was
+    admitted and then sat Pending; now kubectl says why at creation, naming the field."""
+    out = admission.mutate(review(pod({"nvidia.com/gpu": 1}, affinity=affinity)),
+                           lambda ns: INTERNAL)
+    assert not out["response"]["allowed"]
+    assert field in out["response"]["status"]["message"]
+    spread = pod({"nvidia.com/gpu": 1}, topologySpreadConstraints=[
+        {"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "DoNotSchedule"}])
+    out = admission.mutate(review(spread), lambda ns: INTERNAL)
+    assert not out["response"]["allowed"]
+    assert "topologySpreadConstraints" in out["response"]["status"]["message"]
+    node_affinity = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": [
+            {"key": "zone", "operator": "NotIn", "values": ["a", "b"]}]}]}}}
+    out = admission.mutate(review(pod({"nvidia.com/gpu": 1}, affinity=node_affinity)),
+                           lambda ns: INTERNAL)
+    assert out["response"]["allowed"]  # node affinity with any operator is evaluated
+    out = admission.mutate(review(pod({"cpu": "1"}, affinity=affinity)), lambda ns: INTERNAL)
+    assert out["response"]["allowed"]  # not a GPU pod: not gpugov's to refuse

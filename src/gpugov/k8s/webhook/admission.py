@@ -327,6 +327,19 @@ def _strip_owned(meta: Mapping[str, Any]) -> tuple[list[dict[str, Any]], list[st
     return patch, removed
 
 
+def _placement_refusal(pod: Mapping[str, Any]) -> str:
+    """Why gpugov's scheduler could not place this GPU pod's affinity as written ("" = it
+    can): pod (anti-)affinity and topology spread are refused here, naming the field, rather
+    than admitted and left Pending — never silently ignored. The scheduler's own check."""
+    from gpugov.k8s.scheduler.translate import affinity_refusal  # (it imports this module)
+
+    spec = pod.get("spec")
+    try:
+        return affinity_refusal(spec) if isinstance(spec, dict) else ""
+    except (TypeError, ValueError, AttributeError) as exc:  # malformed: the scheduler says so
+        return f"spec.affinity: {exc}"
+
+
 def _escape(key: str) -> str:
     return key.replace("~", "~0").replace("/", "~1")
 
@@ -431,6 +444,9 @@ def mutate(req: Mapping[str, Any], resolve_tenancy, scheduler_name: str = ann.SC
     refusal = _node_name_refusal(pod, req, system_namespace)
     if refusal:
         return response(uid, False, refusal, code=403)
+    placement = _placement_refusal(pod)
+    if placement:
+        return response(uid, False, f"gpugov: {placement}")
     namespace = req.get("namespace") or meta.get("namespace") or "default"
     try:
         res = resolve_tenancy(namespace)
