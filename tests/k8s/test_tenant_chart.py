@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from tests.k8s.test_chart import helm, render  # noqa: F401  (helm is a fixture)
+from tests.k8s.test_chart import NS, helm, render  # noqa: F401  (helm is a fixture)
 
 from gpugov.k8s.devcluster.rbac import load_rules
+from gpugov.k8s.tenants.policy import all_policies, chart_template
 
 
 def test_chart_runs_gpugov_tenants_with_its_own_rules(helm):  # noqa: F811
@@ -21,3 +22,16 @@ def test_chart_runs_gpugov_tenants_with_its_own_rules(helm):  # noqa: F811
     assert binding["subjects"][0]["name"] == "gpugov-tenants"
     assert not [d for d in render(helm, "--set", "tenants.enabled=false")
                 if "tenants" in d["metadata"]["name"]]
+
+
+def test_chart_carries_the_tenant_policies_the_code_makes(helm):  # noqa: F811
+    from pathlib import Path
+
+    template = Path(__file__).parents[2] / "deploy/helm/gpugov/templates/tenant-policy.yaml"
+    assert template.read_text() == chart_template(), \
+        "run: python -m gpugov.k8s.tenants.policy > deploy/helm/gpugov/templates/tenant-policy.yaml"
+    got = [d for d in render(helm) if d["kind"].startswith("ValidatingAdmissionPolicy")
+           and d["metadata"]["name"].startswith("gpugov-tenant-")]
+    def order(d: dict) -> tuple[str, str]:
+        return d["kind"], d["metadata"]["name"]
+    assert sorted(got, key=order) == sorted(all_policies(NS, "gpugov"), key=order)

@@ -22,7 +22,9 @@ from gpugov.k8s.devcluster.dev import (
     install_crds,
     start_webhook,
 )
+from gpugov.k8s.tenants.policy import all_policies
 from gpugov.k8s.webhook import registration
+from gpugov.k8s.webhook.policy import apply_policies, delete_policies
 
 SCOPE = {"gpugov-tenant-e2e": "true"}
 MANAGED = {"gpugov-tenant-e2e": "yes"}  # the controller's --tenant-selector
@@ -115,6 +117,8 @@ def fenced(k8s_control_plane):
     url = start_webhook(cluster.plane)
     asyncio.run(apply_webhook_configurations(cluster.kubeconfig, _configs(cluster, url)))
     kc = asyncio.run(cluster.component_kubeconfig("tenants"))
+    cluster.tenants_kubeconfig = kc
+    asyncio.run(apply_policies(cluster.kubeconfig, all_policies()))
     cluster.plane.start_process("gpugov-tenants", gpugov_argv(
         "tenants", "--kubeconfig", str(kc), "--resync", "5",
         "--tenant-selector", ",".join(f"{k}={v}" for k, v in MANAGED.items())))
@@ -163,6 +167,7 @@ def fenced(k8s_control_plane):
             await reg.delete_mutating_webhook_configuration(registration.NAME)
             await reg.delete_validating_webhook_configuration(registration.NAME)
     asyncio.run(teardown())
+    asyncio.run(delete_policies(cluster.kubeconfig, all_policies()))
     cluster.plane.procs.stop("gpugov-tenants")
     cluster.plane.procs.stop("gpugov-webhook")
 
@@ -264,6 +269,18 @@ def test_a_tenant_user_acts_in_its_namespace_only(fenced):
         assert code == 201, msg
         code, msg = await _create_pod(alice, b, _pod("by-alice", gpu=False), cluster)
         assert code == 403, msg
+        async with cluster.api(alice) as api:  # edit may write NetworkPolicies, not the fences
+            net = client.NetworkingV1Api(api)
+            await net.create_namespaced_network_policy(a, {
+                "metadata": {"name": "alice-own"}, "spec": {"podSelector": {}}})
+            for call in (lambda: net.delete_namespaced_network_policy("gpugov-default-deny", a),
+                         lambda: net.patch_namespaced_network_policy(
+                             "gpugov-allow-tenant", a, {"metadata": {"labels": {
+                                 "gpugov.io/tenant": None}}}, _content_type=MERGE)):
+                with pytest.raises(ApiException) as err:
+                    await call()
+                assert err.value.status == 403
+                assert "is a fence of Tenant e2e-a, kept by gpugov" in err.value.body
         async with cluster.api(alice) as api:
             custom = client.CustomObjectsApi(api)
             own = await custom.get_cluster_custom_object_status(
@@ -403,4 +420,35 @@ def test_bad_tenants_are_refused_or_reported_never_half_applied(fenced):
         async with cluster.api() as api:
             rq = await client.CoreV1Api(api).read_namespaced_resource_quota("gpugov-tenant", b)
             assert rq.spec.hard["pods"] == "5"
+    asyncio.run(run())
+
+
+def test_the_controller_itself_cannot_grant_more_than_tenant_fences(fenced):
+    """RBAC lets the controller bind `admin`; the in-apiserver policy confines it to the
+    objects its fences are made of."""
+    cluster = fenced
+    a = cluster.tenant_names["a"]
+    rbac_ref = {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "admin"}
+    me = {"kind": "User", "name": "mallory", "apiGroup": "rbac.authorization.k8s.io"}
+    labels = {"gpugov.io/tenant": "e2e-a"}
+
+    async def run() -> None:
+        async with cluster.api(cluster.tenants_kubeconfig) as api:
+            rbac, net = client.RbacAuthorizationV1Api(api), client.NetworkingV1Api(api)
+            attempts = {
+                "cluster-wide admin": rbac.create_cluster_role_binding({
+                    "metadata": {"name": "gpugov-tenant-evil-queue", "labels": labels},
+                    "subjects": [me], "roleRef": rbac_ref}),
+                "policy in kube-system": net.create_namespaced_network_policy("kube-system", {
+                    "metadata": {"name": "gpugov-allow-all", "labels": labels},
+                    "spec": {"podSelector": {}}}),
+                "not its own object": net.create_namespaced_network_policy(a, {
+                    "metadata": {"name": "allow-all", "labels": labels},
+                    "spec": {"podSelector": {}}}),
+            }
+            for what, call in attempts.items():
+                with pytest.raises(ApiException) as err:
+                    await call
+                assert err.value.status in (403, 422), what
+                assert "gpugov-tenant-controller-scope" in err.value.body, (what, err.value.body)
     asyncio.run(run())

@@ -270,8 +270,19 @@ class TenantController:
             cur = actual.get(k)
             try:
                 if cur is None:
-                    await o.create(*args, obj)
-                    log.info("created %s %s", obj["kind"], "/".join(k[1:]))
+                    try:
+                        await o.create(*args, obj)
+                        log.info("created %s %s", obj["kind"], "/".join(k[1:]))
+                    except ApiException as exc:
+                        if exc.status != 409:
+                            raise
+                        # there, but without gpugov's label (someone removed it, or made
+                        # an object of that name): take it over
+                        found = await o.read(obj["metadata"]["name"], *args)
+                        body = {**obj, "metadata": {**obj["metadata"], "resourceVersion":
+                                                    found.metadata.resource_version}}
+                        await o.replace(obj["metadata"]["name"], *args, body)
+                        log.info("took over %s %s", obj["kind"], "/".join(k[1:]))
                 elif not content_same(obj, cur):
                     if obj["kind"].endswith("RoleBinding") and \
                             not content_same({"kind": "RoleBinding", "subjects": [],
@@ -285,9 +296,12 @@ class TenantController:
                         await o.replace(obj["metadata"]["name"], *args, body)
                     log.info("repaired %s %s", obj["kind"], "/".join(k[1:]))
             except ApiException as exc:
-                if exc.status in (404, 409):  # raced with a deletion or an edit: next pass
-                    self._wake.set()
-                elif exc.status in (400, 403, 422):
+                # a create answered 404 names something missing (a binding's role, the
+                # namespace): reported, retried at the next pass, never in a tight loop
+                if exc.status == 409 or (exc.status == 404 and cur is not None):
+                    log.debug("%s %s: %s, retrying", obj["kind"], "/".join(k[1:]), exc.status)
+                    self._wake.set()  # raced with a deletion or an edit: pass again
+                elif exc.status in (400, 403, 404, 422):
                     rejected[k] = _api_message(exc)
                     log.warning("%s %s refused: %s", obj["kind"], "/".join(k[1:]), rejected[k])
                 else:
@@ -380,7 +394,7 @@ class TenantController:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # relist on the next pass; watch again shortly
-                log.debug("watch %s: %s", getattr(fn, "__name__", fn), exc)
+                log.warning("watch %s: %s", getattr(fn, "__name__", fn), exc)
                 self._wake.set()
                 await asyncio.sleep(1.0)
 

@@ -29,6 +29,7 @@ class Ops:
     create: Callable[..., Awaitable[Any]]
     replace: Callable[..., Awaitable[Any]]
     delete: Callable[..., Awaitable[Any]]
+    read: Callable[..., Awaitable[Any]]
     namespaced: bool = True
 
 
@@ -39,25 +40,31 @@ def ops(api: client.ApiClient, kind: str) -> Ops:
         "ResourceQuota": Ops(core.list_resource_quota_for_all_namespaces,
                              core.create_namespaced_resource_quota,
                              core.replace_namespaced_resource_quota,
-                             core.delete_namespaced_resource_quota),
+                             core.delete_namespaced_resource_quota,
+                             core.read_namespaced_resource_quota),
         "LimitRange": Ops(core.list_limit_range_for_all_namespaces,
                           core.create_namespaced_limit_range,
                           core.replace_namespaced_limit_range,
-                          core.delete_namespaced_limit_range),
+                          core.delete_namespaced_limit_range,
+                          core.read_namespaced_limit_range),
         "NetworkPolicy": Ops(net.list_network_policy_for_all_namespaces,
                              net.create_namespaced_network_policy,
                              net.replace_namespaced_network_policy,
-                             net.delete_namespaced_network_policy),
+                             net.delete_namespaced_network_policy,
+                             net.read_namespaced_network_policy),
         "RoleBinding": Ops(rbac.list_role_binding_for_all_namespaces,
                            rbac.create_namespaced_role_binding,
                            rbac.replace_namespaced_role_binding,
-                           rbac.delete_namespaced_role_binding),
+                           rbac.delete_namespaced_role_binding,
+                           rbac.read_namespaced_role_binding),
         "ClusterRole": Ops(rbac.list_cluster_role, rbac.create_cluster_role,
-                           rbac.replace_cluster_role, rbac.delete_cluster_role, False),
+                           rbac.replace_cluster_role, rbac.delete_cluster_role,
+                           rbac.read_cluster_role, False),
         "ClusterRoleBinding": Ops(rbac.list_cluster_role_binding,
                                   rbac.create_cluster_role_binding,
                                   rbac.replace_cluster_role_binding,
-                                  rbac.delete_cluster_role_binding, False),
+                                  rbac.delete_cluster_role_binding,
+                                  rbac.read_cluster_role_binding, False),
     }
     return table[kind]
 
