@@ -16,11 +16,12 @@ P = ["--prometheus", "http://127.0.0.1:9"]
     (["reconcile", *P, "--listen", "nowhere"], "--listen 'nowhere': expected HOST:PORT"),
     (["reconcile", *P, "--window", "2 minutes"], "--window '2 minutes'"),
     (["reconcile", *P, "--idle-threshold", "5"], "--idle-threshold must be within 0..1"),
-    (["reconcile", *P, "--interval", "0"], "--interval must be > 0"),
+    (["reconcile", *P, "--interval", "0"], "must be a finite number > 0"),
     (["reconcile", "--prometheus", "prometheus:9090"], "expected an http:// or https:// URL"),
     (["top", "--once", *P, "--window", "5 m"], "--window '5 m'"),
-    (["rightsize", *P, "--headroom", "-1"], "--headroom must be within 0..10"),
-    (["report", *P, "--gpu-hour-price", "-2"], "--gpu-hour-price must be >= 0"),
+    (["rightsize", *P, "--headroom", "-1"], "must be a finite number >= 0"),
+    (["rightsize", *P, "--headroom", "11"], "--headroom must be within 0..10"),
+    (["report", *P, "--gpu-hour-price", "-2"], "must be a finite number >= 0"),
 ])
 def test_bad_options_exit_2(args, words) -> None:
     r = CliRunner().invoke(app, args)
