@@ -150,7 +150,29 @@ async def tenant_edit_kubeconfig(kubeconfig: Path, namespace: str, name: str, ou
             "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}],
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
                         "name": "edit"}}))
+        await _until_allowed(api, f"system:serviceaccount:{namespace}:{name}", namespace)
         return await _token_kubeconfig(api, name, namespace, out, token_seconds)
+
+
+async def _until_allowed(api: client.ApiClient, user: str, namespace: str,
+                         timeout: float = 30.0) -> None:
+    """Wait until the apiserver's authorizer (an informer cache, which can lag a fresh
+    RoleBinding on a loaded machine) lets `user` create pods in `namespace`."""
+    import asyncio
+    import time
+
+    authz = client.AuthorizationV1Api(api)
+    review = {"spec": {"user": user, "groups": ["system:serviceaccounts",
+                                                f"system:serviceaccounts:{namespace}",
+                                                "system:authenticated"],
+                       "resourceAttributes": {"namespace": namespace, "verb": "create",
+                                              "resource": "pods"}}}
+    deadline = time.monotonic() + timeout
+    while True:
+        answer = await authz.create_subject_access_review(review)
+        if answer.status.allowed or time.monotonic() > deadline:
+            return
+        await asyncio.sleep(0.1)
 
 
 async def node_token_kubeconfig(kubeconfig: Path, node: str, namespace: str, out: Path,
