@@ -56,3 +56,22 @@ def sleepers() -> Iterator[object]:
     s = Sleepers()
     yield s
     s.stop()
+
+
+@pytest.fixture(scope="session")
+def scrub_fake(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    """The fake CUDA driver (no test hooks) the node scrub's tests run processes on."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "native"))
+    from native_build import build_all
+
+    return build_all(tmp_path_factory.mktemp("scrub-native"), test_hooks=False)
+
+
+@pytest.fixture
+def device_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    """A 64 MiB fake device whose memory outlives its processes (as a GPU's may)."""
+    env = {"FAKECUDA_DEVICE_FILE": str(tmp_path / "gpu0.mem"),
+           "FAKECUDA_MEM_BYTES": str(64 * 2**20)}
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)  # for the scrub's child process
+    return env

@@ -12,7 +12,7 @@ import grpc
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "native"))
+from fake_device import MiB, leave_secret, visible  # noqa: E402
 from kubelet_driver.scenario import (  # noqa: E402
     gpu,
     running_plugin,
@@ -22,7 +22,6 @@ from kubelet_driver.scenario import (  # noqa: E402
     uuid,
     whole,
 )
-from native_build import build_all, compiler, drv  # noqa: E402
 
 from gpugov.k8s.annotations import Inventory  # noqa: E402
 from gpugov.model.devices import DeviceMode  # noqa: E402
@@ -31,35 +30,6 @@ from gpugov.node.deviceplugin.resources import socket_name  # noqa: E402
 from gpugov.node.proto import deviceplugin_pb2 as pb  # noqa: E402
 from gpugov.node.proto import deviceplugin_pb2_grpc as pb_grpc  # noqa: E402
 from gpugov.node.scrub import Handover, handover_for  # noqa: E402
-
-MiB = 1 << 20
-
-
-@pytest.fixture(scope="module")
-def fake(tmp_path_factory: pytest.TempPathFactory):
-    if compiler() is None:
-        pytest.skip("no C compiler (cc) on PATH: the fake driver needs one")
-    return build_all(tmp_path_factory.mktemp("handover-native"), test_hooks=False)
-
-
-@pytest.fixture
-def device(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
-    env = {"FAKECUDA_DEVICE_FILE": str(tmp_path / "gpu.mem"),
-           "FAKECUDA_MEM_BYTES": str(64 * MiB)}
-    for k, v in env.items():
-        monkeypatch.setenv(k, v)  # the scrub's child process reads them
-    return env
-
-
-def _leave_secret(fake, env) -> None:
-    """A whole-GPU pod's process (no library) fills 16 MiB and exits without freeing."""
-    r = drv(fake, "direct", "ctx:0", "alloc:16Mi", "fill:0:171", env=env, preload=False)
-    assert r.rcs("fill") == [0], r.stderr
-
-
-def _visible(fake, env) -> int:
-    r = drv(fake, "direct", "ctx:0", "alloc:16Mi", "check:0", env=env, preload=False)
-    return int(r.find("check")["nonzero"])
 
 
 def _allocate(tmp: Path, inventory: Inventory, pods: MemoryPodSource, ids: list[list[str]],
@@ -84,33 +54,33 @@ def _allocate(tmp: Path, inventory: Inventory, pods: MemoryPodSource, ids: list[
     return out
 
 
-def test_class13_a_whole_gpu_is_scrubbed_before_another_tenant_gets_it(fake, device,
+def test_class13_a_whole_gpu_is_scrubbed_before_another_tenant_gets_it(scrub_fake, device_file,
                                                                       tmp_path: Path) -> None:
     handover = Handover.load(tmp_path / "handover.json")
     inv = Inventory((gpu(0, DeviceMode.EXCLUSIVE),))
     pods = MemoryPodSource()
     pods.put(scheduled_pod("a", [whole(0)], namespace="team-a"))
     (first,) = _allocate(tmp_path, inv, pods, [[uuid(0)]], handover=handover,
-                         scrub_cuda_lib=fake.dir)
+                         scrub_cuda_lib=scrub_fake.dir)
     assert not isinstance(first, grpc.aio.AioRpcError), first
-    _leave_secret(fake, device)  # team-a's container ran and left its data
+    leave_secret(scrub_fake, device_file)  # team-a's container ran and left its data
     pods.delete("team-a", "a")
     pods.put(scheduled_pod("a2", [whole(0)], namespace="team-a"))
     (same,) = _allocate(tmp_path, inv, pods, [[uuid(0)]], handover=handover,
-                        scrub_cuda_lib=fake.dir)
+                        scrub_cuda_lib=scrub_fake.dir)
     assert not isinstance(same, grpc.aio.AioRpcError), same
-    assert _visible(fake, device) == 16 * MiB  # the same tenant: no scrub, no cost
+    assert visible(scrub_fake, device_file) == 16 * MiB  # the same tenant: no scrub, no cost
     pods.delete("team-a", "a2")
     pods.put(scheduled_pod("b", [whole(0)], namespace="team-b"))
     (other,) = _allocate(tmp_path, inv, pods, [[uuid(0)]], handover=handover,
-                         scrub_cuda_lib=fake.dir)
+                         scrub_cuda_lib=scrub_fake.dir)
     assert not isinstance(other, grpc.aio.AioRpcError), other
-    assert _visible(fake, device) == 0  # zeroed before team-b's container got the GPU
+    assert visible(scrub_fake, device_file) == 0  # zeroed before team-b's container got the GPU
     assert Handover.load(tmp_path / "handover.json").last[uuid(0)] == "team-b"
 
 
 def test_class13_a_failed_scrub_refuses_the_handover_and_shared_devices_are_not_scrubbed(
-        fake, device, tmp_path: Path) -> None:
+        scrub_fake, device_file, tmp_path: Path) -> None:
     broken = Handover.load(tmp_path / "handover.json")
     inv = Inventory((gpu(0, DeviceMode.EXCLUSIVE), gpu(1, DeviceMode.SOFT, replicas=4)))
     pods = MemoryPodSource()
