@@ -77,6 +77,28 @@ def test_allocation_round_trip():
     assert ids == ["GPU-a::0"] and t.startswith("2026")
 
 
+def test_allocation_carries_compute_not_limited_and_priority_and_old_records_read_limited():
+    memonly = ann.AllocatedDevice(1, DeviceMode.SOFT, 250, 20000, "GPU-5e1c",
+                                  compute_limited=False, priority=0)
+    text = ann.encode_allocation(ann.Allocation("n", IsolationLevel.SOFT, (memonly,)))
+    item = json.loads(text)["devices"][0]
+    assert (item["computeLimited"], item["priority"]) == (False, 0)
+    assert ann.decode_allocation(text).devices[0] == memonly
+    # a record written before these fields (same version): limited, no priority
+    old = json.dumps({"v": 1, "node": "n", "isolation": "soft", "devices": [
+        {"index": 1, "uuid": "GPU-5e1c", "mode": "soft", "milli": 250, "memoryMiB": 20000}]})
+    dev = ann.decode_allocation(old).devices[0]
+    assert (dev.compute_limited, dev.priority) == (True, None)
+    # a limited device without priority writes neither field (older readers see no change)
+    plain = json.loads(ann.encode_allocation(ann.Allocation("n", IsolationLevel.SOFT, (
+        ann.AllocatedDevice(1, DeviceMode.SOFT, 250, 20000, "GPU-5e1c"),))))["devices"][0]
+    assert "computeLimited" not in plain and "priority" not in plain
+    with pytest.raises(ann.AnnotationError, match=r"devices\[0\]\.priority: 2; allowed"):
+        ann.decode_allocation(text.replace('"priority":0', '"priority":2'))
+    with pytest.raises(ann.AnnotationError, match=r"devices\[0\]\.computeLimited"):
+        ann.decode_allocation(text.replace('"computeLimited":false', '"computeLimited":"no"'))
+
+
 def test_gfd_labels_follow_nvidia_names():
     labels = ann.gfd_labels("H100-SXM5-80GB", 8)
     assert labels[ann.GFD_PRODUCT] == "NVIDIA-H100-80GB-HBM3"

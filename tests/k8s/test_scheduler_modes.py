@@ -478,3 +478,31 @@ def test_the_device_plugin_reads_every_record_as_written() -> None:
         ids = {d.id for d in plugin_devices(inv)[resource]}
         cands, rejected = candidates([bound[name]], "h-0", resource, inv, ids)
         assert not rejected and [c.wanted for c in cands] == [keys]
+
+
+def test_record_marks_a_memory_only_slice_uncapped_and_carries_hami_priority() -> None:
+    """HAMi `gpumem` without `gpucores` states no compute: the record keeps the charged share
+    (quotas bound it) but says it is no cap; `nvidia.com/priority` rides along to the node."""
+    from gpugov.k8s.scheduler.held import allocation_record
+    (obj,) = nodes(pool("h", 2, [{"index": "0-1", "mode": "soft"}]))
+    ext = extender(obj)
+    got = {}
+    for name, limits in (
+            ("memonly", {names.GPU_RESOURCE: "1", "nvidia.com/gpumem": "20000",
+                         "nvidia.com/priority": "0"}),
+            ("capped", {names.GPU_RESOURCE: "1", "nvidia.com/gpumem": "20000",
+                        "nvidia.com/gpucores": "30"})):
+        p = pod(name, limits=limits)
+        info = pod_info(p, {})
+        req, why = ext.request_of(p)
+        assert req is not None and not why
+        alloc = ext.choose(req, "h-0")
+        assert info.request is not None
+        (got[name],) = allocation_record(
+            ext.view.nodes["h-0"], ext.state, alloc.node, req, req.gpu_milli, alloc,
+            info.request.mode, compute_stated=info.request.milli is not None,
+            priority=info.request.priority).devices
+    m, c = got["memonly"], got["capped"]
+    assert (m.compute_limited, m.priority, m.memory_mib) == (False, 0, 20000)
+    assert m.milli > 0  # still charged for placement and quotas
+    assert (c.compute_limited, c.priority, c.milli) == (True, None, 300)

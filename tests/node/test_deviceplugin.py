@@ -311,3 +311,33 @@ def test_mps_clients_get_the_daemon_and_their_caps_or_a_refusal_without_it(
         assert "GPUGOV_MEMORY_LIMIT_0" not in got.envs  # MPS caps, not the library's
 
     with_plugin(tmp_path, inventory, pods, body)
+
+
+def test_memory_only_slice_gets_no_compute_cap_and_priority_reaches_the_container(
+        tmp_path: Path) -> None:
+    """A memory-only slice (HAMi `gpumem` without `gpucores`) shares the device's time: its
+    memory is capped, its compute is not; HAMi's task priority is passed on both names; every
+    container gets the toolkit's compute capability."""
+    import dataclasses
+    inventory = Inventory(tuple(gpu(i, DeviceMode.SOFT, replicas=4) for i in range(2)))
+    pods = MemoryPodSource()
+    pods.put(scheduled_pod("memonly", [dataclasses.replace(
+        soft(0, 250, 20000), compute_limited=False, priority=0)]))
+    pods.put(scheduled_pod("capped", [soft(1, 300, 8000)]))
+
+    async def body(stub, pods) -> None:
+        s = stub(GPU)
+        r = (await s.Allocate(pb.AllocateRequest(container_requests=[
+            pb.ContainerAllocateRequest(devices_ids=[f"{uuid(0)}::0"])]))).container_responses[0]
+        assert r.envs["GPUGOV_MEMORY_LIMIT_0"] == "20000Mi"
+        assert "GPUGOV_CORE_LIMIT_0" not in r.envs
+        assert (r.envs["GPUGOV_TASK_PRIORITY"], r.envs["CUDA_TASK_PRIORITY"]) == ("0", "0")
+        assert r.envs["NVIDIA_DRIVER_CAPABILITIES"] == "compute,utility"
+        r = (await s.Allocate(pb.AllocateRequest(container_requests=[
+            pb.ContainerAllocateRequest(devices_ids=[f"{uuid(1)}::0"])]))).container_responses[0]
+        assert (r.envs["GPUGOV_MEMORY_LIMIT_0"], r.envs["GPUGOV_CORE_LIMIT_0"]) == ("8000Mi",
+                                                                                   "30")
+        assert "GPUGOV_TASK_PRIORITY" not in r.envs and "CUDA_TASK_PRIORITY" not in r.envs
+        assert r.envs["NVIDIA_DRIVER_CAPABILITIES"] == "compute,utility"
+
+    with_plugin(tmp_path, inventory, pods, body)

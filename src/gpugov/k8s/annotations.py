@@ -271,6 +271,12 @@ class AllocatedDevice:
     mig_profile: str | None = None
     mig_start: int | None = None
     mig_uuid: str = ""  # the MIG instance's UUID from the node's inventory ("" = not known)
+    #: False: the request stated no compute (a memory-only slice, HAMi's `defaultCores: 0`):
+    #: `milli` is what placement charged, not a cap; the library gets no compute limit.
+    #: Written as `"computeLimited": false` only; older records read as True.
+    compute_limited: bool = True
+    #: HAMi's task priority (`nvidia.com/priority`: 0 high, 1 low); None = not stated
+    priority: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -289,6 +295,10 @@ def encode_allocation(alloc: Allocation) -> str:
             item["mig"] = {"profile": d.mig_profile, "start": d.mig_start}
             if d.mig_uuid:
                 item["mig"]["uuid"] = d.mig_uuid
+        if not d.compute_limited:
+            item["computeLimited"] = False
+        if d.priority is not None:
+            item["priority"] = d.priority
         devs.append(item)
     return json.dumps({"v": VERSION, "node": alloc.node, "isolation": str(alloc.isolation),
                        "devices": devs}, separators=(",", ":"))
@@ -316,6 +326,9 @@ def decode_allocation(text: str | bytes | None) -> Allocation:
         if not 0 <= milli <= 1000:
             raise AnnotationError(a, f"{w}milli: {milli}; allowed: 0..1000")
         mig = _get(a, item, "mig", dict, None, where=w)
+        priority = _get(a, item, "priority", int, None, where=w)
+        if priority not in (None, 0, 1):
+            raise AnnotationError(a, f"{w}priority: {priority}; allowed: 0 (high), 1 (low)")
         devices.append(AllocatedDevice(
             index=_nonneg(a, _get(a, item, "index", int, where=w), w + "index"), mode=mode,
             milli=milli,
@@ -323,7 +336,9 @@ def decode_allocation(text: str | bytes | None) -> Allocation:
             uuid=_get(a, item, "uuid", str, "", where=w),
             mig_profile=None if mig is None else _get(a, mig, "profile", str, where=w + "mig."),
             mig_start=None if mig is None else _get(a, mig, "start", int, where=w + "mig."),
-            mig_uuid="" if mig is None else _get(a, mig, "uuid", str, "", where=w + "mig.")))
+            mig_uuid="" if mig is None else _get(a, mig, "uuid", str, "", where=w + "mig."),
+            compute_limited=_get(a, item, "computeLimited", bool, True, where=w),
+            priority=priority))
     return Allocation(node, isolation, tuple(devices))
 
 

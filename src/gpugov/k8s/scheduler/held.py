@@ -154,7 +154,8 @@ def _hold(state: ClusterState, i: int, d: int) -> None:
 
 def allocation_record(node: NodeInfo, state: ClusterState | None, node_index: int,
                       req: PodRequest, own_milli: int, alloc: Allocation,
-                      request_mode: DeviceMode) -> AllocationRecord:
+                      request_mode: DeviceMode, *, compute_stated: bool = True,
+                      priority: int | None = None) -> AllocationRecord:
     """The durable record for a placement (docs/contracts.md, `gpugov.io/allocation`).
 
     Per device: `mode` is the device's mode on a node with an inventory (what the device
@@ -166,6 +167,11 @@ def allocation_record(node: NodeInfo, state: ClusterState | None, node_index: in
     the pod's own compute share (`own_milli`: an untrusted tenant's slice holds a device of
     its own but is limited to what it asked for) and, when it named no memory, the
     compute share's part of the card.
+
+    `compute_stated` False (the GpuRequest's `milli` is None: a memory-only slice) marks a
+    soft slice's entry `compute_limited=False`: its `milli` is what placement and quotas
+    charged, and the device plugin passes no compute cap. `priority` (HAMi's task priority)
+    goes on every entry for the device plugin to pass on.
     """
     if not alloc.devices:
         return AllocationRecord(node.name, IsolationLevel.NONE, ())
@@ -180,7 +186,8 @@ def allocation_record(node: NodeInfo, state: ClusterState | None, node_index: in
         if slice_mode is DeviceMode.MIG:
             devices.append(AllocatedDevice(
                 d, DeviceMode.MIG, alloc.milli, alloc.memory_mib, uuid, req.mig_profile,
-                alloc.mig_start, node.mig_uuids.get((d, req.mig_profile, alloc.mig_start), "")))
+                alloc.mig_start, node.mig_uuids.get((d, req.mig_profile, alloc.mig_start), ""),
+                priority=priority))
             continue
         if slice_mode is DeviceMode.TIMESLICE:  # 0 MiB: oversubscribing, not capped
             share, mem = alloc.milli, alloc.memory_mib
@@ -192,7 +199,9 @@ def allocation_record(node: NodeInfo, state: ClusterState | None, node_index: in
             share = own_milli
             mem = alloc.memory_mib if alloc.memory_mib and alloc.milli < MILLI_PER_GPU \
                 else req.gpu_memory_mib or card * share // MILLI_PER_GPU
-        devices.append(AllocatedDevice(d, mode, share, int(mem), uuid))
+        limited = compute_stated or share >= MILLI_PER_GPU
+        devices.append(AllocatedDevice(d, mode, share, int(mem), uuid,
+                                       compute_limited=limited, priority=priority))
     if slice_mode in (DeviceMode.EXCLUSIVE, DeviceMode.MIG):
         isolation = IsolationLevel.HARD
     elif slice_mode is DeviceMode.TIMESLICE and req.oversubscribe:

@@ -17,6 +17,12 @@ card/replicas), passed as `GPUGOV_MEMORY_LIMIT_<i>` with the library as for a so
 no compute limit (the driver's time-slicing shares the device's time). A record with 0 MiB is
 an oversubscribing Tenant's replica: no library, no limit (as the NVIDIA plugin does).
 
+A memory-only soft slice (record `computeLimited: false`) gets its memory limit and no
+`GPUGOV_CORE_LIMIT_<i>`: it shares the device's time (HAMi's `defaultCores: 0`). A record's
+`priority` (HAMi's `nvidia.com/priority`) is passed as `GPUGOV_TASK_PRIORITY` and HAMi's own
+`CUDA_TASK_PRIORITY`; the library does not act on it yet (planned). Every container gets
+`NVIDIA_DRIVER_CAPABILITIES=compute,utility` (Allocate cannot see the container's own env).
+
 MPS clients: `CUDA_MPS_PIPE_DIRECTORY` names the node's control daemon's pipe folder (mounted
 from `<state dir>/mps/pipe`), its shm folder is the container's `/dev/shm`, and the client's
 caps are the record's: `CUDA_MPS_ACTIVE_THREAD_PERCENTAGE` (its compute share) and
@@ -43,6 +49,7 @@ CONTAINER_REGION = CONTAINER_REGION_DIR + "/region"
 PRELOAD = "/etc/ld.so.preload"
 CONTAINER_MPS_PIPE = "/mps/pipe"
 CONTAINER_SHM = "/dev/shm"
+DRIVER_CAPABILITIES = "compute,utility"
 CONTROL_DEVICES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")
 
 
@@ -94,6 +101,13 @@ def container_response(request: list[PluginDevice],
     resp.envs["NVIDIA_VISIBLE_DEVICES"] = visible
     resp.envs["CUDA_VISIBLE_DEVICES"] = visible
     resp.envs["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
+    # the toolkit's default ("utility" only) mounts no CUDA library; the container's own
+    # env cannot be seen here, so it is always set (docs/device-plugin.md)
+    resp.envs["NVIDIA_DRIVER_CAPABILITIES"] = DRIVER_CAPABILITIES
+    priorities = {slices[k].priority for k in keys} - {None}
+    if priorities:  # HAMi's task priority: the lowest number (highest priority) wins
+        resp.envs["GPUGOV_TASK_PRIORITY"] = resp.envs["CUDA_TASK_PRIORITY"] = \
+            str(min(p for p in priorities if p is not None))
     soft = [(i, slices[k]) for i, k in enumerate(keys) if slices[k].mode == DeviceMode.SOFT]
     capped = [(i, slices[k]) for i, k in enumerate(keys)
               if slices[k].mode == DeviceMode.TIMESLICE and slices[k].memory_mib > 0]
@@ -104,7 +118,8 @@ def container_response(request: list[PluginDevice],
                              "without one (libgpugov.so was not found)")
         for i, s in soft:
             resp.envs[f"GPUGOV_MEMORY_LIMIT_{i}"] = f"{s.memory_mib}Mi"
-            resp.envs[f"GPUGOV_CORE_LIMIT_{i}"] = str(core_percent(s.milli))
+            if s.compute_limited:  # a memory-only slice shares the device's time
+                resp.envs[f"GPUGOV_CORE_LIMIT_{i}"] = str(core_percent(s.milli))
         for i, s in capped:  # memory only: compute is the driver's time-slicing
             resp.envs[f"GPUGOV_MEMORY_LIMIT_{i}"] = f"{s.memory_mib}Mi"
         region = cfg.region_dir(*pod)
