@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import filecmp
 import sys
+from dataclasses import replace as dataclasses_replace
 from pathlib import Path
 
 import grpc
@@ -318,10 +319,9 @@ def test_memory_only_slice_gets_no_compute_cap_and_priority_reaches_the_containe
     """A memory-only slice (HAMi `gpumem` without `gpucores`) shares the device's time: its
     memory is capped, its compute is not; HAMi's task priority is passed on both names; every
     container gets the toolkit's compute capability."""
-    import dataclasses
     inventory = Inventory(tuple(gpu(i, DeviceMode.SOFT, replicas=4) for i in range(2)))
     pods = MemoryPodSource()
-    pods.put(scheduled_pod("memonly", [dataclasses.replace(
+    pods.put(scheduled_pod("memonly", [dataclasses_replace(
         soft(0, 250, 20000), compute_limited=False, priority=0)]))
     pods.put(scheduled_pod("capped", [soft(1, 300, 8000)]))
 
@@ -341,3 +341,50 @@ def test_memory_only_slice_gets_no_compute_cap_and_priority_reaches_the_containe
         assert r.envs["NVIDIA_DRIVER_CAPABILITIES"] == "compute,utility"
 
     with_plugin(tmp_path, inventory, pods, body)
+
+
+def _caps_tree(root: Path, gpu_index: int, gi: int, ci: int, gi_minor: int,
+               ci_minor: int) -> None:
+    """The driver's /proc capability files for one MIG instance, as the real driver writes
+    them (/proc/driver/nvidia/capabilities/gpu<i>/mig/gi<g>[/ci<c>]/access)."""
+    gi_dir = root / "driver/nvidia/capabilities" / f"gpu{gpu_index}" / "mig" / f"gi{gi}"
+    (gi_dir / f"ci{ci}").mkdir(parents=True)
+    (gi_dir / "access").write_text(f"DeviceFileMinor: {gi_minor}\nDeviceFileMode: 292\n"
+                                   "DeviceFileModify: 1\n")
+    (gi_dir / f"ci{ci}" / "access").write_text(f"DeviceFileMinor: {ci_minor}\n"
+                                               "DeviceFileMode: 292\nDeviceFileModify: 1\n")
+
+
+def test_a_mig_instance_gets_its_gi_and_ci_capability_device_nodes(tmp_path: Path) -> None:
+    """As the NVIDIA plugin does: a MIG container gets /dev/nvidia-caps/nvidia-cap<N> for its
+    GPU instance and compute instance (minors from the driver's /proc files); an instance
+    NVML no longer knows, or a missing capability file, refuses the Allocate by name."""
+    from gpugov.model.devices import DeviceTopology
+    from gpugov.node.deviceplugin.resources import PluginDevice
+    from gpugov.node.deviceplugin.response import ResponseConfig, container_response
+
+    proc = tmp_path / "proc"
+    _caps_tree(proc, 5, gi=3, ci=0, gi_minor=39, ci_minor=40)
+    ids = {mig_uuid(5, 4): (3, 0)}
+    cfg = ResponseConfig(state_dir=tmp_path / "state", library=None, dev_root="/host/dev",
+                         proc_root=str(proc), mig_ids=ids.get)
+    dev = PluginDevice(id=mig_uuid(5, 4), resource="nvidia.com/mig-1g.10gb", uuid=uuid(5),
+                       index=5, mode=DeviceMode.MIG, healthy=True, numa=0,
+                       topology=DeviceTopology(None, None, 0), mig_profile="1g.10gb",
+                       mig_start=4, mig_uuid=mig_uuid(5, 4))
+    rec = mig(5, "1g.10gb", 4)
+    r = container_response([dev], {dev.key: rec}, cfg, ("ns", "p", "u"), None)
+    specs = {d.container_path: d.host_path for d in r.devices}
+    assert specs["/dev/nvidia-caps/nvidia-cap39"] == "/host/dev/nvidia-caps/nvidia-cap39"
+    assert specs["/dev/nvidia-caps/nvidia-cap40"] == "/host/dev/nvidia-caps/nvidia-cap40"
+    assert "/dev/nvidia5" in specs and r.envs["NVIDIA_VISIBLE_DEVICES"] == mig_uuid(5, 4)
+    # without device specs (the NVIDIA runtime injects devices) none are passed
+    r = container_response([dev], {dev.key: rec}, dataclasses_replace(cfg, device_specs=False),
+                           ("ns", "p", "u"), None)
+    assert not r.devices
+    with pytest.raises(ValueError, match="NVML does not know MIG instance"):
+        container_response([dev], {dev.key: rec}, dataclasses_replace(cfg, mig_ids={}.get),
+                           ("ns", "p", "u"), None)
+    (proc / "driver/nvidia/capabilities/gpu5/mig/gi3/ci0/access").unlink()
+    with pytest.raises(ValueError, match=r"gi3/ci0/access"):
+        container_response([dev], {dev.key: rec}, cfg, ("ns", "p", "u"), None)

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -66,6 +67,11 @@ class ResponseConfig:
     #: (`node.scrub.Handover`); None = off
     handover: Any = None
     scrub_cuda_lib: Path | None = None  # folder of the libcuda.so.1 the scrub loads
+    #: where the driver's /proc lives (the MIG capability files); a fake tree in tests
+    proc_root: str = "/proc"
+    #: MIG device UUID -> (GPU instance ID, compute instance ID), from NVML
+    #: (`nvml_mig_ids`); None = MIG capability device nodes are not passed
+    mig_ids: Callable[[str], tuple[int, int] | None] | None = None
 
     @property
     def preload_file(self) -> Path:
@@ -145,6 +151,11 @@ def container_response(request: list[PluginDevice],
         paths = list(CONTROL_DEVICES)
         for index in sorted({d.index for d in request}):
             paths.append(f"/dev/nvidia{index}")
+        if cfg.mig_ids is not None:
+            for d in sorted(request, key=lambda d: (d.index, d.mig_start or 0)):
+                if d.mig_uuid:
+                    paths += [p for p in mig_cap_devices(cfg, d.index, d.mig_uuid)
+                              if p not in paths]
         for p in paths:
             host = cfg.dev_root.rstrip("/") + p.removeprefix("/dev")
             resp.devices.append(pb.DeviceSpec(container_path=p, host_path=host, permissions="rw"))
@@ -152,6 +163,53 @@ def container_response(request: list[PluginDevice],
         for k in keys:
             resp.cdi_devices.append(pb.CDIDevice(name=f"nvidia.com/gpu={k}"))
     return resp
+
+
+MIG_CAPS = "driver/nvidia/capabilities"
+CAPS_DEVICE = "/dev/nvidia-caps/nvidia-cap"
+
+
+def mig_cap_devices(cfg: ResponseConfig, index: int, mig_uuid: str) -> list[str]:
+    """The `/dev/nvidia-caps/nvidia-cap<N>` nodes a container needs to open a MIG instance:
+    its GPU instance's and compute instance's access capabilities, as the NVIDIA plugin
+    passes them. The minors come from the driver's `/proc/driver/nvidia/capabilities/
+    gpu<index>/mig/gi<g>/access` and `.../gi<g>/ci<c>/access` files (`DeviceFileMinor: N`).
+    ValueError (the Allocate is refused) when NVML does not know the instance or a file is
+    missing or unreadable: without the capabilities CUDA sees no device in the container."""
+    assert cfg.mig_ids is not None
+    ids = cfg.mig_ids(mig_uuid)
+    if ids is None:
+        raise ValueError(f"NVML does not know MIG instance {mig_uuid} (its GPU and compute "
+                         "instance IDs are needed for its capability device nodes); was the "
+                         "GPU re-partitioned?")
+    gi, ci = ids
+    gi_dir = Path(cfg.proc_root) / MIG_CAPS / f"gpu{index}" / "mig" / f"gi{gi}"
+    return [CAPS_DEVICE + str(_cap_minor(f)) for f in (gi_dir / "access",
+                                                        gi_dir / f"ci{ci}" / "access")]
+
+
+def _cap_minor(access: Path) -> int:
+    try:
+        text = access.read_text()
+    except OSError as exc:
+        raise ValueError(f"cannot read the MIG capability file {access} ({exc.strerror}); "
+                         "is the GPU instance still there?") from None
+    m = re.search(r"^DeviceFileMinor:\s*(\d+)\s*$", text, re.MULTILINE)
+    if m is None:
+        raise ValueError(f"the MIG capability file {access} names no DeviceFileMinor")
+    return int(m.group(1))
+
+
+def nvml_mig_ids(nv: Any) -> Callable[[str], tuple[int, int] | None]:
+    """`ResponseConfig.mig_ids` from an open `gpugov.node.nvml.library.Nvml`."""
+    def ids(mig_uuid: str) -> tuple[int, int] | None:
+        h = nv.query("nvmlDeviceGetHandleByUUID", mig_uuid)
+        if h is None:
+            return None
+        gi = nv.query("nvmlDeviceGetGpuInstanceId", h)
+        ci = nv.query("nvmlDeviceGetComputeInstanceId", h)
+        return None if gi is None or ci is None else (int(gi), int(ci))
+    return ids
 
 
 def _mps_client(resp: pb.ContainerAllocateResponse, mps: list[tuple[int, AllocatedDevice]],
