@@ -1433,9 +1433,8 @@ def verify_cmd(
 
     try:
         setup = verify.resolve(cuda_lib, library)
-        if json_out is not None and not json_out.parent.is_dir():
-            raise verify.VerifyInputError(f"--json {json_out}: folder "
-                                          f"{json_out.parent} does not exist")
+        if json_out is not None:
+            verify.check_output(setup, json_out)
         claims = verify.run(setup)
     except verify.VerifyInputError as e:
         raise _fail(str(e)) from None

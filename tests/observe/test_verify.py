@@ -116,3 +116,56 @@ def test_class13_verify_checks_the_scrub_between_tenants(fake, tmp_path: Path,
     ev = claim["evidence"]
     assert "without a scrub the next process saw 67108864 bytes" in ev  # the residue is real
     assert "after it the next process saw 0 bytes" in ev and "GiB/s" in ev
+
+
+def test_finding16_a_text_file_as_library_exits_2_not_a_shared_library(fake,
+                                                                      tmp_path: Path) -> None:
+    text_file = tmp_path / "libgpugov.so"
+    text_file.write_text("this is not a library\n")
+    code, text = _verify("--cuda-lib", str(fake.dir), "--library", str(text_file))
+    assert code == 2 and "not a shared library" in text, text
+    assert "enforcement library loaded" not in text
+
+
+@pytest.mark.parametrize("which", ["library", "libcuda.so.1", "libnvidia-ml.so.1"])
+def test_finding16_json_never_overwrites_an_input(fake, tmp_path: Path, which: str) -> None:
+    lib = tmp_path / "libgpugov.so"
+    lib.write_bytes(fake.lib.read_bytes())
+    target = lib if which == "library" else fake.dir / which
+    before = target.read_bytes()
+    code, text = _verify("--cuda-lib", str(fake.dir), "--library", str(lib),
+                         "--json", str(target))
+    assert code == 2, text
+    assert str(target) in text and "input" in text, text
+    assert target.read_bytes() == before
+
+
+def test_finding16_an_nvml_without_mig_functions_skips_that_check(fake,
+                                                                 tmp_path: Path) -> None:
+    """An older or minimal NVML (no nvmlDeviceGetMigMode...) degrades mig-boundary alone;
+    the driver is not blamed."""
+    import subprocess
+
+    from native_build import WARN
+
+    src = tmp_path / "minimal_nvml.c"
+    src.write_text(
+        "#define EXPORT __attribute__((visibility(\"default\")))\n"
+        "typedef struct { unsigned long long total, free, used; } mem_t;\n"
+        "EXPORT int nvmlInit_v2(void) { return 0; }\n"
+        "EXPORT int nvmlShutdown(void) { return 0; }\n"
+        "EXPORT int nvmlDeviceGetHandleByIndex_v2(unsigned i, void **h) {\n"
+        "  if (i) { return 2; }\n  *h = (void *)1;\n  return 0;\n}\n"
+        "EXPORT int nvmlDeviceGetMemoryInfo(void *h, mem_t *m) {\n"
+        "  (void)h; m->total = 1024ull << 20; m->free = m->total; m->used = 0; return 0; }\n")
+    drv = tmp_path / "driver"
+    drv.mkdir()
+    (drv / "libcuda.so.1").symlink_to(fake.dir / "libcuda.so.1")
+    subprocess.run([compiler(), *WARN, "-O2", "-fPIC", "-shared", "-fvisibility=hidden",
+                    "-o", str(drv / "libnvidia-ml.so.1"), str(src)], check=True)
+    out = tmp_path / "verify.json"
+    code, text = _verify("--cuda-lib", str(drv), "--library", "none", "--json", str(out))
+    assert "did not initialise" not in text and code != 2, text
+    mig = next(c for c in json.loads(out.read_text())["claims"] if c["name"] == "mig-boundary")
+    assert mig["status"] == "skipped", mig
+    assert "this NVML has no MIG functions" in mig["evidence"], mig

@@ -77,11 +77,16 @@ class Driver:
 
 
 def nvml_memory() -> dict[str, object]:
-    """NVML's view of device 0 (total, used), or why it is not available."""
+    """NVML's view of device 0 (total, used), or why it is not available. A function this
+    NVML lacks (an older or minimal one) degrades the answer, never ends the probe."""
     try:
         nvml = ctypes.CDLL("libnvidia-ml.so.1")
     except OSError as e:
         return {"error": f"libnvidia-ml.so.1 not loadable: {e}"}
+    for name in ("nvmlInit_v2", "nvmlDeviceGetHandleByIndex_v2", "nvmlDeviceGetMemoryInfo",
+                 "nvmlShutdown"):
+        if not hasattr(nvml, name):
+            return {"error": f"this NVML has no {name}"}
     if nvml.nvmlInit_v2():
         return {"error": "nvmlInit_v2 failed"}
     dev = c_void_p()
@@ -89,6 +94,12 @@ def nvml_memory() -> dict[str, object]:
     mem = (c_ulonglong * 3)()
     rc = rc or nvml.nvmlDeviceGetMemoryInfo(dev, mem)
     out: dict[str, object] = {"rc": rc, "total": mem[0], "free": mem[1], "used": mem[2]}
+    missing = [n for n in ("nvmlDeviceGetMigMode", "nvmlDeviceGetMaxMigDeviceCount",
+                           "nvmlDeviceGetMigDeviceHandleByIndex") if not hasattr(nvml, n)]
+    if missing:
+        out["mig_missing"] = missing
+        nvml.nvmlShutdown()
+        return out
     cur, pend = c_uint(), c_uint()
     mig_rc = nvml.nvmlDeviceGetMigMode(dev, byref(cur), byref(pend))
     out["mig_rc"], out["mig_mode"] = mig_rc, cur.value if mig_rc == 0 else None

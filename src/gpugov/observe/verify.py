@@ -65,7 +65,51 @@ def resolve(cuda_lib: Path | None, library: str | None) -> Setup:
     if not path.is_file():
         raise VerifyInputError(f"--library {library}: no such file; expected the path of "
                                "libgpugov.so or 'none'")
+    _shared_library(path, f"--library {library}")
     return Setup(cuda_lib, path.resolve())
+
+
+def _shared_library(path: Path, what: str) -> None:
+    """Refuse anything but an ELF shared object before a probe preloads it: a text file or a
+    program would fail every probe and look like a broken node."""
+    try:
+        with path.open("rb") as fh:
+            head = fh.read(18)
+    except OSError as e:
+        raise VerifyInputError(f"{what}: cannot read it: {e.strerror or e}") from None
+    if len(head) < 18 or head[:4] != b"\x7fELF":
+        raise VerifyInputError(f"{what}: not a shared library (no ELF header); expected the "
+                               "path of libgpugov.so or 'none'")
+    e_type = int.from_bytes(head[16:18], "little" if head[5] == 1 else "big")
+    if e_type != 3:  # ET_DYN
+        raise VerifyInputError(f"{what}: not a shared library (ELF type {e_type}, a shared "
+                               "object is 3); expected the path of libgpugov.so or 'none'")
+
+
+def inputs(setup: Setup) -> list[Path]:
+    """The files `verify` reads: its report must never replace one of them."""
+    files = [setup.library] if setup.library is not None else []
+    if setup.cuda_lib is not None:
+        files += [setup.cuda_lib / "libcuda.so.1", setup.cuda_lib / "libnvidia-ml.so.1"]
+    return [f for f in files if f.exists()]
+
+
+def check_output(setup: Setup, out: Path) -> None:
+    """--json must name a new report, not an input (the library or driver under test)."""
+    if not out.parent.is_dir():
+        raise VerifyInputError(f"--json {out}: folder {out.parent} does not exist")
+    if out.is_dir():
+        raise VerifyInputError(f"--json {out}: is a folder; expected a file name")
+    for f in inputs(setup):
+        same = out.resolve() == f.resolve()
+        if not same and out.exists():
+            try:
+                same = os.path.samefile(out, f)
+            except OSError:
+                same = False
+        if same:
+            raise VerifyInputError(f"--json {out}: is an input of verify ({f}); it would "
+                                   "be overwritten. Choose another file")
 
 
 def _env(setup: Setup, extra: dict[str, str], preload: bool) -> dict[str, str]:
@@ -126,8 +170,12 @@ def card_info(setup: Setup) -> dict[str, Any]:
         raise VerifyInputError(f"cannot load the CUDA driver: {load['error']}"
                                + ("" if setup.cuda_lib else "; pass --cuda-lib DIR"))
     info = _step(lines, "info")
-    if info is None or info.get("init_rc"):
-        rc = info.get("init_rc") if info else "no answer"
+    if info is None:  # the probe ended before it answered: say so, do not blame the driver
+        raise VerifyInputError("the driver probe ended without an answer (a probe bug or a "
+                               "library it could not use); run `python3 -m "
+                               "gpugov.observe.probe info` to see its error")
+    if info.get("init_rc"):
+        rc = info.get("init_rc")
         raise VerifyInputError(f"the CUDA driver did not initialise (cuInit -> {rc}); no GPU "
                                "or driver on this machine?")
     return info
@@ -260,6 +308,9 @@ def check_mig(info: dict[str, Any]) -> Claim:
     nvml = info.get("nvml") or {}
     if "error" in nvml:
         return Claim("mig-boundary", "skipped", f"NVML not available: {nvml['error']}")
+    if nvml.get("mig_missing"):
+        return Claim("mig-boundary", "skipped", "this NVML has no MIG functions (no "
+                     f"{', '.join(nvml['mig_missing'])}): an older or minimal NVML")
     if nvml.get("mig_rc"):
         return Claim("mig-boundary", "skipped", f"device 0 has no MIG support "
                      f"(nvmlDeviceGetMigMode -> {nvml['mig_rc']})")
