@@ -581,3 +581,28 @@ def test_deprecated_and_zero_options_are_said_not_silently_changed(tmp_path: Pat
     assert "give --nodes, --jobs and --queues together" in res.output
     res = runner.invoke(app, ["node", "--help"], env={"COLUMNS": "200"})
     assert "discovery" not in res.output.lower()
+
+
+def test_low_no_data_exit_codes_agree_for_rightsize_report_and_top(tmp_path: Path) -> None:
+    """Prometheus answers but holds no gpugov series: all three say "no data" and exit 0
+    (docs/observability.md); `report` writes no files."""
+    import shutil
+
+    if shutil.which("prometheus") is None:
+        pytest.skip("prometheus (Debian package) not installed")
+    sys.path.insert(0, str(Path(__file__).parent / "observe"))
+    import obs_prometheus
+
+    server = obs_prometheus.start(tmp_path / "prom", [])
+    try:
+        out = tmp_path / "report"
+        for argv in (["rightsize", "--prometheus", server.url, "--period", "5m"],
+                     ["report", "--prometheus", server.url, "--period", "5m", "--out", str(out)],
+                     ["top", "--prometheus", server.url, "--once"]):
+            res = CliRunner().invoke(app, argv)
+            assert res.exit_code == 0, (argv, res.output)
+            assert res.output.startswith("no data: "), (argv, res.output)
+            assert "Traceback" not in res.output
+        assert not out.exists() or not any(out.iterdir())
+    finally:
+        server.stop()

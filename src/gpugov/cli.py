@@ -1508,8 +1508,15 @@ def top_cmd(
                 return await from_prometheus(prom, window)
 
             if once:
+                snap = await fetch()
+                if api is None and not (snap.queues or snap.devices or snap.pods):
+                    # Prometheus answered with nothing: no data is not an error (exit 0),
+                    # one line as `rightsize` and `report` say it, not an empty frame
+                    typer.echo(f"no data: no gpugov reconciler series at {prometheus}; "
+                               "is `gpugov reconcile` running and scraped?")
+                    return 0
                 console = Console(width=max(80, Console().width))  # the terminal's, >= 80
-                console.print(top.render(await fetch(), width=console.width))
+                console.print(top.render(snap, width=console.width))
                 return 0
 
             async def fetch_or_say() -> Snapshot:
@@ -1577,8 +1584,8 @@ def rightsize_cmd(
         prom, period, step, rate_window))
     gib = 1024 ** 3
     if not observed:
-        typer.echo(f"no pod memory series in the last {period}: is the gpugov exporter "
-                   "scraped by this Prometheus?")
+        typer.echo(f"no data: no pod memory series in the last {period} at {prometheus}; "
+                   "is the gpugov exporter scraped by this Prometheus?")
         return
 
     def fmt(x, scale=1.0, f="{:.2f}"):  # type: ignore[no-untyped-def]
@@ -1632,9 +1639,10 @@ def report_cmd(
         raise _fail(f"--out {out} exists and is not a folder")
     rows = _with_prometheus(prometheus, lambda prom: chargeback.chargeback(
         prom, period, step, price))
-    if not rows:
-        raise _fail(f"no gpugov reconciler series in the last {period} at {prometheus}: is "
-                    "`gpugov reconcile` running and scraped?")
+    if not rows:  # Prometheus answered with nothing: no data is not an error (exit 0)
+        typer.echo(f"no data: no gpugov reconciler series in the last {period} at "
+                   f"{prometheus}; is `gpugov reconcile` running and scraped? (nothing written)")
+        return
     try:
         files = chargeback.write_outputs(rows, out, period)
     except OSError as e:
