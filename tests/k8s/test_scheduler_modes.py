@@ -506,3 +506,19 @@ def test_record_marks_a_memory_only_slice_uncapped_and_carries_hami_priority() -
     assert (m.compute_limited, m.priority, m.memory_mib) == (False, 0, 20000)
     assert m.milli > 0  # still charged for placement and quotas
     assert (c.compute_limited, c.priority, c.milli) == (True, None, 300)
+
+
+def test_the_schedulers_own_records_mark_memory_only_slices_uncapped_with_their_priority(
+        ) -> None:
+    """The binding's record (what the device plugin reads) says a HAMi memory-only slice is not
+    compute-limited and carries `nvidia.com/priority`; a slice that names cores stays capped."""
+    st = state(nodes(pool("soft", 1, [{"index": "0", "mode": "soft"}])))
+    st.set_pod(pod("mem", limits={names.GPU_RESOURCE: "1", "nvidia.com/gpumem": "8000",
+                                  "nvidia.com/priority": "1"}))
+    st.set_pod(pod("cores", limits={names.GPU_RESOURCE: "1", "nvidia.com/gpumem": "8000",
+                                    "nvidia.com/gpucores": "30"}))
+    binds = {b.name: b.record for b in st.cycle(T0).binds}
+    (mem,) = binds["mem"].devices
+    (cores,) = binds["cores"].devices
+    assert (mem.compute_limited, mem.priority) == (False, 1)
+    assert (cores.compute_limited, cores.priority) == (True, None)

@@ -912,7 +912,9 @@ class SchedulerState:
             return AllocationRecord(node.name, IsolationLevel.NONE, ())
         req = self.pod_request(info)
         return allocation_record(node, state, alloc.node, req, req.gpu_milli, alloc,
-                                 info.request.mode)
+                                 info.request.mode,
+                                 compute_stated=info.request.milli is not None,
+                                 priority=info.request.priority)
 
     def _queue_status(self) -> dict[str, dict[str, Any]]:
         """Per Queue: usage, fair share (config units), pending and admitted pods — only the
