@@ -606,3 +606,21 @@ def test_low_no_data_exit_codes_agree_for_rightsize_report_and_top(tmp_path: Pat
         assert not out.exists() or not any(out.iterdir())
     finally:
         server.stop()
+
+
+def test_low_plan_mig_help_marks_nodes_required() -> None:
+    res = CliRunner().invoke(app, ["plan", "mig", "--help"], terminal_width=80)
+    assert res.exit_code == 0, res.output
+    text = res.output
+    nodes_help = text[text.index("--nodes"):text.index("--pods")]
+    assert "[required]" in nodes_help, text
+
+
+def test_low_bad_xdg_cache_home_in_dev_up_is_one_line_naming_it(tmp_path: Path) -> None:
+    env = {**os.environ, "XDG_CACHE_HOME": "/proc/nope"}
+    res = subprocess.run([sys.executable, "-c", "from gpugov.cli import app; app()", "dev", "up",
+                          "--dir", str(tmp_path / "dev")], env=env, capture_output=True,
+                         text=True, timeout=120)
+    assert res.returncode == 2, res.stderr
+    assert "Traceback" not in res.stderr and "XDG_CACHE_HOME=/proc/nope" in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1, res.stderr

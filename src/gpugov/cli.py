@@ -472,7 +472,8 @@ PLAN_STARTS = ("disabled", "balanced", "1g")
 def plan_mig(
     nodes_file: Path | None = typer.Option(None, "--nodes", metavar="FILE",
                                            help="node CSV (openb format: "
-                                           "sn,cpu_milli,memory_mib,gpu,model)"),
+                                           "sn,cpu_milli,memory_mib,gpu,model) "
+                                           "\\[required]"),
     pods: Path = typer.Option(..., "--pods", metavar="FILE",
                               help="pod CSV (openb format: name,cpu_milli,"
                               "memory_mib,num_gpu,gpu_milli)"),
@@ -1077,10 +1078,13 @@ def dev_up_cmd(
     workdir = directory or dev.default_dir()
     console = Console(stderr=True)
     try:
+        build.ensure_cache_root()  # a bad XDG_CACHE_HOME: one line naming it, exit 2
         with console.status("starting") as status:
             plane = dev.up(workdir, nodes, say=status.update)
     except (ClusterFileError, StartError, build.BuildError) as e:
         raise _fail(str(e)) from None
+    except OSError as e:  # a folder it cannot create or write: name it, no traceback
+        raise _fail(f"{e.filename or workdir}: {e.strerror or e}") from None
     console.print(f"gpugov dev cluster up in {plane.procs.extra.get('up_seconds')} s "
                   f"({plane.server}, nodes: {plane.procs.extra.get('nodes')}); stop it with: "
                   f"gpugov dev down --dir {plane.workdir}", soft_wrap=True)

@@ -46,6 +46,24 @@ def bin_dir() -> Path:
     return cache_root() / "bin"
 
 
+def cache_problem(e: OSError) -> str:
+    """One line for an OSError on the binary cache, naming the variable that chose it."""
+    var = (f"XDG_CACHE_HOME={os.environ['XDG_CACHE_HOME']}" if os.environ.get("XDG_CACHE_HOME")
+           else f"HOME={Path.home()}")
+    return (f"cannot use the binary cache {cache_root()} ({var}): "
+            f"{e.strerror or e}{f': {e.filename}' if e.filename else ''}; "
+            "set XDG_CACHE_HOME to a writable folder")
+
+
+def ensure_cache_root() -> Path:
+    """Create the cache folder now, so a bad XDG_CACHE_HOME is one clear line (BuildError)."""
+    try:
+        cache_root().mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise BuildError(cache_problem(e)) from None
+    return cache_root()
+
+
 def go_binary() -> str | None:
     """The `go` command, or None when Go is not installed."""
     found = shutil.which("go")
