@@ -125,6 +125,8 @@ def test_finding16_a_text_file_as_library_exits_2_not_a_shared_library(fake,
     code, text = _verify("--cuda-lib", str(fake.dir), "--library", str(text_file))
     assert code == 2 and "not a shared library" in text, text
     assert "enforcement library loaded" not in text
+    code, text = _verify("--cuda-lib", str(fake.dir), "--library", str(fake.dir / "drvtest"))
+    assert code == 2 and "not a shared library" in text, text  # a program (PIE), not a .so
 
 
 @pytest.mark.parametrize("which", ["library", "libcuda.so.1", "libnvidia-ml.so.1"])

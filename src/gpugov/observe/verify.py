@@ -66,7 +66,27 @@ def resolve(cuda_lib: Path | None, library: str | None) -> Setup:
         raise VerifyInputError(f"--library {library}: no such file; expected the path of "
                                "libgpugov.so or 'none'")
     _shared_library(path, f"--library {library}")
-    return Setup(cuda_lib, path.resolve())
+    setup = Setup(cuda_lib, path.resolve())
+    _loadable(setup, f"--library {library}")
+    return setup
+
+
+def _loadable(setup: Setup, what: str) -> None:
+    """dlopen the library in a child (a program, another architecture or a missing
+    dependency passes the ELF check but every preload of it would fail)."""
+    assert setup.library is not None
+    code = "import ctypes, sys\ntry:\n    ctypes.CDLL(sys.argv[1])\nexcept OSError as e:\n" \
+        "    print(e)\n    sys.exit(3)\n"
+    try:
+        r = subprocess.run([sys.executable, "-c", code, str(setup.library)],
+                           env=_env(setup, {}, preload=False), capture_output=True, text=True,
+                           timeout=60)
+    except subprocess.TimeoutExpired:
+        return  # a slow start is not the library's fault: the probes will tell
+    if r.returncode == 3:
+        raise VerifyInputError(f"{what}: not a shared library that can be loaded "
+                               f"({r.stdout.strip()}); expected the path of libgpugov.so "
+                               "or 'none'")
 
 
 def _shared_library(path: Path, what: str) -> None:
