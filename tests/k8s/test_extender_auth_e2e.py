@@ -18,7 +18,7 @@ from typing import Any
 import aiohttp
 from kubernetes_asyncio import client
 
-from gpugov.k8s.devcluster.dev import install_crds
+from gpugov.k8s.devcluster.dev import gpugov_argv, install_crds
 from gpugov.k8s.devcluster.pki import CertificateAuthority
 from gpugov.k8s.devcluster.processes import free_port
 from gpugov.k8s.scheduler import names
@@ -26,13 +26,6 @@ from gpugov.k8s.scheduler.harness import create_all, gpu_node, gpu_pod, wait_unt
 from gpugov.k8s.scheduler.kube import Kube
 
 TIMEOUT = 60.0
-
-
-def _gpugov(*args: str) -> list[str]:
-    import sys
-
-    return [sys.executable, "-c", "import sys; from gpugov.cli import app; "
-            "sys.argv[0] = 'gpugov'; app()", *args]
 
 
 def _healthy(url: str) -> bool:
@@ -104,7 +97,7 @@ def test_extender_binds_only_for_authenticated_callers_what_gpugov_decided(
     asyncio.run(setup())
     sa = asyncio.run(cluster.component_kubeconfig("scheduler"))
     port, health = free_port(), free_port()
-    plane.start_process(f"extender-{tag}", _gpugov(
+    plane.start_process(f"extender-{tag}", gpugov_argv(
         "extender", "--kubeconfig", str(sa), "--scheduler-name", sched,
         "--listen", f"127.0.0.1:{port}", "--health-listen", f"127.0.0.1:{health}",
         "--tls-cert", str(f["crt"]), "--tls-key", str(f["key"]), "--client-ca", str(f["ca"])),

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import yaml
 
-from gpugov.k8s.devcluster.dev import install_crds
+from gpugov.k8s.devcluster.dev import gpugov_argv, install_crds
 from gpugov.k8s.devcluster.pki import CertificateAuthority
 from gpugov.k8s.devcluster.processes import free_port
 from gpugov.k8s.scheduler import names
@@ -28,13 +28,6 @@ from gpugov.k8s.scheduler.harness import (
 from gpugov.k8s.scheduler.kube import Kube
 
 TIMEOUT = 90.0
-
-
-def _gpugov(*args: str) -> list[str]:
-    import sys
-
-    return [sys.executable, "-c", "import sys; from gpugov.cli import app; "
-            "sys.argv[0] = 'gpugov'; app()", *args]
 
 
 def _healthy(url: str) -> bool:
@@ -88,7 +81,7 @@ def test_kube_scheduler_places_gpus_through_the_extender(k8s_control_plane, tmp_
 
     asyncio.run(config())
     sa = asyncio.run(cluster.component_kubeconfig("scheduler"))
-    plane.start_process(f"extender-{tag}", _gpugov(
+    plane.start_process(f"extender-{tag}", gpugov_argv(
         "extender", "--kubeconfig", str(sa), "--scheduler-name", profile,
         *extender_args(tls, ext_port, health)),
         ready=lambda: _healthy(f"http://127.0.0.1:{health}/healthz"), timeout=120)

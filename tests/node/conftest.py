@@ -75,3 +75,15 @@ def device_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, st
     for k, v in env.items():
         monkeypatch.setenv(k, v)  # for the scrub's child process
     return env
+
+
+@pytest.fixture(scope="session")
+def kubelet_driver_binary() -> Path:
+    """The kubelet device-manager peer (kubelet_driver/), built once into the cache folder;
+    the tests that need it skip, with the reason, only where Go is absent."""
+    from kubelet_driver.driver import DriverUnavailable, build
+
+    try:
+        return build()
+    except DriverUnavailable as exc:
+        pytest.skip(str(exc))

@@ -20,10 +20,9 @@ from pathlib import Path
 from typing import Any
 
 import grpc
-import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from kubelet_driver.driver import DriverUnavailable, KubeletPeer, build  # noqa: E402
+from kubelet_driver.driver import KubeletPeer  # noqa: E402
 from kubelet_driver.scenario import gpu, short_dir, soft, uuid, whole  # noqa: E402
 
 from gpugov.k8s.annotations import (  # noqa: E402
@@ -42,14 +41,6 @@ from gpugov.node.proto import deviceplugin_pb2 as pb  # noqa: E402
 from gpugov.node.proto import deviceplugin_pb2_grpc as pb_grpc  # noqa: E402
 
 GPU = "nvidia.com/gpu"
-
-
-@pytest.fixture(scope="module")
-def kubelet_driver_binary() -> Path:
-    try:
-        return build()
-    except DriverUnavailable as exc:
-        pytest.skip(str(exc))
 
 
 def pod_manifest(name: str, node: str, alloc: Allocation) -> dict[str, Any]:

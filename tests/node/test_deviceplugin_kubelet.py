@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from kubelet_driver.driver import DriverUnavailable, KubeletPeer, build  # noqa: E402
+from kubelet_driver.driver import KubeletPeer  # noqa: E402
 from kubelet_driver.scenario import (  # noqa: E402
     NODE,
     gpu,
@@ -42,15 +42,6 @@ from gpugov.model.devices import DeviceMode  # noqa: E402
 from gpugov.node.deviceplugin import MemoryPodSource  # noqa: E402
 
 GPU, SHARED = "nvidia.com/gpu", "nvidia.com/gpu.shared"
-
-
-@pytest.fixture(scope="session")
-def kubelet_driver_binary() -> Path:
-    """The kubelet device-manager peer (kubelet_driver/), built once into the cache folder."""
-    try:
-        return build()
-    except DriverUnavailable as exc:
-        pytest.skip(str(exc))
 
 
 async def until(peer: KubeletPeer, check: Callable[[dict[str, Any]], bool],

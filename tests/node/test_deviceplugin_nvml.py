@@ -14,7 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 sys.path.insert(0, str(Path(__file__).parent))
-from kubelet_driver.driver import DriverUnavailable, KubeletPeer, build  # noqa: E402
+from kubelet_driver.driver import KubeletPeer  # noqa: E402
 from kubelet_driver.scenario import running_plugin, scheduled_pod, short_dir, soft  # noqa: E402
 from nvml_fake import A100_80  # noqa: E402
 
@@ -33,14 +33,6 @@ class Clock:
 
     def __call__(self) -> float:
         return self.t
-
-
-@pytest.fixture(scope="module")
-def kubelet_driver_binary() -> Path:
-    try:
-        return build()
-    except DriverUnavailable as exc:
-        pytest.skip(str(exc))
 
 
 def test_nvml_discovery_and_xid_health_reach_the_device_manager(
