@@ -44,17 +44,9 @@ def default_dir() -> Path:
 
 
 def gpugov_argv(*args: str) -> list[str]:
-    """Run this gpugov's CLI in a child process (same interpreter, same package)."""
-    return [sys.executable, "-c", "import sys; from gpugov.cli import app; "
-            "sys.argv[0] = 'gpugov'; app()", *args]
-
-
-def has_command(name: str) -> bool:
-    from typer.main import get_command
-
-    from gpugov.cli import app
-
-    return name in getattr(get_command(app), "commands", {})
+    """Run this gpugov's CLI in a child process (same interpreter, same package): `python -m
+    gpugov`, so nothing below the CLI imports it back."""
+    return [sys.executable, "-m", "gpugov", *args]
 
 
 def is_up(workdir: Path) -> bool:
@@ -246,12 +238,10 @@ def up(workdir: Path, nodes: Path | None = None,
         asyncio.run(apply_webhook_configurations(
             plane.kubeconfig, registration.configurations(plane.ca.pair.cert, url=url)))
         asyncio.run(create_defaults(plane.kubeconfig))
-        if has_command("scheduler"):
-            say("starting gpugov scheduler")
-            sched_kc = _component_kubeconfig(plane, "scheduler", say)
-            plane.start_process("gpugov-scheduler", gpugov_argv(
-                "scheduler", "--kubeconfig", str(sched_kc),
-                "--lease-namespace", SYSTEM_NAMESPACE))
+        say("starting gpugov scheduler")
+        sched_kc = _component_kubeconfig(plane, "scheduler", say)
+        plane.start_process("gpugov-scheduler", gpugov_argv(
+            "scheduler", "--kubeconfig", str(sched_kc), "--lease-namespace", SYSTEM_NAMESPACE))
         say("starting gpugov tenants (each Tenant's fences)")
         tenants_kc = _component_kubeconfig(plane, "tenants", say)
         plane.start_process("gpugov-tenants", gpugov_argv(

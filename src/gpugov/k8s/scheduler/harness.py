@@ -199,8 +199,8 @@ TENANTS = f"/apis/{names.GROUP}/{names.VERSION}/{names.TENANTS}"
 
 
 def gpugov_argv(*args: str) -> list[str]:
-    return [sys.executable, "-c", "import sys; from gpugov.cli import app; "
-            "sys.argv[0] = 'gpugov'; app()", *args]
+    """This gpugov's CLI in a child process (`python -m gpugov`, same interpreter)."""
+    return [sys.executable, "-m", "gpugov", *args]
 
 
 class Env:

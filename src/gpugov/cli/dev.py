@@ -1,0 +1,134 @@
+"""`gpugov dev …`: a local Kubernetes cluster with gpugov (gpugov.k8s.devcluster)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from gpugov.cli._app import app
+from gpugov.cli._common import _fail, _positive_seconds
+
+dev_app = typer.Typer(help="A local Kubernetes cluster with gpugov (real apiserver, kwok nodes).",
+                      no_args_is_help=True)
+app.add_typer(dev_app, name="dev")
+
+
+@dev_app.command("build")
+def dev_build_cmd(
+    helm: bool = typer.Option(False, "--helm", help="also build helm"),
+) -> None:
+    """Build (once) kube-apiserver, controller-manager, scheduler, kubectl, etcd and kwok."""
+    import json
+
+    from rich.console import Console
+
+    from gpugov.k8s.devcluster import build
+
+    console = Console(stderr=True)
+    try:
+        with console.status("checking the binary cache") as status:
+            report = build.ensure_binaries(progress=status.update, include_helm=helm)
+    except build.BuildError as e:
+        raise _fail(str(e)) from None
+    typer.echo(json.dumps({"bin": str(build.bin_dir()), **report.as_dict()}, indent=1))
+
+
+@dev_app.command("up")
+def dev_up_cmd(
+    nodes: Path | None = typer.Option(None, "--nodes", help="cluster.yaml or nodes CSV "
+                                      "(default: the built-in mixed fleet)"),
+    directory: Path | None = typer.Option(None, "--dir", help="work dir (state, logs, certs)"),
+) -> None:
+    """Start a local cluster with gpugov; the last line printed is `export KUBECONFIG=...`."""
+    from rich.console import Console
+
+    from gpugov.k8s.devcluster import build, dev
+    from gpugov.k8s.devcluster.cluster_file import ClusterFileError
+    from gpugov.k8s.devcluster.plane import StartError
+
+    workdir = directory or dev.default_dir()
+    console = Console(stderr=True)
+    try:
+        build.ensure_cache_root()  # a bad XDG_CACHE_HOME: one line naming it, exit 2
+        with console.status("starting") as status:
+            plane = dev.up(workdir, nodes, say=status.update)
+    except (ClusterFileError, StartError, build.BuildError) as e:
+        raise _fail(str(e)) from None
+    except OSError as e:  # a folder it cannot create or write: name it, no traceback
+        raise _fail(f"{e.filename or workdir}: {e.strerror or e}") from None
+    console.print(f"gpugov dev cluster up in {plane.procs.extra.get('up_seconds')} s "
+                  f"({plane.server}, nodes: {plane.procs.extra.get('nodes')}); stop it with: "
+                  f"gpugov dev down --dir {plane.workdir}", soft_wrap=True)
+    for line in dev.next_steps(plane.workdir):
+        console.print(line, soft_wrap=True, highlight=False, markup=False)
+    typer.echo(f"export KUBECONFIG={plane.kubeconfig}")
+
+
+@dev_app.command("kubectl", context_settings={"allow_extra_args": True,
+                                               "ignore_unknown_options": True})
+def dev_kubectl_cmd(
+    ctx: typer.Context,
+    directory: Path | None = typer.Option(None, "--dir", help="work dir given to `dev up`"),
+) -> None:
+    """Run the kubectl built for the dev cluster against it (`gpugov dev kubectl get pods -A`)."""
+    import os
+
+    from gpugov.k8s.devcluster import build, dev
+
+    workdir = (directory or dev.default_dir()).resolve()
+    kubectl = build.bin_dir() / "kubectl"
+    if not kubectl.exists():
+        raise _fail(f"{kubectl}: not built; run `gpugov dev build`")
+    if not dev.is_up(workdir):
+        raise _fail(f"no dev cluster running in {workdir}; run `gpugov dev up`")
+    os.execv(kubectl, [str(kubectl), f"--kubeconfig={workdir / 'kubeconfig'}", *ctx.args])
+
+
+@dev_app.command("demo")
+def dev_demo_cmd(
+    directory: Path | None = typer.Option(None, "--dir", help="work dir given to `dev up`"),
+    timeout: float = typer.Option(120.0, "--timeout", callback=_positive_seconds,
+                                  help="seconds to wait for each step"),
+) -> None:
+    """Three teams on the dev cluster: borrowing, reclaim, a gang, preemption; then `top`
+    and a summary of what the scheduler decided and why (read back from the API)."""
+    from rich.console import Console
+
+    from gpugov.k8s.devcluster import demo, dev
+
+    workdir = (directory or dev.default_dir()).resolve()
+    if not dev.is_up(workdir):
+        raise _fail(f"no dev cluster running in {workdir}; run `gpugov dev up` first")
+    console = Console()
+    try:
+        result = demo.run(workdir / "kubeconfig", timeout=timeout,
+                          say=lambda m: console.print(m, markup=False, highlight=False))
+    except demo.DemoError as e:
+        raise _fail(str(e)) from None
+    import asyncio
+
+    from gpugov.observe import top
+
+    console.print(top.render(asyncio.run(demo.top_snapshot(workdir / "kubeconfig")),
+                             width=console.width))
+    for line in demo.summary(result):
+        console.print(line, highlight=False, markup=False)
+
+
+@dev_app.command("down")
+def dev_down_cmd(
+    directory: Path | None = typer.Option(None, "--dir", help="work dir given to `dev up`"),
+) -> None:
+    """Stop every process `gpugov dev up` started in that work dir."""
+    from gpugov.k8s.devcluster import dev
+    from gpugov.k8s.devcluster.processes import StateFileError
+
+    workdir = directory or dev.default_dir()
+    try:
+        stopped = dev.down(workdir)
+    except StateFileError as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(2) from None
+    typer.echo(f"stopped: {', '.join(stopped)}" if stopped else
+               f"stopped: nothing (no dev cluster in {workdir})")
