@@ -63,6 +63,7 @@ from gpugov.model.devices import DeviceConfig, DeviceMode, DeviceTopology
 from gpugov.model.isolation import IsolationLevel
 from gpugov.model.mig import MIG_GEOMETRIES, layout_errors
 from gpugov.model.mig_table import has_mig, mig_table
+from gpugov.model.power import PowerDomain, device_power_mw, over_budget_message, share_mw
 from gpugov.model.request import Allocation, PodRequest
 
 #: column of `kind_count` for sharing pods; whole-GPU pods use column = their GPU count.
@@ -104,6 +105,10 @@ class NodeSpec:
     power_budget_w: float | None = None
     #: per-device interconnect; empty = unknown.
     topology: tuple[DeviceTopology, ...] = ()
+    #: the rack/row/PDU feeding this node (model/power.py); None = not budgeted.
+    power_domain: PowerDomain | None = None
+    #: the power limit the node agent set on its devices (W), when below the TDP.
+    gpu_power_cap_w: float | None = None
 
     def __post_init__(self) -> None:
         for field in ("cpu_milli", "memory_mib", "gpu_count"):
@@ -221,6 +226,7 @@ class ClusterState:
         self.has_soft_taints = any(t.effect == "PreferNoSchedule" for s in self.nodes
                                    for t in s.taints)
         self.has_power = any(s.power_budget_w is not None for s in self.nodes)
+        self._init_domains()
         for i, spec in enumerate(self.nodes):
             if spec.power_budget_w is not None:
                 self.power_budget[i] = spec.power_budget_w
@@ -246,8 +252,99 @@ class ClusterState:
         self._whole_ok = (self._filter_mode == _EXCL) | (self._filter_mode == _SOFT)
         self._slots = self._count_slots(slice(None))
         self.plain = bool((self.dev_mode == _SOFT).all()) and not self.has_taints \
-            and not self.has_power
+            and not self.has_power and not self.has_domains
         self._sealed_pods = 0
+
+    def _init_domains(self) -> None:
+        """Power domains (model/power.py): each node's domain, the budgets, and the admitted
+        draw per domain in milliwatts, starting at every device's idle draw."""
+        n = len(self.nodes)
+        self.node_dom = np.full(n, -1, dtype=np.int64)
+        self.node_idle_mw = np.zeros(n, dtype=np.int64)
+        self.node_span_mw = np.zeros(n, dtype=np.int64)  # full-load minus idle, per device
+        self.domains: list[PowerDomain] = []
+        index: dict[str, int] = {}
+        for i, spec in enumerate(self.nodes):
+            d = spec.power_domain
+            if d is None:
+                continue
+            k = index.setdefault(d.name, len(self.domains))
+            if k == len(self.domains):
+                self.domains.append(d)
+            elif self.domains[k] != d:
+                raise ValueError(f"node {spec.name}: power domain {d.name} is described two "
+                                 f"ways ({self.domains[k]} and {d})")
+            self.node_dom[i] = k
+            idle, peak = device_power_mw(spec.model, spec.gpu_power_cap_w)
+            self.node_idle_mw[i], self.node_span_mw[i] = idle, peak - idle
+        self.has_domains = bool(self.domains)
+        self.dom_budget_mw = np.array([d.budget_mw for d in self.domains], dtype=np.int64)
+        self.dom_admitted_mw = np.zeros(len(self.domains), dtype=np.int64)
+        np.add.at(self.dom_admitted_mw, self.node_dom[self.node_dom >= 0],
+                  (self.node_idle_mw * self.gpu_count)[self.node_dom >= 0])
+        self._dom_nodes = [np.flatnonzero(self.node_dom == k) for k in range(len(self.domains))]
+
+    def domain_draw_mw(self) -> dict[str, tuple[int, int]]:
+        """(admitted, budget) milliwatts of each power domain."""
+        return {d.name: (int(self.dom_admitted_mw[k]), int(self.dom_budget_mw[k]))
+                for k, d in enumerate(self.domains)}
+
+    def _charge_milli(self, req: PodRequest, nodes):
+        """The compute milli `req` is charged per device of `nodes` (as `charge` does, for
+        many devices at once): what its expected draw scales with."""
+        mode = req.slice_mode
+        if mode is DeviceMode.EXCLUSIVE:
+            return MILLI_PER_GPU
+        if mode is DeviceMode.MIG:
+            per_model = self._per_node_int(("mig-milli", req.mig_profile), lambda s: (
+                mig_table(s.model).milli(req.mig_profile) if has_mig(s.model) and
+                req.mig_profile in mig_table(s.model).by_profile else MILLI_PER_GPU))
+            got = per_model[nodes]
+            return got.reshape(-1, 1) if np.ndim(got) else got
+        if mode in (DeviceMode.TIMESLICE, DeviceMode.MPS):
+            return MILLI_PER_GPU // np.maximum(self.rep_cap[nodes], 1)
+        return req.gpu_milli
+
+    def _domain_fits(self, req: PodRequest, nodes) -> np.ndarray:
+        """Devices of `nodes` whose domain can feed `req` on `gpu_count` such devices."""
+        dom = self.node_dom[nodes]
+        span = self.node_span_mw[nodes]
+        head = np.where(dom >= 0, self.dom_budget_mw[dom] - self.dom_admitted_mw[dom]
+                        if len(self.domains) else 0, np.iinfo(np.int64).max // 4)
+        if np.ndim(dom):
+            head, span = head.reshape(-1, 1), span.reshape(-1, 1)
+        need = share_mw(span, self._charge_milli(req, nodes)) * req.gpu_count
+        return np.broadcast_to(need <= head, self.gpu_cap[nodes].shape)
+
+    def power_message(self, req: PodRequest) -> str | None:
+        """Why power blocked `req`, in watts: the domain (among the nodes its other tests
+        allow) that comes closest, e.g. 'power domain r3 would draw 27.1 kW of 26.4 kW
+        allowed (80 % of 33 kW)'; None when no domain is involved."""
+        if not self.has_domains or not req.gpu_count:
+            return None
+        ok = self._node_mask(req) & (self.node_dom >= 0)
+        fits = None
+        for reason, mask in self._device_steps(req, slice(None)):
+            if reason != "power":
+                fits = mask if fits is None else fits & mask
+        if fits is not None:
+            ok &= fits.sum(axis=1) >= req.gpu_count
+        if not ok.any():
+            ok = self._node_mask(req) & (self.node_dom >= 0)
+            if not ok.any():
+                return None
+        nodes = np.flatnonzero(ok)
+        milli = self._charge_milli(req, nodes)
+        if np.ndim(milli) == 2:  # per device: the node's largest
+            milli = np.max(milli, axis=1)
+        need = share_mw(self.node_span_mw[nodes], milli) * req.gpu_count
+        dom = self.node_dom[nodes]
+        would = self.dom_admitted_mw[dom] + need
+        best = int(np.argmin(would - self.dom_budget_mw[dom]))
+        return over_budget_message(self.domains[int(dom[best])], int(would[best]))
+
+    def _domain_add_mw(self, n: int, milli: int, devices: int) -> int:
+        return int(share_mw(int(self.node_span_mw[n]), milli)) * devices
 
     # -- queries ---------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -440,7 +537,10 @@ class ClusterState:
         if self.has_power:
             if pods is None:
                 pods = self.dev_pods[nodes]
-            yield "power", (pods > 0) | (self._power_slots(nodes) >= 1)
+            power = (pods > 0) | (self._power_slots(nodes) >= 1)
+            yield "power", power & self._domain_fits(req, nodes) if self.has_domains else power
+        elif self.has_domains:
+            yield "power", self._domain_fits(req, nodes)
 
     def _power_slots(self, nodes) -> np.ndarray:
         """How many more devices each node may power up within its budget ([n, 1])."""
@@ -714,10 +814,17 @@ class ClusterState:
         if devs:
             if max(devs) >= self.gpu_count[n] or min(devs) < 0:
                 raise ValueError(f"{req.name}: devices {devs} are not on {self.names[n]}")
+            k = int(self.node_dom[n]) if self.has_domains else -1
+            add = self._domain_add_mw(n, alloc.milli, len(devs)) if k >= 0 else 0
+            if k >= 0 and self.dom_admitted_mw[k] + add > self.dom_budget_mw[k]:
+                raise ValueError(f"{req.name}: " + over_budget_message(
+                    self.domains[k], int(self.dom_admitted_mw[k] + add)))
             if fast:
                 self._allocate_plain(req, alloc, n, devs)
             else:
                 self._allocate_general(req, alloc, n, devs)
+            if k >= 0:
+                self._domain_moved(k, n, add)
             self.kind_count[n, pod_kind(req)] += 1
             if len(devs) == 1:  # scalar indexing: the trace engine's hot path
                 self.dev_pods[n, devs[0]] += 1
@@ -858,6 +965,9 @@ class ClusterState:
                 self.dev_sealed[n, devs] -= 1
                 self._sealed_pods -= 1
             self.dev_pods[n, devs] -= 1
+            if self.has_domains and self.node_dom[n] >= 0:
+                self._domain_moved(int(self.node_dom[n]), n,
+                                   -self._domain_add_mw(n, alloc.milli, len(devs)))
             gone = np.array(devs)[self.dev_pods[n, devs] == 0]
             self.dev_owner[n, gone] = -1
             self.kind_count[n, pod_kind(req)] -= 1
@@ -873,6 +983,13 @@ class ClusterState:
             raise ValueError(f"{req.name}: release of an allocation that was never made")
         self._refresh(n)
 
+    def _domain_moved(self, k: int, n: int, add: int) -> None:
+        """Charge `add` mW to domain `k` and move the version of its other nodes (their
+        power headroom changed, so their cached filter rows are stale)."""
+        self.dom_admitted_mw[k] += add
+        others = self._dom_nodes[k]
+        self.version[others[others != n]] += 1
+
     def _refresh(self, n: int) -> None:
         row = self.gpu_free[n]
         self.gpu_free_total[n] = row.sum()
@@ -884,7 +1001,8 @@ class ClusterState:
     _MUTABLE = ("cpu_free", "mem_free", "gpu_free", "gpu_mem_free", "kind_count", "pod_count",
                 "version", "gpu_free_total", "full_gpus", "max_gpu_free", "rep_free",
                 "mig_occ", "mig_compute_free", "mig_layout_free", "dev_pods", "dev_sealed",
-                "dev_owner", "busy_gpus", "dev_uncapped", "dev_needs_soft")
+                "dev_owner", "busy_gpus", "dev_uncapped", "dev_needs_soft",
+                "dom_admitted_mw")
 
     def snapshot(self) -> dict[str, np.ndarray]:
         """A copy of everything allocation changes; `restore` puts it back."""
