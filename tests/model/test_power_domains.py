@@ -175,3 +175,45 @@ def test_admitted_power_never_exceeds_any_domain_budget(fleet, reqs, policy, dat
 def test_idle_share_is_the_documented_assumption():
     assert IDLE_SHARE == 0.10 and get_model(H100).tdp_w == 700
     assert DeviceMode.EXCLUSIVE  # whole GPUs are charged 1000 milli: a full device's draw
+
+
+# -- cluster.yaml ----------------------------------------------------------------------------
+POOLS = {"nodePools": [
+    {"name": "a", "count": 2, "model": H100, "gpus": 8, "cpuMilli": 64000,
+     "memoryMiB": 262144, "labels": {"gpugov.io/rack": "r1"}},
+    {"name": "b", "count": 1, "model": H100, "gpus": 8, "cpuMilli": 64000,
+     "memoryMiB": 262144}]}
+
+
+def test_cluster_yaml_power_domains_reach_the_replays_nodes():
+    from gpugov.model.cluster_spec import parse_cluster_yaml
+    from gpugov.sim.fleet import fleet_nodes
+    data = dict(POOLS, powerDomains=[{"name": "r1", "panelWatts": 33000},
+                                     {"name": "r2", "panelWatts": 9000, "ratio": 0.5,
+                                      "nodes": ["b-0"]}])
+    nodes = fleet_nodes(parse_cluster_yaml(data, "c.yaml"), "c.yaml")
+    assert [(n.name, n.power_domain.name, n.power_domain.budget_w) for n in nodes] == [
+        ("a-0", "r1", 26400.0), ("a-1", "r1", 26400.0), ("b-0", "r2", 4500.0)]
+
+
+@pytest.mark.parametrize(("domains", "says"), [
+    ([{"name": "r1", "panelWatts": 0}], "powerDomains[0].panelWatts"),
+    ([{"name": "r1", "panelWatts": ".nan"}], "powerDomains[0].panelWatts"),
+    ([{"name": "r1", "panelWatts": 1000, "ratio": 1.5}], "powerDomains[0].ratio"),
+    ([{"name": "r1", "panelWatts": 1000, "ratio": 0}], "powerDomains[0].ratio"),
+    ([{"name": "r1", "panelWatts": 1000}, {"name": "r9", "panelWatts": 1000}],
+     "powerDomains.r9: has no nodes"),
+    ([{"name": "r1", "panelWatts": 1000}, {"name": "r2", "panelWatts": 1000,
+                                           "nodes": ["a-0"]}], "a node is in one domain"),
+    ([{"name": "r1", "panelWatts": 1000, "nodes": ["zz"]}], "no node 'zz'"),
+])
+def test_bad_power_domains_in_cluster_yaml_are_refused_naming_the_field(domains, says):
+    import yaml
+
+    from gpugov.model.cluster_spec import ClusterFileError, parse_cluster_yaml
+    from gpugov.model.validation import yaml_loader
+    data = yaml.load(yaml.safe_dump(dict(POOLS, powerDomains=domains)).replace("'.nan'", ".nan"),
+                     Loader=yaml_loader())  # noqa: S506 - SafeLoader
+    with pytest.raises(ClusterFileError, match=None) as err:
+        parse_cluster_yaml(data, "c.yaml")
+    assert says in str(err.value)

@@ -27,6 +27,13 @@ from pydantic import (
 from gpugov.model.catalog import CATALOG
 from gpugov.model.devices import DeviceMode
 from gpugov.model.mig import MIG_GEOMETRIES, MigInstance, find_placement, get_geometry
+from gpugov.model.power import (
+    DEFAULT_LABEL,
+    DEFAULT_RATIO,
+    MAX_PANEL_W,
+    PowerDomain,
+    resolve_domains,
+)
 from gpugov.model.validation import pydantic_problems, yaml_loader
 
 NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
@@ -99,8 +106,22 @@ class NodePool(_Strict):
     devices: list[DeviceGroup] = Field(default_factory=list, max_length=MAX_GPUS_PER_NODE)
 
 
+class PowerDomainSpec(_Strict):
+    """A rack (row, PDU): its panel's rating and admission ratio; members by `nodes` or by
+    the node label `powerDomainLabel` (pool `labels`)."""
+
+    name: str = Field(pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$", max_length=200)
+    panel_watts: float = Field(alias="panelWatts", gt=0, le=MAX_PANEL_W, allow_inf_nan=False)
+    ratio: float = Field(DEFAULT_RATIO, gt=0, le=1, allow_inf_nan=False)
+    nodes: list[str] = Field(default_factory=list, max_length=MAX_NODES)
+
+
 class ClusterFile(_Strict):
     node_pools: list[NodePool] = Field(alias="nodePools", min_length=1, max_length=MAX_POOLS)
+    power_domains: list[PowerDomainSpec] = Field(default_factory=list, alias="powerDomains",
+                                                 max_length=MAX_LIST)
+    power_domain_label: str = Field(DEFAULT_LABEL, alias="powerDomainLabel", min_length=1,
+                                    max_length=317)
 
     @model_validator(mode="after")
     def _total_nodes(self) -> ClusterFile:
@@ -188,9 +209,36 @@ def parse_cluster_yaml(data: Any, source: str, dynamic_mig: bool = False) -> Clu
     for i, name in enumerate(names):
         if name in names[:i]:
             problems.append(f"nodePools[{i}].name: duplicate pool name {name!r}")
+    if not problems:
+        problems = [f"powerDomains: {p}" if not p.startswith("powerDomains") else p
+                    for p in power_domains(cluster)[1]]
     if problems:
         raise ClusterFileError(source, problems)
     return cluster
+
+
+def power_domains(cluster: ClusterFile) -> tuple[dict[str, PowerDomain], list[str]]:
+    """(node name -> its power domain, problems): members listed by name or labelled with
+    `powerDomainLabel`; a domain without nodes, a node in two domains, two domains of one
+    name or a label naming no domain is a problem."""
+    problems: list[str] = []
+    domains: list[PowerDomain] = []
+    for i, d in enumerate(cluster.power_domains):
+        if any(d.name == e.name for e in domains):
+            problems.append(f"powerDomains[{i}].name: duplicate domain {d.name!r}")
+            continue
+        domains.append(PowerDomain(d.name, d.panel_watts, d.ratio))
+    if not domains:
+        return {}, problems
+    nodes = [(n, pool.labels) for pool in cluster.node_pools for n in cluster.node_names(pool)]
+    got, more = resolve_domains(nodes, domains, cluster.power_domain_label,
+                                {d.name: d.nodes for d in cluster.power_domains})
+    for i, pool in enumerate(cluster.node_pools):
+        if pool.gpus and not CATALOG[pool.model].tdp_w and \
+                any(n in got for n in cluster.node_names(pool)):
+            more.append(f"nodePools[{i}].model: {pool.model} has no known TDP, so its draw "
+                        "cannot be budgeted in a power domain")
+    return got, problems + more
 
 
 def _csv_pools(path: Path) -> ClusterFile:

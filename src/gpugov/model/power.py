@@ -135,8 +135,8 @@ def resolve_domains(nodes: Iterable[tuple[str, Mapping[str, str]]],
     used = {d.name for d in out.values()}
     for d in domains:
         if d.name not in used:
-            problems.append(f"powerDomains.{d.name}: has no nodes (label none with "
-                            f"{label}={d.name} and lists none)")
+            problems.append(f"powerDomains.{d.name}: has no nodes (no node is labelled "
+                            f"{label}={d.name} or listed in its nodes)")
     return out, problems
 
 

@@ -13,6 +13,9 @@ kwok dev cluster (`model.cluster_spec`) and becomes the one cluster state's `Nod
   `powerBudgetW` (hard: every device hosting a pod counts at its model's TDP) and `topology`
   (`nvswitch`: one NVLink domain per node; `pcie`: no NVLink, PCIe switches and NUMA nodes in
   index order; `none`: unknown).
+- `powerDomains:` racks with `panelWatts` and `ratio` (default 0.80), members by `nodes:` or
+  the pool label `powerDomainLabel` (default `gpugov.io/rack`): the state admits a pod only
+  while its rack's expected draw stays within ratio × panel (model/power.py).
 
 `FleetCards` checks a job's request against the fleet's cards before the replay runs.
 """
@@ -30,6 +33,7 @@ from gpugov.model.cluster_spec import (
     NodePool,
     device_modes,
     parse_cluster_yaml,
+    power_domains,
 )
 from gpugov.model.constraints import Taint
 from gpugov.model.devices import DeviceConfig, DeviceMode, DeviceTopology, hgx_topology
@@ -71,6 +75,7 @@ def fleet_nodes(cluster: ClusterFile, source: str) -> list[NodeSpec]:
     if problems:
         raise ClusterFileError(source, problems)
     out = []
+    domains = power_domains(cluster)[0]  # checked by parse_cluster_yaml
     for pool in cluster.node_pools:
         devices = pool_devices(pool)
         topology = pool_topology(pool)
@@ -79,7 +84,8 @@ def fleet_nodes(cluster: ClusterFile, source: str) -> list[NodeSpec]:
         for name in cluster.node_names(pool):
             out.append(NodeSpec(name, pool.cpu_milli, pool.memory_mib, pool.gpus, pool.model,
                                 devices=devices, labels=labels, taints=taints,
-                                power_budget_w=pool.power_budget_w, topology=topology))
+                                power_budget_w=pool.power_budget_w, topology=topology,
+                                power_domain=domains.get(name)))
     return out
 
 
