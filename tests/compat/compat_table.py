@@ -12,6 +12,7 @@ from typing import Any
 from gpugov.model.devices import DeviceMode
 
 S, X, M = DeviceMode.SOFT, DeviceMode.EXCLUSIVE, DeviceMode.MIG
+TS = DeviceMode.TIMESLICE
 A100_V100 = "A100/V100 models"
 
 #: key -> (what the source project's docs promise, expected: dict of GpuRequest fields,
@@ -21,6 +22,9 @@ EXPECTED: dict[str, tuple[str, Any]] = {
         "1 whole GPU", dict(count=1, mode=X)),
     "device-plugin/testdata/job-1.yaml#gpu-pod": (
         "1 whole GPU", dict(count=1, mode=X)),
+    "gpu-operator/tests/plugin-test.yaml#nvidia-plugin-test": (
+        "1 time-sliced replica of a T4 (renameByDefault: false, -SHARED product selector)",
+        dict(count=1, mode=TS, models=("T4",), memory_mib=None)),
     "hami/examples/nvidia/default_use.yaml#gpu-pod": (
         "1 GPU, 3000 MiB, 30 % of its cores",
         dict(count=1, mode=S, memory_mib=3000, milli=300)),
@@ -112,6 +116,10 @@ def describe(req) -> str:
         return f"{req.count} × MIG {req.mig_profile}"
     if req.mode is DeviceMode.EXCLUSIVE:
         what = f"{req.count} whole GPU{'s' if req.count > 1 else ''}"
+    elif req.mode is DeviceMode.TIMESLICE:
+        mem = f"{req.memory_mib} MiB" if req.memory_mib is not None else "card/replicas"
+        return f"1 time-slice replica (memory capped at {mem})" + \
+            (f", only on {', '.join(req.models)}" if req.models else "")
     else:
         if req.memory_mib is not None:
             per.append(f"{req.memory_mib} MiB")

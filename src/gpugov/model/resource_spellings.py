@@ -22,7 +22,10 @@ control-plane-anchors.md §1.8 for KAI):
   `nvidia.com/gpu.product: <PRODUCT>-MIG-<profile>` (single strategy): N MIG instances;
 - `nvidia.com/gpu.shared: 1`, `nvidia.com/mig-<p>.shared: 1` (time-slicing, renameByDefault):
   one replica, capped at the memory `nvidia.com/gpumem` / `gpumem-percentage` name (else
-  card/replicas): soft isolation, unless its Tenant oversubscribes (none);
+  card/replicas): soft isolation, unless its Tenant oversubscribes (none); NVIDIA's
+  `renameByDefault: false` spelling, `nvidia.com/gpu: 1` with the node selector
+  `nvidia.com/gpu.product: <PRODUCT>[-MIG-<p>]-SHARED`, is the same replica
+  (`_nvidia_time_sliced`);
 - `nvidia.com/gpu.mps: 1`: one MPS client, capped at card/clients and 100/clients % of the SMs
   (`gpumem` / `gpucores` say what it needs under those caps); isolation none;
 - annotations `gpu-fraction`, `gpu-memory` (KAI): a soft slice by memory fraction or MiB, no
@@ -42,7 +45,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from gpugov.model.catalog import CATALOG, MILLI_PER_GPU
 from gpugov.model.devices import DeviceMode
@@ -58,6 +61,9 @@ SHARED = "nvidia.com/gpu.shared"
 MPS = "nvidia.com/gpu.mps"
 MIG_PREFIX = "nvidia.com/mig-"
 PRODUCT_LABEL = "nvidia.com/gpu.product"
+STRATEGY_LABEL = "nvidia.com/gpu.sharing-strategy"
+#: GFD's product suffix for GPUs time-sliced under the unrenamed `nvidia.com/gpu`
+SHARED_SUFFIX = "-SHARED"
 KAI_FRACTION = "gpu-fraction"
 KAI_MEMORY = "gpu-memory"
 KAI_NUM_DEVICES = "gpu-fraction-num-devices"
@@ -345,6 +351,18 @@ def _translate(gpu_keys: dict[str, object], ann: dict[str, str], sel: dict[str, 
         return _mig(gpu_keys, mig_keys, soft_keys, sel, common)
     if MPS in gpu_keys:
         return _mps(gpu_keys, common)
+    if GPU in gpu_keys and SHARED not in gpu_keys:
+        replica = _nvidia_time_sliced(gpu_keys, sel)
+        if replica is not None:
+            pm, _ = model_from_product_label(sel[PRODUCT_LABEL])
+            if pm is not None and common["models"] and pm not in common["models"]:
+                raise RequestError(ANN_MODEL, f"excludes {pm}, the node selector's GPU",
+                                   "make the model annotations and the node selector agree")
+            if pm is not None:
+                common = dict(common, models=(pm,))
+            req = _mps(replica, common) if MPS in replica else _shared(replica, soft_keys, common)
+            said = f"{GPU} + {PRODUCT_LABEL}={sel[PRODUCT_LABEL]}"
+            return replace(req, spellings=(said, *req.spellings[1:]))
     if SHARED in gpu_keys:
         return _shared(gpu_keys, soft_keys, common)
     if soft_keys:
@@ -532,9 +550,10 @@ def _mig(gpu_keys: Mapping[str, object], mig_keys: list[str], soft_keys: list[st
     else:  # single strategy: nvidia.com/gpu + product label with -MIG-<profile>
         product_model, profile_opt = model_from_product_label(sel[PRODUCT_LABEL])
         profile = profile_opt or ""
-        shared = False
+        # `-MIG-<p>-SHARED`: the instance time-sliced under nvidia.com/gpu (NVIDIA's README)
+        shared = sel[PRODUCT_LABEL].endswith(SHARED_SUFFIX)
         count = _int(GPU, gpu_keys[GPU], "instances", f"{GPU}: 1")
-        spelling = f"{GPU} + {PRODUCT_LABEL}={sel[PRODUCT_LABEL]}"
+        spelling = key = f"{GPU} + {PRODUCT_LABEL}={sel[PRODUCT_LABEL]}"
         if product_model is not None:
             if models and product_model not in models:
                 raise RequestError(ANN_MODEL, f"excludes {product_model}, the node selector's GPU",
@@ -622,6 +641,43 @@ def _mps(gpu_keys: Mapping[str, object], common: dict) -> GpuRequest:
                                f"{GPUCORES} (%)")
     n = _int(MPS, gpu_keys[MPS], "clients", f"{MPS}: 1")
     if n != 1:
+def _nvidia_time_sliced(gpu_keys: Mapping[str, object], sel: Mapping[str, str]
+                        ) -> dict[str, object] | None:
+    """`nvidia.com/gpu` on a node the pod selects as time-sliced, as NVIDIA's device plugin
+    serves it with `renameByDefault: false`: GFD then writes the product label with
+    `-SHARED` (NVIDIA's README: "the SHARED annotation ensures that a nodeSelector can be
+    used to attract pods to nodes that have shared GPUs"), and `nvidia.com/gpu: 1` there is
+    one replica (one MPS client when the selector also names `sharing-strategy: mps`).
+    gpugov reads exactly that selector as `nvidia.com/gpu.shared: 1` (the same replica,
+    capped the same way); without it `nvidia.com/gpu` is whole GPUs wherever the pod lands,
+    so a pod is never silently given a different size. A selector on the sharing labels
+    alone names no size gpugov can serve with `nvidia.com/gpu` and is refused.
+    Returns the limits as the replica spelling, or None (not a time-sliced selector)."""
+    product = sel.get(PRODUCT_LABEL, "")
+    strategy = sel.get(STRATEGY_LABEL)
+    if product.endswith(SHARED_SUFFIX):
+        n = _int(GPU, gpu_keys[GPU], "replicas", f"{GPU}: 1")
+        if n != 1:
+            raise RequestError(
+                f"{GPU} + {PRODUCT_LABEL}={_short(product)}",
+                f"asks for {n} time-slice replicas; they may be one GPU and add no compute "
+                "(gpugov serves NVIDIA time-slicing as failRequestsGreaterThanOne: true, "
+                "which NVIDIA recommends)",
+                f"write {GPU}: 1 for one replica, or drop the -SHARED selector for {n} "
+                "whole GPUs")
+        out = {k: v for k, v in gpu_keys.items() if k != GPU}
+        out[MPS if strategy == "mps" else SHARED] = 1  # GFD marks MPS replicas -SHARED too
+        return out
+    if strategy in ("time-slicing", "mps"):
+        write = SHARED if strategy == "time-slicing" else MPS
+        raise RequestError(
+            f"{GPU} + {STRATEGY_LABEL}={_short(strategy)}",
+            f"{GPU} is whole GPUs, which nodes sharing their GPUs ({strategy}) do not have",
+            f"ask for {write}: 1, or select {PRODUCT_LABEL}: <product>{SHARED_SUFFIX} (NVIDIA's "
+            "label for time-sliced GPUs served as nvidia.com/gpu)")
+    return None
+
+
         raise RequestError(MPS, f"asks for {n} MPS clients; one process gets one client",
                            f"write {MPS}: 1, or {GPU}: {n} for {n} whole GPUs")
     milli = memory_mib = None

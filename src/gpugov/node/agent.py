@@ -69,6 +69,8 @@ class AgentConfig:
     proc_root: Path = Path("/proc")
     #: the MPS control daemon of GPUs in `mps` mode; None = MPS is not managed here
     mps: MpsDaemon | None = None
+    #: GFD's `-SHARED` product suffix on a shared node (NVIDIA config renameByDefault: false)
+    shared_product: bool = False
 
 
 @dataclass
@@ -92,7 +94,7 @@ class NodeAgent:
         """Labels + inventory annotation as one merge patch (only when something changed)."""
         node = await self.core.read_node(self.cfg.node_name)
         current = dict(node.metadata.labels or {})
-        new = gfd.gfd_labels(self.source.node, self.source.sharing)
+        new = gfd.gfd_labels(self.source.node, self.source.sharing, self.cfg.shared_product)
         labels: dict[str, Any] = dict(new)
         labels.update({k: None for k in gfd.stale(current, new)})
         labels.update(extra_labels or {})

@@ -52,14 +52,19 @@ def product(nvml_name: str) -> str:
     return re.sub(r"[^A-Za-z0-9\-_. ]", "", nvml_name).strip().replace(" ", "-")[:63]
 
 
-def gfd_labels(node: NodeGpus, sharing: SharingPolicy = SharingPolicy()) -> dict[str, str]:
+def gfd_labels(node: NodeGpus, sharing: SharingPolicy = SharingPolicy(),
+               shared_suffix: bool = False) -> dict[str, str]:
+    """GFD's labels. `shared_suffix` (an NVIDIA config with `renameByDefault: false`): a
+    time-sliced or MPS node's product ends with `-SHARED`, as GFD writes it, so NVIDIA's pods
+    that select it find the node (and gpugov reads that selector as one replica)."""
     if not node.gpus:
         return {GFD_PRESENT: "false"}
     name = Counter(g.name for g in node.gpus).most_common(1)[0][0]
     first = next(g for g in node.gpus if g.name == name)
     labels = {
         GFD_PRESENT: "true",
-        GFD_PRODUCT: product(name),
+        GFD_PRODUCT: product(name)[:56] + "-SHARED" if shared_suffix and sharing.mode in (
+            DeviceMode.TIMESLICE, DeviceMode.MPS) else product(name),
         GFD_COUNT: str(len(node.gpus)),
         GFD_MEMORY: str(first.memory_mib),
         "nvidia.com/gpu.replicas": str(sharing.replicas if sharing.mode in (

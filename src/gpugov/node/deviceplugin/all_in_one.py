@@ -43,6 +43,21 @@ class NodeFile(BaseModel):
     mpsControl: str = Field("nvidia-cuda-mps-control", min_length=1)  # the daemon's binary
     softSplit: int = Field(10, ge=1)
     migStrategy: Literal["mixed"] = "mixed"  # single: planned
+    #: the NVIDIA device plugin's own config (`version: v1`, `sharing.timeSlicing|mps`), as
+    #: its ConfigMap holds it: sharing mode and replicas come from it (`node.nvidia_config`)
+    nvidiaConfig: dict[str, Any] | None = None
+
+    def sharing(self) -> tuple[str, int, bool]:
+        """(mode, replicas, whether replicas are served as nvidia.com/gpu too)."""
+        from gpugov.node.nvidia_config import parse
+
+        if self.nvidiaConfig is None:
+            replicas = {"timeslice": self.timesliceReplicas, "mps": self.mpsReplicas}
+            return self.defaultMode, replicas.get(self.defaultMode, 1), False
+        nv = parse(self.nvidiaConfig, "nvidiaConfig")
+        if nv.mode.value == "exclusive":
+            return self.defaultMode, 1, False
+        return nv.mode.value, nv.replicas, nv.serves_gpu_replicas
     devices: list[Any] = Field(default_factory=list, max_length=0)  # per-device: planned
 
 
@@ -57,7 +72,7 @@ def load_node_file(path: Path) -> NodeFile:
     except yaml.YAMLError as exc:
         raise NodeConfigError(f"--config: {path}: not YAML ({exc})") from None
     try:
-        return NodeFile.model_validate(data or {})
+        out = NodeFile.model_validate(data or {})
     except ValidationError as exc:
         problems = []
         for e in exc.errors():
@@ -69,6 +84,17 @@ def load_node_file(path: Path) -> NodeFile:
                 msg = "only 'mixed' is served (single is planned)"
             problems.append(f"{where}: {e.get('input')!r}: {msg}")
         raise NodeConfigError(f"--config: {path}: " + "; ".join(problems)) from None
+    from gpugov.node.nvidia_config import NvidiaConfigError
+
+    try:
+        mode, _, _ = out.sharing()
+    except NvidiaConfigError as exc:
+        raise NodeConfigError(f"--config: {path}: {exc}") from None
+    if out.nvidiaConfig is not None and mode != out.defaultMode and \
+            out.defaultMode not in ("exclusive", "mig"):
+        raise NodeConfigError(f"--config: {path}: defaultMode: {out.defaultMode!r} contradicts "
+                              f"nvidiaConfig ({mode}); set only one of them")
+    return out
 
 
 @dataclass(frozen=True)
@@ -101,9 +127,8 @@ async def serve_all(opts: RunOptions) -> None:
     from gpugov.node.scrub import handover_for
 
     cfg = opts.config
-    mode = DeviceMode.EXCLUSIVE if cfg.defaultMode == "mig" else DeviceMode(cfg.defaultMode)
-    replicas = {DeviceMode.TIMESLICE: cfg.timesliceReplicas,
-                DeviceMode.MPS: cfg.mpsReplicas}.get(mode, 1)
+    mode_name, replicas, gpu_replicas = cfg.sharing()
+    mode = DeviceMode.EXCLUSIVE if mode_name == "mig" else DeviceMode(mode_name)
     host, port = listen_address(opts.listen, "--listen")
     regions = opts.state_dir / "regions"
     regions.mkdir(parents=True, exist_ok=True)
@@ -119,12 +144,13 @@ async def serve_all(opts: RunOptions) -> None:
         async with client.ApiClient(api_cfg) as api:
             agent = NodeAgent(api, source, AgentConfig(
                 opts.node_name, opts.mig_config, regions, opts.interval_s,
-                mps=MpsDaemon(opts.state_dir / "mps", control=cfg.mpsControl)))
+                mps=MpsDaemon(opts.state_dir / "mps", control=cfg.mpsControl),
+                shared_product=gpu_replicas))
             plugin = DevicePluginManager(
                 opts.node_name, source, ApiPodSource(api), opts.plugin_dir,
                 ResponseConfig(opts.state_dir, install_library(opts.state_dir),
                                handover=handover_for(opts.state_dir)),
-                soft_replicas=cfg.softSplit)
+                soft_replicas=cfg.softSplit, gpu_replicas=gpu_replicas)
             await plugin.start()
             me = asyncio.current_task()
             assert me is not None

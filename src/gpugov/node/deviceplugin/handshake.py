@@ -70,8 +70,11 @@ class Rejected:
 
 def _slice_key(node: str, inv: Mapping[int, InventoryDevice],
                by_uuid: Mapping[str, InventoryDevice], d: AllocatedDevice,
-               i: int) -> tuple[str, str]:
-    """(resource, key) of one allocated device; ValueError names what does not fit."""
+               i: int, asks: frozenset[str] = frozenset()) -> tuple[str, str]:
+    """(resource, key) of one allocated device; ValueError names what does not fit.
+    `asks`: the resources the pod's containers name; a replica of a pod that asks
+    `nvidia.com/gpu` and not the replica's own name is NVIDIA's unrenamed spelling
+    (`renameByDefault: false`), served under `nvidia.com/gpu`."""
     dev = by_uuid.get(d.uuid) if d.uuid else inv.get(d.index)
     where = f"devices[{i}]"
     if dev is None:
@@ -87,10 +90,24 @@ def _slice_key(node: str, inv: Mapping[int, InventoryDevice],
                          f"GPU {dev.index} of {node}")
     want = {DeviceMode.EXCLUSIVE: GPU, DeviceMode.SOFT: GPU, DeviceMode.TIMESLICE: SHARED,
             DeviceMode.MPS: MPS}[d.mode]
+    if want != GPU and want not in asks and GPU in asks:
+        want = GPU
     if dev.mode != d.mode:
         raise ValueError(f"{where}: GPU {dev.index} is in {dev.mode} mode on {node}, "
                          f"the allocation says {d.mode}")
     return want, dev.uuid
+
+
+def _asks(pod: Pod) -> frozenset[str]:
+    """The extended resources the pod's containers (init containers too) ask for."""
+    spec = pod.get("spec") or {}
+    out: set[str] = set()
+    for key in ("initContainers", "containers"):
+        for c in spec.get(key) or []:
+            res = (c or {}).get("resources") or {}
+            for part in ("limits", "requests"):
+                out.update(str(k) for k in (res.get(part) or {}))
+    return frozenset(out)
 
 
 def _order(pod: Pod) -> tuple[str, int, str, str, str]:
@@ -136,9 +153,10 @@ def candidates(pods: Iterable[Pod], node: str, resource: str, inventory: Invento
                                           f"bound to {node!r}"))
             continue
         slices: list[tuple[str, AllocatedDevice]] = []
+        asks = _asks(pod)
         try:
             for i, d in enumerate(alloc.devices):
-                res, key = _slice_key(node, by_index, by_uuid, d, i)
+                res, key = _slice_key(node, by_index, by_uuid, d, i, asks)
                 if res == resource:
                     slices.append((key, d))
         except ValueError as exc:

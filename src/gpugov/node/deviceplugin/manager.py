@@ -33,9 +33,10 @@ class DevicePluginManager:
 
     def __init__(self, node: str, source: DeviceSource, pods: PodSource, plugin_dir: Path,
                  cfg: ResponseConfig, poll_s: float = 0.2,
-                 soft_replicas: int = SOFT_REPLICAS) -> None:
+                 soft_replicas: int = SOFT_REPLICAS, gpu_replicas: bool = False) -> None:
         self.node, self.source, self.pods = node, source, pods
         self.soft_replicas = soft_replicas
+        self.gpu_replicas = gpu_replicas  # NVIDIA renameByDefault: false (resources.py)
         self.plugin_dir, self.cfg, self.poll_s = plugin_dir, cfg, poll_s
         self.plugins: dict[str, ResourcePlugin] = {}
         self.registrations = 0  # successful Register calls (restarts show as more)
@@ -82,7 +83,7 @@ class DevicePluginManager:
 
     async def _sync(self) -> None:
         """Bring the set of plugins and their device lists in line with the source."""
-        wanted = plugin_devices(self.source.inventory(), self.soft_replicas)
+        wanted = plugin_devices(self.source.inventory(), self.soft_replicas, self.gpu_replicas)
         for res in [r for r in self.plugins if r not in wanted]:
             log.info("resource %s is gone from the node; stopping its plugin", res)
             await self.plugins.pop(res).stop()

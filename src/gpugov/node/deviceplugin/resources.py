@@ -8,7 +8,9 @@
   many pods share a GPU while gpugov's scheduler decides memory and compute.
 - `nvidia.com/gpu.shared`: GPUs in `timeslice` mode as `replicas` IDs `<uuid>::<n>` (the NVIDIA
   plugin's `renameByDefault` name, so time-slicing is never mistaken for a whole GPU); each
-  replica is capped at the memory its allocation record names (`response`).
+  replica is capped at the memory its allocation record names (`response`). A node whose
+  NVIDIA config says `renameByDefault: false` advertises the same IDs as `nvidia.com/gpu`
+  too (`gpu_replicas`), for NVIDIA's own pods.
 - `nvidia.com/mig-<profile>`: each MIG instance by its `MIG-<uuid>` (`+` in a profile becomes
   `.`, as the NVIDIA plugin's mixed strategy does).
 
@@ -59,9 +61,14 @@ class PluginDevice:
         return self.mig_uuid or self.uuid
 
 
-def plugin_devices(inventory: Inventory,
-                   soft_replicas: int = SOFT_REPLICAS) -> dict[str, list[PluginDevice]]:
-    """resource name -> its device IDs, in inventory order (empty resources are left out)."""
+def plugin_devices(inventory: Inventory, soft_replicas: int = SOFT_REPLICAS,
+                   gpu_replicas: bool = False) -> dict[str, list[PluginDevice]]:
+    """resource name -> its device IDs, in inventory order (empty resources are left out).
+
+    `gpu_replicas` (the NVIDIA config's `renameByDefault: false`): time-slice and MPS replicas
+    are also advertised as `nvidia.com/gpu`, as NVIDIA's plugin does, for pods written for it
+    (`nvidia.com/gpu: 1` with the `-SHARED` product selector); `handshake` tells the two
+    spellings apart by what the pod asks for."""
     out: dict[str, list[PluginDevice]] = {}
     for d in inventory.devices:
         topo = DeviceTopology(d.nvlink_domain, d.pcie_switch, d.numa)
@@ -73,9 +80,11 @@ def plugin_devices(inventory: Inventory,
             res = {DeviceMode.SOFT: GPU, DeviceMode.TIMESLICE: SHARED, DeviceMode.MPS: MPS}[d.mode]
             n_ids = d.replicas if d.mode != DeviceMode.SOFT or d.replicas > 1 \
                 else soft_replicas
-            out.setdefault(res, []).extend(
-                PluginDevice(id=f"{d.uuid}{REPLICA_SEP}{n}", resource=res, **common)
-                for n in range(n_ids))
+            names = (res, GPU) if gpu_replicas and res != GPU else (res,)
+            for name in names:
+                out.setdefault(name, []).extend(
+                    PluginDevice(id=f"{d.uuid}{REPLICA_SEP}{n}", resource=name, **common)
+                    for n in range(n_ids))
         elif d.mode == DeviceMode.MIG:
             for m in d.mig:
                 if not m.uuid:
