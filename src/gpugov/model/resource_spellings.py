@@ -631,16 +631,6 @@ def _shared(gpu_keys: Mapping[str, object], soft_keys: list[str], common: dict) 
                       memory_percent=memory_pct, spellings=spellings, **common)
 
 
-def _mps(gpu_keys: Mapping[str, object], common: dict) -> GpuRequest:
-    """One MPS client (`nvidia.com/gpu.mps: 1`); `gpumem` (MiB) and `gpucores` (%) say what it
-    needs, which must fit under the per-client caps (card/clients, 100/clients) it gets."""
-    for other in (GPU, SHARED, GPUMEM_PCT):
-        if other in gpu_keys:
-            raise RequestError(MPS, f"cannot be combined with {other}",
-                               f"ask for {MPS}: 1, optionally with {GPUMEM} (MiB) and "
-                               f"{GPUCORES} (%)")
-    n = _int(MPS, gpu_keys[MPS], "clients", f"{MPS}: 1")
-    if n != 1:
 def _nvidia_time_sliced(gpu_keys: Mapping[str, object], sel: Mapping[str, str]
                         ) -> dict[str, object] | None:
     """`nvidia.com/gpu` on a node the pod selects as time-sliced, as NVIDIA's device plugin
@@ -678,6 +668,16 @@ def _nvidia_time_sliced(gpu_keys: Mapping[str, object], sel: Mapping[str, str]
     return None
 
 
+def _mps(gpu_keys: Mapping[str, object], common: dict) -> GpuRequest:
+    """One MPS client (`nvidia.com/gpu.mps: 1`); `gpumem` (MiB) and `gpucores` (%) say what it
+    needs, which must fit under the per-client caps (card/clients, 100/clients) it gets."""
+    for other in (GPU, SHARED, GPUMEM_PCT):
+        if other in gpu_keys:
+            raise RequestError(MPS, f"cannot be combined with {other}",
+                               f"ask for {MPS}: 1, optionally with {GPUMEM} (MiB) and "
+                               f"{GPUCORES} (%)")
+    n = _int(MPS, gpu_keys[MPS], "clients", f"{MPS}: 1")
+    if n != 1:
         raise RequestError(MPS, f"asks for {n} MPS clients; one process gets one client",
                            f"write {MPS}: 1, or {GPU}: {n} for {n} whole GPUs")
     milli = memory_mib = None
