@@ -31,6 +31,7 @@ from gpugov.control.cycle import ControlPlane, new_control_plane
 from gpugov.control.resources import demand_estimate
 from gpugov.control.workload import PENDING, REJECTED, RUNNING, Job, placement_request
 from gpugov.k8s.annotations import Allocation as AllocationRecord
+from gpugov.k8s.power.tracker import PowerTracker, device_priorities
 from gpugov.k8s.scheduler import names
 from gpugov.k8s.scheduler.held import (
     allocation_record,
@@ -103,6 +104,8 @@ class Plan:
     evictions: list[Evict] = field(default_factory=list)
     conditions: list[Condition] = field(default_factory=list)
     queue_status: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: PowerDomain name -> status to merge (written by the runner, k8s/power/writer.py)
+    power_status: dict[str, dict[str, Any]] = field(default_factory=dict)
     considered: int = 0
 
     def empty(self) -> bool:
@@ -172,6 +175,8 @@ class SchedulerState:
         self.version = 0  # bumped by every node or pod event (readers cache on it)
         self._preq: dict[str, tuple[PodInfo, tuple[int, bool], PodRequest]] = {}
         self.taints = False  # some node has a taint (then tolerations are evaluated)
+        #: PowerDomains, the nodes' measured draw, the caps (docs/power.md)
+        self.power = PowerTracker()
 
     # -- watch events ------------------------------------------------------------------------
     def set_node(self, obj: dict[str, Any]) -> None:
@@ -181,6 +186,7 @@ class SchedulerState:
             self.delete_node((obj.get("metadata") or {}).get("name", ""))
             return
         info = node_info(obj)
+        self.power.set_node(info.name, (obj.get("metadata") or {}).get("annotations"))
         old = self.nodes.get(info.name)
         if info.error and (old is None or old.error != info.error):
             self._bad("node", info.error)  # once per problem, not once per heartbeat
@@ -190,6 +196,7 @@ class SchedulerState:
 
     def delete_node(self, name: str) -> None:
         self.version += 1
+        self.power.delete_node(name)
         if self.nodes.pop(name, None) is not None:
             self.dirty = True
 
@@ -212,6 +219,10 @@ class SchedulerState:
         if kind == "namespace":
             self.set_namespace(name, meta.get("labels") or {})
             return
+        if kind == "powerdomain":
+            if self.power.set_object(obj):
+                self.dirty = True
+            return
         store = self._store(kind)
         old = store.get(name)
         store[name] = obj
@@ -227,6 +238,10 @@ class SchedulerState:
             return
         if kind == "namespace":
             self.set_namespace(meta.get("name", ""), None)
+            return
+        if kind == "powerdomain":
+            if self.power.delete_object(meta.get("name", "")):
+                self.dirty = True
             return
         if self._store(kind).pop(meta.get("name", ""), None) is not None:
             self.dirty = True
@@ -414,7 +429,8 @@ class SchedulerState:
         if cfg is None or not infos:
             self.cp = None
             return
-        self.cp = new_control_plane(cfg, [n.spec for n in infos], self.policy, self.seed)
+        self.cp = new_control_plane(cfg, self.power.apply([n.spec for n in infos]),
+                                    self.policy, self.seed)
         self.protected = {k: t for k, t in self.protected.items() if t > now}
         self._count_bound(infos)
         for problem in close_nodes(self.cp.state, infos):
@@ -715,11 +731,15 @@ class SchedulerState:
                     detail = (f"no GPU nodes: none of the {len(self.nodes)} node(s) has a GPU "
                               "in gpugov's inventory; add GPU nodes (each runs gpugov's node "
                               f"agent) — {detail}")
+                if rec.job.blocked_by == "power":  # which rack, in watts
+                    watts = cp.state.power_message(rec.job.request)
+                    detail = f"{detail} ({watts})" if watts else detail
                 for key in rec.pods:
                     if key in self.waiting:
                         continue
                     self._condition(plan, self.pods[key], rec.job.reason, detail)
         plan.queue_status = self._queue_status()
+        plan.power_status = self.power.statuses(cp.state, device_priorities(self.pods.values()))
         return plan
 
     def _why_no_engine(self) -> tuple[str, str]:
