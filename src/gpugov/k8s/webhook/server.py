@@ -19,13 +19,14 @@ import concurrent.futures
 import functools
 import logging
 import ssl
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from aiohttp import web
 from kubernetes_asyncio import client
-from prometheus_client import CollectorRegistry, Counter, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from gpugov.k8s import annotations as ann
@@ -33,7 +34,9 @@ from gpugov.k8s import identities
 from gpugov.k8s.crds import GROUP, VERSION
 from gpugov.k8s.devcluster.client import api_client
 from gpugov.k8s.resources import RequestError
+from gpugov.k8s.scheduler.kube import Kube
 from gpugov.k8s.webhook import admission
+from gpugov.k8s.webhook.cache import TenancyCache
 from gpugov.k8s.webhook.tenancy import Resolution, TenancyError, resolve
 
 log = logging.getLogger("gpugov.webhook")
@@ -42,6 +45,8 @@ MAX_BODY = 4 * 1024 * 1024
 REVIEW_BUDGET = 2.0
 #: threads deciding reviews (a stuck one cannot take the event loop with it)
 WORKERS = 4
+#: seconds `serve` waits for the first complete lists before listening
+SYNC_WAIT = 10.0
 
 
 class ReviewTimeout(Exception):
@@ -49,23 +54,41 @@ class ReviewTimeout(Exception):
 
 
 class TenancySource:
-    """Reads Tenants, Queues and namespace labels; remembers the last good read."""
+    """Tenants, Queues and namespace labels: from the watch-fed `TenancyCache` while it is
+    synced, else read live from the API; never from a stale or empty copy (a pod that cannot be
+    resolved either way is refused with the reason)."""
 
-    def __init__(self, api: client.ApiClient | None) -> None:
+    def __init__(self, api: client.ApiClient | None, cache: TenancyCache | None = None) -> None:
         self.api = api
-        self._last: tuple[list[dict[str, Any]], dict[str, str | None]] | None = None
-        self._ns_labels: dict[str, dict[str, str]] = {}
+        self.cache = cache
+        self._memo: dict[str, Resolution] = {}
+        self._memo_gen = -1
+        #: why pods were resolved by a live read (counted by WebhookApp's metrics)
+        self.live_reads: dict[str, int] = {}
+
+    def expect(self, kind: str, obj: dict[str, Any]) -> None:
+        """The webhook allowed a write of a Tenant/Queue: honour it before its watch event."""
+        if self.cache is not None:
+            self.cache.expect(kind, obj)
+
+    def _live(self, why: str) -> None:
+        self.live_reads[why] = self.live_reads.get(why, 0) + 1
+
+    async def _list(self, plural: str) -> list[dict[str, Any]]:
+        return (await client.CustomObjectsApi(self.api).list_cluster_custom_object(
+            GROUP, VERSION, plural))["items"]
 
     async def queues(self) -> dict[str, str | None]:
-        """Queue name -> parent, from the API (or the last good read)."""
+        """Queue name -> parent, from memory or the API ({} when neither can say)."""
         if self.api is None:
             return {}
+        if self.cache is not None and not self.cache.problem()[0]:
+            return self.cache.queues()
         try:
-            items = (await client.CustomObjectsApi(self.api).list_cluster_custom_object(
-                GROUP, VERSION, "queues"))["items"]
+            items = await self._list("queues")
         except Exception as exc:
             log.warning("cannot list queues: %s", exc)
-            return self._last[1] if self._last else {}
+            return {}
         return {q["metadata"]["name"]: (q.get("spec") or {}).get("parent") for q in items}
 
     async def tenant_context(self, system_namespace: str
@@ -77,20 +100,27 @@ class TenancySource:
 
         if self.api is None:
             return [], {}
-        try:
-            tenants = (await client.CustomObjectsApi(self.api).list_cluster_custom_object(
-                GROUP, VERSION, "tenants"))["items"]
-        except Exception as exc:
-            log.warning("cannot list tenants: %s", exc)
-            tenants = self._last[0] if self._last else []
+        cache = self.cache if self.cache is not None and not self.cache.problem()[0] else None
+        if cache is not None:
+            tenants = cache.tenants()
+        else:
+            try:
+                tenants = await self._list("tenants")
+            except Exception as exc:
+                log.warning("cannot list tenants: %s", exc)
+                tenants = []
         protected: dict[str, dict[str, str]] = {}
         for ns in system_namespaces(system_namespace):
             labels = {"kubernetes.io/metadata.name": ns}
-            try:
-                got = await client.CoreV1Api(self.api).read_namespace(ns)
-                labels.update(got.metadata.labels or {})
-            except Exception:
-                pass
+            known = cache.labels(ns) if cache is not None else None
+            if known is not None:
+                labels.update(known)
+            else:
+                try:
+                    got = await client.CoreV1Api(self.api).read_namespace(ns)
+                    labels.update(got.metadata.labels or {})
+                except Exception:
+                    pass
             protected[ns] = labels
         return tenants, protected
 
@@ -98,27 +128,53 @@ class TenancySource:
         if self.api is None:
             raise TenancyError("gpugov's webhook runs without API access; cannot resolve "
                                "the namespace's Tenant")
-        custom = client.CustomObjectsApi(self.api)
+        cache = self.cache
+        code, why = ("no-cache", "no cache") if cache is None else cache.problem()
+        if cache is not None and not code:
+            if self._memo_gen != cache.generation:
+                self._memo, self._memo_gen = {}, cache.generation
+            hit = self._memo.get(namespace)
+            if hit is not None:
+                return hit
+            tenants = cache.tenants()
+            labels: dict[str, str] | None = {}
+            if any("namespaceSelector" in (t.get("spec") or {}) for t in tenants):
+                labels = cache.labels(namespace)
+            if labels is not None:
+                try:
+                    res = resolve(namespace, labels, tenants, cache.queues())
+                except TenancyError:  # never refuse on a copy a moment old
+                    code, why = "refusal-checked", "a refusal is checked live"
+                else:
+                    if len(self._memo) >= 10_000:
+                        self._memo.clear()
+                    self._memo[namespace] = res
+                    return res
+            else:
+                code, why = "namespace-unknown", "the namespace is not in memory"
+        self._live(code)
+        return await self._resolve_live(namespace, why)
+
+    async def _resolve_live(self, namespace: str, why: str) -> Resolution:
+        """The old path: list Tenants and Queues, read the namespace."""
         try:
-            tenants = (await custom.list_cluster_custom_object(GROUP, VERSION, "tenants"))["items"]
-            queues = {q["metadata"]["name"]: (q.get("spec") or {}).get("parent") for q in
-                      (await custom.list_cluster_custom_object(GROUP, VERSION, "queues"))["items"]}
-            self._last = (tenants, queues)
-        except Exception as exc:  # API down or CRDs missing: fall back to the last good read
-            if self._last is None:
-                raise TenancyError(f"cannot read gpugov Tenants/Queues from the API ({exc})"
-                                   ) from None
-            log.warning("using cached tenancy: %s", exc)
-            tenants, queues = self._last
+            tenants = await self._list("tenants")
+            queues = {q["metadata"]["name"]: (q.get("spec") or {}).get("parent")
+                      for q in await self._list("queues")}
+        except Exception as exc:  # API down or CRDs missing: refuse, never guess
+            raise TenancyError(
+                f"cannot read gpugov Tenants/Queues from the API ({str(exc)[:300]}); its "
+                f"in-memory copy is not usable either ({why}); retry when the API answers"
+            ) from None
         labels: dict[str, str] = {}
         if any("namespaceSelector" in (t.get("spec") or {}) for t in tenants):
             try:
                 ns = await client.CoreV1Api(self.api).read_namespace(namespace)
                 labels = dict(ns.metadata.labels or {})
-                self._ns_labels[namespace] = labels
             except Exception as exc:
-                labels = self._ns_labels.get(namespace, {})
-                log.warning("namespace %s labels unavailable (%s); using cached", namespace, exc)
+                raise TenancyError(f"cannot read namespace {namespace!r}'s labels from the "
+                                   f"API ({str(exc)[:300]}); Tenants select namespaces by "
+                                   "label, so its Tenant is unknown") from None
         return resolve(namespace, labels, tenants, queues)
 
 
@@ -147,12 +203,37 @@ class WebhookApp:
         self.timeouts = Counter("gpugov_webhook_timeouts_total",
                                 "Reviews refused because they ran past the time budget",
                                 ["webhook"], registry=self.registry)
+        self.latency = Histogram(
+            "gpugov_webhook_review_seconds", "Time inside the webhook per review, from the "
+            "body read to the answer", ["webhook"], registry=self.registry,
+            buckets=(.0005, .001, .002, .005, .01, .02, .05, .1, .25, .5, 1, 2.5))
+        self._cache_metrics()
         self.app = web.Application(client_max_size=MAX_BODY)
         self.app.router.add_post("/mutate", self.mutate)
         self.app.router.add_post("/validate", self.validate)
         self.app.router.add_get("/healthz", self.healthz)
         self.app.router.add_get("/metrics", self.metrics)
         self.app.on_cleanup.append(self._close)
+
+    def _cache_metrics(self) -> None:
+        """The tenancy cache's state, read at each scrape."""
+        self.live_reads = Gauge("gpugov_webhook_tenancy_live_reads", "GPU pods whose tenancy "
+                                "was read from the API instead of memory, by why (since "
+                                "start)", ["why"], registry=self.registry)
+        cache = self.tenancy.cache
+        if cache is None:
+            return
+        synced = Gauge("gpugov_webhook_cache_synced", "1 while the watched collection is "
+                       "complete and current", ["kind"], registry=self.registry)
+        objects = Gauge("gpugov_webhook_cache_objects", "Objects kept in memory", ["kind"],
+                        registry=self.registry)
+        relists = Gauge("gpugov_webhook_cache_lists", "Complete lists of the collection "
+                        "(1 + relists after 410 Gone or errors)", ["kind"],
+                        registry=self.registry)
+        for kind, col in cache.cols.items():
+            synced.labels(kind).set_function(lambda c=col: float(c.synced))
+            objects.labels(kind).set_function(lambda c=col: float(len(c.objects)))
+            relists.labels(kind).set_function(lambda c=col: float(c.relists))
 
     async def _close(self, _app: web.Application) -> None:
         self.pool.shutdown(wait=False, cancel_futures=True)
@@ -167,10 +248,11 @@ class WebhookApp:
             raise ReviewTimeout from None
 
     async def _review(self, request: web.Request, webhook: str
-                      ) -> dict[str, Any] | web.Response:
+                      ) -> tuple[dict[str, Any], bool | Exception] | web.Response:
+        """The review's request, and whether it is a GPU pod's CREATE (one pool step)."""
         try:
             body = await request.read()
-            return await self._run(admission.parse_review, body)
+            return await self._run(_parse_and_route, body, self.options.names)
         except admission.ReviewError as exc:
             self.bad.labels("not_admission_review").inc()
             log.warning("bad request from %s: %s", request.remote, exc)
@@ -208,13 +290,17 @@ class WebhookApp:
                                   code=500)
 
     async def mutate(self, request: web.Request) -> web.Response:
-        req = await self._review(request, "mutate")
-        if isinstance(req, web.Response):
-            return req
+        start = time.perf_counter()
+        got = await self._review(request, "mutate")
+        if isinstance(got, web.Response):
+            return got
+        req, gpu = got
         try:
             namespace = req.get("namespace") or "default"
             resolution: Resolution | TenancyError | None = None
-            if await self._run(_asks_for_gpu, req, self.options.names):  # only GPU pods
+            if isinstance(gpu, Exception):
+                raise gpu
+            if gpu:  # only GPU pods
                 try:
                     resolution = await self.tenancy.resolve(str(namespace))
                 except TenancyError as exc:
@@ -232,18 +318,25 @@ class WebhookApp:
             out = self._over_budget("mutate", req)
         except Exception as exc:  # never crash; refuse the GPU pod with the reason
             out = self._failed("mutate", req, exc)
+        self.latency.labels("mutate").observe(time.perf_counter() - start)
         return self._answer("mutate", out)
 
     async def validate(self, request: web.Request) -> web.Response:
-        req = await self._review(request, "validate")
-        if isinstance(req, web.Response):
-            return req
+        start = time.perf_counter()
+        got = await self._review(request, "validate")
+        if isinstance(got, web.Response):
+            return got
+        req = got[0]
         try:
-            if (req.get("kind") or {}).get("kind") in ("Tenant", "Queue"):
+            kind = (req.get("kind") or {}).get("kind")
+            if kind in ("Tenant", "Queue"):
                 queues = await self.tenancy.queues()
                 tenants, protected = await self.tenancy.tenant_context(self.system_namespace)
                 out = await self._run(admission.review_tenancy, req, queues, tenants,
                                       protected)
+                obj = req.get("object")
+                if out["response"]["allowed"] and isinstance(obj, dict):
+                    self.tenancy.expect(kind, obj)  # pods read live until its event is in
             else:
                 out = await self._run(admission.validate, req, self.scheduler_name,
                                       self.system_namespace)
@@ -251,14 +344,28 @@ class WebhookApp:
             out = self._over_budget("validate", req)
         except Exception as exc:
             out = self._failed("validate", req, exc)
+        self.latency.labels("validate").observe(time.perf_counter() - start)
         return self._answer("validate", out)
 
     async def healthz(self, request: web.Request) -> web.Response:
         return web.Response(text="ok")
 
     async def metrics(self, request: web.Request) -> web.Response:
+        for why, n in list(self.tenancy.live_reads.items()):  # set at scrape time
+            self.live_reads.labels(why).set(n)
         return web.Response(body=generate_latest(self.registry),
                             headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+def _parse_and_route(body: bytes, names: admission.ResourceNames
+                     ) -> tuple[dict[str, Any], bool | Exception]:
+    """The review's request, and whether it is a GPU pod's CREATE (or why that could not be
+    told: the review is then answered, refused with the error, not a 400)."""
+    req = admission.parse_review(body)
+    try:
+        return req, _asks_for_gpu(req, names)
+    except Exception as exc:
+        return req, exc
 
 
 def _asks_for_gpu(req: dict[str, Any],
@@ -297,8 +404,13 @@ async def serve(cert: Path, key: Path, host: str, port: int, kubeconfig: Path | 
         config.load_incluster_config()
         ctx = _incluster()
     async with ctx as api:
+        cache = TenancyCache(Kube(api))
+        cache.start()
+        if not await cache.wait_synced(SYNC_WAIT):  # until then pods are resolved live
+            log.warning("tenancy cache not synced after %s s (%s); reading the API per pod "
+                        "until it is", SYNC_WAIT, cache.problem()[1])
         # adoption list and resource renames: the chart's env (admission.Options.from_env)
-        hook = WebhookApp(TenancySource(api), scheduler_name, system_namespace,
+        hook = WebhookApp(TenancySource(api, cache), scheduler_name, system_namespace,
                           options=admission.Options.from_env())
         runner = web.AppRunner(hook.app, access_log=None)
         await runner.setup()
@@ -312,6 +424,7 @@ async def serve(cert: Path, key: Path, host: str, port: int, kubeconfig: Path | 
             await asyncio.Event().wait()
         finally:
             await runner.cleanup()
+            await cache.close()
 
 
 class _incluster:
