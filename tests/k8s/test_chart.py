@@ -331,3 +331,36 @@ def test_helm_template_renders_without_a_kube_version(helm) -> None:
                          text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert "kind: ValidatingAdmissionPolicy" in out.stdout
+
+
+def _node_env(docs: list[dict]) -> dict[str, str]:
+    ds = next(d for d in docs if d["kind"] == "DaemonSet" and
+              d["metadata"]["name"] == "gpugov-node")
+    return {e["name"]: e.get("value") for e in
+            ds["spec"]["template"]["spec"]["containers"][0]["env"]}
+
+
+def test_hami_metric_names_are_a_chart_value(helm):
+    """`node.exporter.hamiMetrics=true` sets GPUGOV_EXPORTER_HAMI_METRICS=1 on the node
+    container (the exporter serves HAMi's names); off by default."""
+    assert "GPUGOV_EXPORTER_HAMI_METRICS" not in _node_env(render(helm))
+    env = _node_env(render(helm, "--set", "node.exporter.hamiMetrics=true"))
+    assert env["GPUGOV_EXPORTER_HAMI_METRICS"] == "1"
+
+
+def test_nvidias_own_plugin_config_is_a_chart_value(helm, tmp_path):
+    """`node.nvidiaConfig` takes the GPU Operator's time-slicing config file unedited
+    (tests/compat/upstream): the node file `gpugov node run` reads serves its 10 replicas,
+    as nvidia.com/gpu too (renameByDefault: false)."""
+    from gpugov.node.deviceplugin.all_in_one import load_node_file
+
+    src = Path(__file__).parents[1] / "compat/upstream/gpu-operator/tests/plugin-config.yaml"
+    values = tmp_path / "values.yaml"
+    values.write_text("node:\n  nvidiaConfig:\n" + "".join(
+        f"    {line}\n" for line in src.read_text().splitlines()))
+    docs = render(helm, "-f", str(values))
+    cm = next(d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"] ==
+              "gpugov-node")
+    path = tmp_path / "node.yaml"
+    path.write_text(cm["data"]["node.yaml"])
+    assert load_node_file(path).sharing() == ("timeslice", 10, True)
