@@ -128,16 +128,27 @@ class SlicePublisher:
         await self._withdraw(node, await self._existing(node), "node deleted")
 
     async def run(self, stop: asyncio.Event) -> None:
-        """List+watch Nodes until `stop`; each node is synced inside its own error boundary."""
+        """List+watch Nodes and gpugov's ResourceSlices until `stop`. A slice deleted by
+        someone else is published again: the kubelet deletes every slice of its node when it
+        starts (so that nothing is offered before the driver is back), and the driver must
+        publish after that."""
         await self.ensure_classes()
+        tasks = [asyncio.create_task(self._watch_nodes(stop)),
+                 asyncio.create_task(self._watch_slices(stop))]
+        try:
+            await stop.wait()
+        finally:
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _watch_nodes(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
             try:
                 nodes, rv = await self.kube.list_all("/api/v1/nodes")
                 for n in nodes:
                     await self._safe_sync(n)
                 async for etype, obj in self.kube.watch("/api/v1/nodes", rv):
-                    if stop.is_set():
-                        return
                     if etype == "DELETED":
                         await self.remove_node(obj["metadata"]["name"])
                     elif etype in ("ADDED", "MODIFIED"):
@@ -146,6 +157,24 @@ class SlicePublisher:
                 continue
             except (TimeoutError, RuntimeError, OSError) as e:
                 log.warning("DRA publisher: %s; retrying", e)
+                await asyncio.sleep(1.0)
+
+    async def _watch_slices(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            try:
+                _, rv = await self.kube.list_all(SLICES)
+                async for etype, obj in self.kube.watch(SLICES, rv):
+                    spec = obj.get("spec") or {}
+                    if etype != "DELETED" or spec.get("driver") != DRIVER:
+                        continue
+                    node = spec.get("nodeName")
+                    status, node_obj = await self.kube.request("GET", f"/api/v1/nodes/{node}")
+                    if status == 200:
+                        await self._safe_sync(node_obj)
+            except WatchExpired:
+                continue
+            except (TimeoutError, RuntimeError, OSError) as e:
+                log.warning("DRA publisher (slices): %s; retrying", e)
                 await asyncio.sleep(1.0)
 
     async def _safe_sync(self, node_obj: dict[str, Any]) -> None:

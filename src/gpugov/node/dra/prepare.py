@@ -1,0 +1,231 @@
+"""What a prepared claim gives its containers: devices for the kubelet, a CDI spec for the
+runtime. Pure: inputs are the ResourceClaim object, the node's inventory and paths.
+
+One CDI device per claim, `gpugov.io/claim=<claim UID>`, carries everything the claim's
+containers need (the container runtime applies it): the device nodes, `NVIDIA_VISIBLE_DEVICES`
+/ `CUDA_VISIBLE_DEVICES` by UUID (MIG instances by their MIG UUID), and for a soft slice or a
+time-slice replica the enforcement library, preloaded by a mounted `/etc/ld.so.preload`,
+with `GPUGOV_MEMORY_LIMIT_<i>` / `GPUGOV_CORE_LIMIT_<i>` from the allocation's consumed
+capacity — the same contract as the device plugin (docs/device-plugin.md), so a claim for a
+slice is a slice on the node. The id is attached to the claim's first device only: the
+kubelet collects every device's ids, and applying one CDI device twice would create its device
+nodes twice.
+
+Refused, with the field named (the kubelet shows it on the pod): a claim not allocated, a
+device of another pool (node), a device the node does not have, several requests for this
+driver in one claim, opaque config, MPS clients (planned).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gpugov.k8s.annotations import Inventory, InventoryDevice, MigInstance
+from gpugov.k8s.dra.slices import COMPUTE_FULL, DRIVER, Features, node_devices
+from gpugov.k8s.quantity import parse_quantity
+
+CDI_VERSION = "0.6.0"
+CDI_KIND = "gpugov.io/claim"
+CONTAINER_LIBRARY = "/usr/local/gpugov/lib/libgpugov.so"
+CONTAINER_REGION_DIR = "/var/run/gpugov"
+PRELOAD = "/etc/ld.so.preload"
+CONTROL_DEVICES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")
+#: the most GPU memory one device can have (bounds a tenant-written quantity), MiB
+MAX_MEMORY_MIB = 1 << 24
+
+
+class PrepareError(ValueError):
+    """Why a claim cannot be prepared on this node (what the kubelet shows on the pod)."""
+
+
+@dataclass(frozen=True, slots=True)
+class NodePaths:
+    """Host paths the CDI spec points at."""
+
+    cdi_dir: Path  # where the runtime reads CDI specs (/var/run/cdi)
+    state_dir: Path  # <state>/regions/claim_<uid>, <state>/ld.so.preload
+    library: Path | None  # host path of libgpugov.so; None = slices are refused
+
+    @property
+    def preload_file(self) -> Path:
+        return self.state_dir / "ld.so.preload"
+
+    def region_dir(self, claim_uid: str) -> Path:
+        return self.state_dir / "regions" / f"claim_{_safe(claim_uid)}"
+
+    def spec_file(self, claim_uid: str) -> Path:
+        return self.cdi_dir / f"gpugov.io-claim_{_safe(claim_uid)}.json"
+
+
+def _safe(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", text)[:128]
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """One allocated device resolved against the inventory."""
+
+    request: str
+    pool: str
+    name: str
+    gpu: InventoryDevice
+    kind: str  # gpu | mig | timeslice | mps
+    mig: MigInstance | None = None
+    memory_mib: int | None = None  # a limit (None: the whole device)
+    compute: int | None = None  # percent 1..99 (None: not limited)
+
+
+@dataclass(slots=True)
+class Prepared:
+    """A prepared claim: the devices the kubelet is told, the CDI spec written for it."""
+
+    uid: str
+    namespace: str
+    name: str
+    devices: list[dict[str, Any]] = field(default_factory=list)  # request/pool/device/cdi
+    spec: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> str:
+        return json.dumps({"uid": self.uid, "namespace": self.namespace, "name": self.name,
+                           "devices": self.devices, "spec": self.spec}, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> Prepared:
+        d = json.loads(text)
+        return cls(d["uid"], d["namespace"], d["name"], list(d["devices"]), dict(d["spec"]))
+
+
+def cdi_id(claim_uid: str) -> str:
+    return f"{CDI_KIND}={_safe(claim_uid)}"
+
+
+def _quantity(where: str, value: Any, unit: str) -> int:
+    try:
+        q = parse_quantity(value)
+    except ValueError as e:
+        raise PrepareError(f"{where}: {e}") from None
+    if unit == "MiB":
+        mib = int(q / (1 << 20))
+        if not 0 < mib <= MAX_MEMORY_MIB:
+            raise PrepareError(f"{where}: {value!r}; allowed: 1Mi..{MAX_MEMORY_MIB}Mi")
+        return mib
+    n = int(q)
+    if not 0 < n <= COMPUTE_FULL:
+        raise PrepareError(f"{where}: {value!r}; allowed: 1..{COMPUTE_FULL}")
+    return n
+
+
+def resolve(claim: dict[str, Any], node: str, inv: Inventory, features: Features
+            ) -> list[Target]:
+    """The claim's devices for this driver on this node, or PrepareError naming the field."""
+    meta = claim.get("metadata") or {}
+    ref = f"ResourceClaim {meta.get('namespace')}/{meta.get('name')}"
+    alloc = (claim.get("status") or {}).get("allocation")
+    if not isinstance(alloc, dict):
+        raise PrepareError(f"{ref}: status.allocation: not allocated")
+    results = [r for r in ((alloc.get("devices") or {}).get("results") or [])
+               if isinstance(r, dict) and r.get("driver") == DRIVER]
+    if not results:
+        raise PrepareError(f"{ref}: status.allocation.devices.results: no {DRIVER} device")
+    for c in (alloc.get("devices") or {}).get("config") or []:
+        if isinstance(c, dict) and (c.get("opaque") or {}).get("driver") == DRIVER:
+            raise PrepareError(f"{ref}: config: opaque parameters for {DRIVER} are not "
+                               "supported yet (planned); remove them")
+    requests = sorted({str(r.get("request")) for r in results})
+    if len(requests) > 1:
+        raise PrepareError(f"{ref}: spec.devices.requests: {requests} — one {DRIVER} request "
+                           "per claim is supported (its devices get one CUDA device list); "
+                           "use one claim per request")
+    published = {d["name"]: d for d in node_devices(inv, features)}
+    by_index = {d.index: d for d in inv.devices}
+    out = []
+    for i, r in enumerate(results):
+        where = f"{ref}: status.allocation.devices.results[{i}]"
+        pool, name = str(r.get("pool")), str(r.get("device"))
+        if pool != node:
+            raise PrepareError(f"{where}.pool: {pool!r} is not this node ({node!r})")
+        dev = published.get(name)
+        if dev is None:
+            raise PrepareError(f"{where}.device: {name!r} is not on node {node} (its devices: "
+                               f"{', '.join(sorted(published)) or 'none'})")
+        attrs = dev["attributes"]
+        kind = attrs["type"]["string"]
+        gpu = by_index[attrs["index"]["int"]]
+        mig = None
+        if kind == "mig":
+            start = attrs["migStart"]["int"]
+            mig = next(m for m in gpu.mig if m.start == start)
+        if kind == "mps":
+            raise PrepareError(f"{where}.device: {name!r} is an MPS client; MPS over DRA is "
+                               "not built yet (planned); use the device plugin's "
+                               "nvidia.com/gpu.mps")
+        memory = compute = None
+        consumed = r.get("consumedCapacity") or {}
+        if kind == "gpu" and attrs.get("sharing", {}).get("bool") and consumed:
+            if "memory" in consumed:
+                memory = _quantity(f"{where}.consumedCapacity.memory", consumed["memory"],
+                                   "MiB")
+                if memory >= gpu.memory_mib:
+                    memory = None  # the whole card: nothing to cap
+            if "compute" in consumed:
+                compute = _quantity(f"{where}.consumedCapacity.compute",
+                                    consumed["compute"], "percent")
+                if compute >= COMPUTE_FULL:
+                    compute = None
+        elif kind == "timeslice":
+            memory = gpu.memory_mib // max(1, gpu.replicas)
+        out.append(Target(str(r.get("request")), pool, name, gpu, kind, mig, memory, compute))
+    return sorted(out, key=lambda t: (t.gpu.index, t.mig.start if t.mig else 0, t.name))
+
+
+def build(claim: dict[str, Any], node: str, inv: Inventory, features: Features,
+          paths: NodePaths) -> Prepared:
+    """The prepared claim (devices and CDI spec); PrepareError when it cannot be served."""
+    meta = claim.get("metadata") or {}
+    uid = str(meta.get("uid") or "")
+    targets = resolve(claim, node, inv, features)
+    env: list[str] = []
+    uuids = [t.mig.uuid if t.mig is not None else t.gpu.uuid for t in targets]
+    if any(not u for u in uuids):
+        raise PrepareError(f"ResourceClaim {meta.get('namespace')}/{meta.get('name')}: a "
+                           "device has no UUID in the node's inventory (MIG instances need "
+                           "theirs)")
+    visible = ",".join(dict.fromkeys(uuids))
+    env += [f"NVIDIA_VISIBLE_DEVICES={visible}", f"CUDA_VISIBLE_DEVICES={visible}",
+            "CUDA_DEVICE_ORDER=PCI_BUS_ID", "NVIDIA_DRIVER_CAPABILITIES=compute,utility",
+            f"GPUGOV_CLAIM={meta.get('namespace')}/{meta.get('name')}"]
+    nodes = [{"path": p} for p in CONTROL_DEVICES]
+    nodes += [{"path": f"/dev/nvidia{i}"} for i in sorted({t.gpu.index for t in targets})]
+    mounts: list[dict[str, Any]] = []
+    limited = [(i, t) for i, t in enumerate(targets) if t.memory_mib or t.compute]
+    if limited:
+        if paths.library is None:
+            raise PrepareError("soft slices and time-slice replicas need the enforcement "
+                               "library, and this plugin runs without libgpugov.so")
+        for i, t in limited:
+            if t.memory_mib:
+                env.append(f"GPUGOV_MEMORY_LIMIT_{i}={t.memory_mib}Mi")
+            if t.compute:
+                env.append(f"GPUGOV_CORE_LIMIT_{i}={t.compute}")
+        env.append(f"GPUGOV_SHARED_REGION={CONTAINER_REGION_DIR}/region")
+        ro = ["ro", "nosuid", "nodev", "bind"]
+        mounts += [
+            {"hostPath": str(paths.library), "containerPath": CONTAINER_LIBRARY,
+             "options": ro},
+            {"hostPath": str(paths.preload_file), "containerPath": PRELOAD, "options": ro},
+            {"hostPath": str(paths.region_dir(uid)), "containerPath": CONTAINER_REGION_DIR,
+             "options": ["rw", "nosuid", "nodev", "bind"]},
+        ]
+    edits: dict[str, Any] = {"env": env, "deviceNodes": nodes}
+    if mounts:
+        edits["mounts"] = mounts
+    spec = {"cdiVersion": CDI_VERSION, "kind": CDI_KIND,
+            "devices": [{"name": _safe(uid), "containerEdits": edits}]}
+    devices = [{"request": t.request, "pool": t.pool, "device": t.name,
+                "cdi": [cdi_id(uid)] if i == 0 else []} for i, t in enumerate(targets)]
+    return Prepared(uid, str(meta.get("namespace") or ""), str(meta.get("name") or ""),
+                    devices, spec)

@@ -1,0 +1,274 @@
+"""gpugov's DRA kubelet plugin against the kubelet's own DRA manager and plugin watcher
+(k8s.io/kubernetes/pkg/kubelet/cm/dra and pkg/kubelet/pluginmanager v1.34.2, in
+tests/node/kubelet_dra_driver), with claims allocated by the real kube-scheduler from the
+driver's published ResourceSlices on a v1.34 API server (DRAConsumableCapacity on):
+registration, prepare / unprepare, the CDI spec with the library and the claim's limits,
+idempotence across a kubelet restart, several GPU containers and a GPU init container, and
+a claim for a device the node does not have refused with its reason."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from gpugov.k8s.dra.publisher import SlicePublisher, probe_features
+from gpugov.k8s.dra.slices import SLICE_CLASS
+from gpugov.k8s.scheduler.kube import Kube
+from gpugov.model.devices import DeviceMode
+from gpugov.node.dra.plugin import DraPlugin
+from gpugov.node.dra.prepare import NodePaths
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent / "k8s"))
+from dra_support import (  # noqa: E402
+    MigInstance,
+    claim,
+    claim_pod,
+    gpu,
+    inventory,
+    kwok_node,
+    plane_fixture,
+    request,
+)
+from kubelet_dra_driver.driver import DriverUnavailable, KubeletDraPeer, build  # noqa: E402
+
+NODE = "dra-kubelet-node"
+INV = inventory(gpu(0), gpu(1, DeviceMode.SOFT),
+                gpu(2, DeviceMode.MIG, mig=(MigInstance("3g.40gb", 4, "MIG-aaaa"),)),
+                gpu(3, DeviceMode.TIMESLICE, replicas=2))
+
+
+@pytest.fixture(scope="module")
+def dra_plane(tmp_path_factory):
+    yield from plane_fixture(tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def peer_binary() -> Path:
+    try:
+        return build()
+    except DriverUnavailable as e:
+        pytest.skip(str(e))
+
+
+class Loop:
+    """An asyncio loop in a thread: the plugin serves while the test drives the peer."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+
+    def run(self, coro, timeout: float = 60):  # noqa: ANN001, ANN201
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def close(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(5)
+
+
+class KubeClaims:
+    def __init__(self, kube: Kube) -> None:
+        self.kube = kube
+
+    async def get_claim(self, namespace: str, name: str) -> dict | None:
+        status, doc = await self.kube.request(
+            "GET", f"/apis/resource.k8s.io/v1/namespaces/{namespace}/resourceclaims/{name}")
+        return doc if status == 200 else None
+
+
+@pytest.fixture(scope="module")
+def node(dra_plane, peer_binary) -> Iterator[dict]:
+    loop = Loop()
+    short = Path(tempfile.mkdtemp(prefix="dra", dir="/tmp"))
+    kube = loop.run(Kube.from_kubeconfig(dra_plane.kubeconfig))
+    try:
+        features = loop.run(probe_features(kube))
+        pub = SlicePublisher(kube, features)
+        loop.run(pub.ensure_classes())
+        node_obj = kwok_node(NODE, INV)
+        loop.run(kube.request("POST", "/api/v1/nodes", node_obj))
+        stop = asyncio.Event()
+        publishing = asyncio.run_coroutine_threadsafe(pub.run(stop), loop.loop)
+        lib = short / "libgpugov.so"
+        lib.write_bytes(b"\x7fELF fake")
+        paths = NodePaths(cdi_dir=short / "cdi", state_dir=short / "state", library=lib)
+        plugin = DraPlugin(NODE, lambda: INV, features, paths, KubeClaims(kube),
+                           plugin_dir=short / "plugins" / "gpu.gpugov.io",
+                           registry_dir=short / "registry")
+        loop.run(plugin.start())
+        peer = KubeletDraPeer(peer_binary, short / "registry", short / "kstate",
+                              dra_plane.kubeconfig, NODE, short / "peer.log")
+        (short / "kstate").mkdir()
+        peer.start()
+        yield {"loop": loop, "kube": kube, "peer": peer, "paths": paths, "short": short,
+               "plugin": plugin, "binary": peer_binary, "plane": dra_plane}
+        peer.stop()
+        loop.run(plugin.stop())
+        loop.loop.call_soon_threadsafe(stop.set)
+        publishing.result(10)
+    finally:
+        loop.run(kube.close())
+        loop.close()
+        shutil.rmtree(short, ignore_errors=True)
+
+
+def wait(fn, what: str, timeout: float = 60):  # noqa: ANN001, ANN201
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = fn()
+        if got:
+            return got
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _ns(node: dict, name: str) -> str:
+    node["loop"].run(node["kube"].request("POST", "/api/v1/namespaces",
+                                          {"metadata": {"name": name}}))
+    return name
+
+
+def _claim_uid(node: dict, ns: str, name: str) -> str:
+    _, c = node["loop"].run(node["kube"].request(
+        "GET", f"/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaims/{name}"))
+    return c["metadata"]["uid"]
+
+
+def _schedule(node: dict, ns: str, claims: list[dict], pod: dict) -> None:
+    """Create claims and pod; kube-scheduler allocates and reserves them and binds the pod."""
+    loop, kube = node["loop"], node["kube"]
+    for c in claims:
+        status, doc = loop.run(kube.request(
+            "POST", f"/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaims", c))
+        assert status == 201, doc
+    status, doc = loop.run(kube.request("POST", f"/api/v1/namespaces/{ns}/pods", pod))
+    assert status == 201, doc
+
+    def bound() -> bool:
+        _, p = loop.run(kube.request("GET", f"/api/v1/namespaces/{ns}/pods/"
+                                            f"{pod['metadata']['name']}"))
+        return p["spec"].get("nodeName") == NODE
+    wait(bound, f"{pod['metadata']['name']} bound to {NODE}")
+
+
+def _spec(node: dict, uid: str) -> dict:
+    return json.loads(node["paths"].spec_file(uid).read_text())
+
+
+def _env(spec: dict) -> dict[str, str]:
+    (dev,) = spec["devices"]
+    return dict(e.split("=", 1) for e in dev["containerEdits"]["env"])
+
+
+def test_the_kubelet_registers_the_plugin_through_its_watcher(node) -> None:
+    assert wait(lambda: node["peer"].registered("gpu.gpugov.io"), "registration")
+    assert node["plugin"].registration.status == (True, "")
+
+
+def test_a_slice_claim_is_prepared_as_a_slice_and_survives_a_kubelet_restart(node) -> None:
+    ns = _ns(node, "dra-slice")
+    wait(lambda: node["peer"].registered("gpu.gpugov.io"), "registration")
+    _schedule(node, ns, [claim("s", ns, [request(
+        "gpu", SLICE_CLASS, capacity={"memory": "20Gi", "compute": "30"})])],
+        claim_pod("p", ns, {"gpu": "s"}))
+    uid = _claim_uid(node, ns, "s")
+    got = node["peer"].prepare(ns, "p")
+    assert got["ok"], got
+    assert got["containers"] == [{"name": "main", "cdiDevices": [f"gpugov.io/claim={uid}"]}]
+    spec = _spec(node, uid)
+    assert spec["kind"] == "gpugov.io/claim" and spec["devices"][0]["name"] == uid
+    env = _env(spec)
+    assert env["NVIDIA_VISIBLE_DEVICES"] == env["CUDA_VISIBLE_DEVICES"] == "GPU-a100-0001"
+    assert env["GPUGOV_MEMORY_LIMIT_0"] == "20480Mi"
+    assert env["GPUGOV_CORE_LIMIT_0"] == "30"
+    edits = spec["devices"][0]["containerEdits"]
+    assert {"path": "/dev/nvidia1"} in edits["deviceNodes"]
+    mounts = {m["containerPath"]: m for m in edits["mounts"]}
+    assert mounts["/usr/local/gpugov/lib/libgpugov.so"]["hostPath"] == \
+        str(node["paths"].library)
+    assert "ro" in mounts["/etc/ld.so.preload"]["options"]
+    assert Path(mounts["/var/run/gpugov"]["hostPath"]).is_dir()
+    # the kubelet restarts and lost its checkpoint: it prepares again, the plugin answers
+    # the same devices and the same spec (idempotent), and it re-registers on its own
+    peer, short = node["peer"], node["short"]
+    peer.stop()
+    shutil.rmtree(short / "kstate")
+    (short / "kstate").mkdir()
+    peer.start()
+    wait(lambda: peer.registered("gpu.gpugov.io"), "registration after restart")
+    again = peer.prepare(ns, "p")
+    assert again == got
+    assert _spec(node, uid) == spec
+    assert peer.unprepare(ns, "p") == {"ok": True}
+    assert not node["paths"].spec_file(uid).exists()
+    assert not Path(mounts["/var/run/gpugov"]["hostPath"]).exists()
+    assert peer.unprepare(ns, "p") == {"ok": True}  # again: nothing left, no error
+
+
+def test_two_gpu_containers_and_a_gpu_init_container_each_get_their_own_claim(node) -> None:
+    ns = _ns(node, "dra-multi")
+    wait(lambda: node["peer"].registered("gpu.gpugov.io"), "registration")
+    claims = [claim("init", ns, [request("gpu", "mig.gpugov.io")]),
+              claim("a", ns, [request("gpu", "gpu.gpugov.io", selector=(
+                  '!device.attributes["gpu.gpugov.io"].sharing'))]),
+              claim("b", ns, [request("gpu", "timeslice.gpugov.io")])]
+    pod = claim_pod("p", ns, {"init": "init", "a": "a", "b": "b"}, containers=[
+        {"name": "a", "image": "fake", "resources": {"claims": [{"name": "a"}]}},
+        {"name": "b", "image": "fake", "resources": {"claims": [{"name": "b"}]}}])
+    pod["spec"]["initContainers"] = [{"name": "prep", "image": "fake",
+                                      "resources": {"claims": [{"name": "init"}]}}]
+    _schedule(node, ns, claims, pod)
+    got = node["peer"].prepare(ns, "p")
+    assert got["ok"], got
+    ids = {c["name"]: c["cdiDevices"] for c in got["containers"]}
+    uids = {n: _claim_uid(node, ns, n) for n in ("init", "a", "b")}
+    assert ids == {"prep": [f"gpugov.io/claim={uids['init']}"],
+                   "a": [f"gpugov.io/claim={uids['a']}"],
+                   "b": [f"gpugov.io/claim={uids['b']}"]}
+    init, a, b = (_env(_spec(node, uids[n])) for n in ("init", "a", "b"))
+    assert init["NVIDIA_VISIBLE_DEVICES"] == "MIG-aaaa"  # the MIG instance, by its UUID
+    assert a["NVIDIA_VISIBLE_DEVICES"] == "GPU-a100-0000"
+    assert not any(k.startswith("GPUGOV_") and "LIMIT" in k for k in {**init, **a})
+    assert b["NVIDIA_VISIBLE_DEVICES"] == "GPU-a100-0003"
+    assert b["GPUGOV_MEMORY_LIMIT_0"] == "40960Mi"  # a time-slice replica: card / 2
+    assert "GPUGOV_CORE_LIMIT_0" not in b
+    assert node["peer"].unprepare(ns, "p") == {"ok": True}
+
+
+def test_a_claim_for_a_device_the_node_does_not_have_is_refused(node) -> None:
+    loop, kube = node["loop"], node["kube"]
+    ns = _ns(node, "dra-bad")
+    wait(lambda: node["peer"].registered("gpu.gpugov.io"), "registration")
+    base = f"/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaims"
+    status, c = loop.run(kube.request("POST", base, claim("ghost", ns, [
+        request("gpu", "gpu.gpugov.io")])))
+    assert status == 201, c
+    pod = claim_pod("p", ns, {"gpu": "ghost"}, scheduler="nobody")
+    status, p = loop.run(kube.request("POST", f"/api/v1/namespaces/{ns}/pods", pod))
+    assert status == 201, p
+    # what a scheduler that trusted stale slices would write: gpu-9 does not exist here
+    c["status"] = {"allocation": {"devices": {"results": [{
+        "request": "gpu", "driver": "gpu.gpugov.io", "pool": NODE, "device": "gpu-9"}]}},
+        "reservedFor": [{"resource": "pods", "name": "p", "uid": p["metadata"]["uid"]}]}
+    status, doc = loop.run(kube.request("PUT", f"{base}/ghost/status", c))
+    assert status == 200, doc
+    status, doc = loop.run(kube.request("POST", f"/api/v1/namespaces/{ns}/pods/p/binding", {
+        "apiVersion": "v1", "kind": "Binding", "metadata": {"name": "p", "namespace": ns},
+        "target": {"apiVersion": "v1", "kind": "Node", "name": NODE}}))
+    assert status == 201, doc
+    got = node["peer"].prepare(ns, "p")
+    assert not got["ok"]
+    assert "'gpu-9' is not on node dra-kubelet-node" in got["error"], got
+    assert "gpu-0" in got["error"]  # names what the node has
+    assert not any(node["paths"].cdi_dir.iterdir())  # nothing half-written

@@ -1,0 +1,157 @@
+"""The DRA plugin's prepare step without a kubelet: what each refusal says, hostile
+allocation values, and the committed stubs of the kubelet's DRA and registration protos."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import filecmp
+import sys
+from pathlib import Path
+
+import grpc
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gpugov.k8s.dra.slices import Features
+from gpugov.model.devices import DeviceMode
+from gpugov.node.dra.plugin import DraPlugin
+from gpugov.node.dra.prepare import NodePaths, PrepareError, build
+from gpugov.node.proto import dra_v1_pb2 as pb
+from gpugov.node.proto import dra_v1_pb2_grpc as pb_grpc
+from gpugov.node.proto import pluginregistration_pb2 as reg_pb
+from gpugov.node.proto import pluginregistration_pb2_grpc as reg_grpc
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "k8s"))
+from dra_support import gpu, inventory  # noqa: E402
+
+ON = Features(consumable_capacity=True)
+INV = inventory(gpu(0), gpu(1, DeviceMode.SOFT), gpu(2, DeviceMode.MPS, replicas=2))
+
+
+def _claim(results: list[dict], config: list | None = None) -> dict:
+    alloc: dict = {"devices": {"results": results}}
+    if config:
+        alloc["devices"]["config"] = config
+    return {"metadata": {"name": "c", "namespace": "ns", "uid": "u-1"},
+            "status": {"allocation": alloc}}
+
+
+def _r(device: str, request: str = "gpu", pool: str = "n", **extra) -> dict:
+    return {"request": request, "driver": "gpu.gpugov.io", "pool": pool, "device": device,
+            **extra}
+
+
+def _paths(tmp_path: Path, library: bool = True) -> NodePaths:
+    return NodePaths(tmp_path / "cdi", tmp_path / "state",
+                     tmp_path / "lib.so" if library else None)
+
+
+@pytest.mark.parametrize(("claim", "says"), [
+    ({"metadata": {"name": "c", "namespace": "ns"}}, "status.allocation: not allocated"),
+    (_claim([_r("gpu-0", pool="other")]), "pool: 'other' is not this node ('n')"),
+    (_claim([_r("gpu-7")]), "device: 'gpu-7' is not on node n"),
+    (_claim([_r("gpu-0", "a"), _r("gpu-1", "b")]), "one gpu.gpugov.io request per claim"),
+    (_claim([_r("gpu-2-mps-0")]), "MPS over DRA is not built yet"),
+    (_claim([_r("gpu-0")], [{"opaque": {"driver": "gpu.gpugov.io", "parameters": {}}}]),
+     "config: opaque parameters for gpu.gpugov.io are not supported yet"),
+    (_claim([_r("gpu-1", consumedCapacity={"memory": "1e400"})]),
+     "consumedCapacity.memory"),
+    (_claim([_r("gpu-1", consumedCapacity={"compute": "250"})]),
+     "consumedCapacity.compute: '250'; allowed: 1..100"),
+])
+def test_what_cannot_be_served_is_refused_naming_the_field(tmp_path, claim, says) -> None:
+    with pytest.raises(PrepareError, match=None) as e:
+        build(claim, "n", INV, ON, _paths(tmp_path))
+    assert says in str(e.value), str(e.value)
+
+
+def test_a_slice_without_the_library_is_refused_and_a_whole_gpu_is_not(tmp_path) -> None:
+    slice_ = _claim([_r("gpu-1", consumedCapacity={"memory": "10Gi", "compute": "50"})])
+    with pytest.raises(PrepareError, match="need the enforcement library"):
+        build(slice_, "n", INV, ON, _paths(tmp_path, library=False))
+    whole = build(_claim([_r("gpu-0")]), "n", INV, ON, _paths(tmp_path, library=False))
+    assert "mounts" not in whole.spec["devices"][0]["containerEdits"]
+    # a slice allocated the whole card (the capacity default) is a whole GPU: no limits
+    full = build(_claim([_r("gpu-1", consumedCapacity={"memory": "81920Mi",
+                                                        "compute": "100"})]),
+                 "n", INV, ON, _paths(tmp_path, library=False))
+    assert not any("LIMIT" in e for e in full.spec["devices"][0]["containerEdits"]["env"])
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.one_of(st.text(max_size=80), st.integers(), st.floats(), st.none(),
+                 st.lists(st.integers(), max_size=3)))
+def test_any_consumed_capacity_value_is_a_limit_or_a_named_refusal(value) -> None:
+    claim = _claim([_r("gpu-1", consumedCapacity={"memory": value, "compute": value})])
+    paths = NodePaths(Path("/nonexistent/cdi"), Path("/nonexistent/state"), Path("/lib.so"))
+    try:
+        got = build(copy.deepcopy(claim), "n", INV, ON, paths)
+    except PrepareError as e:
+        assert "consumedCapacity" in str(e)
+        return
+    env = dict(e.split("=", 1) for e in got.spec["devices"][0]["containerEdits"]["env"])
+    assert 0 < int(env.get("GPUGOV_CORE_LIMIT_0", "1")) <= 100
+
+
+def test_each_claim_fails_alone_over_grpc(tmp_path) -> None:
+    """A direct gRPC client (what the kubelet sends): one good and one unknown claim in one
+    call — the good one is prepared, the other carries its error; GetInfo names the socket."""
+    good = {"metadata": {"name": "good", "namespace": "ns", "uid": "u-good"},
+            "status": {"allocation": {"devices": {"results": [_r("gpu-0")]}}}}
+
+    class Claims:
+        async def get_claim(self, namespace: str, name: str) -> dict | None:
+            return good if name == "good" else None
+
+    async def main() -> None:
+        short = Path(tmp_path)
+        plugin = DraPlugin("n", lambda: INV, ON, _paths(short), Claims(), short / "p",
+                           short / "r")
+        await plugin.start()
+        try:
+            async with grpc.aio.insecure_channel(f"unix://{plugin.reg_socket}") as ch:
+                info = await reg_grpc.RegistrationStub(ch).GetInfo(reg_pb.InfoRequest())
+            assert (info.type, info.name, info.endpoint, list(info.supported_versions)) == (
+                "DRAPlugin", "gpu.gpugov.io", str(plugin.socket), ["v1.DRAPlugin"])
+            async with grpc.aio.insecure_channel(f"unix://{plugin.socket}") as ch:
+                stub = pb_grpc.DRAPluginStub(ch)
+                got = await stub.NodePrepareResources(pb.NodePrepareResourcesRequest(claims=[
+                    pb.Claim(namespace="ns", name="good", uid="u-good"),
+                    pb.Claim(namespace="ns", name="gone", uid="u-gone")]))
+                assert got.claims["u-good"].devices[0].cdi_device_ids == \
+                    ["gpugov.io/claim=u-good"]
+                assert "ResourceClaim ns/gone not found" in got.claims["u-gone"].error
+                # the claim was deleted and created again under the same name: refused
+                again = await stub.NodePrepareResources(pb.NodePrepareResourcesRequest(
+                    claims=[pb.Claim(namespace="ns", name="good", uid="u-other")]))
+                assert "has UID u-good, not u-other" in again.claims["u-other"].error
+        finally:
+            await plugin.stop()
+
+    asyncio.run(main())
+
+
+def test_generated_dra_stubs_match_the_protos(tmp_path: Path) -> None:
+    pytest.importorskip("grpc_tools")
+    from gpugov.node.proto import generate_dra
+
+    generate_dra.generate(tmp_path)
+    here = Path(generate_dra.__file__).parent
+    for stem in ("dra_v1", "pluginregistration"):
+        for suffix in ("_pb2.py", "_pb2.pyi", "_pb2_grpc.py"):
+            fresh = tmp_path / "gpugov" / "node" / "proto" / (stem + suffix)
+            assert filecmp.cmp(fresh, here / (stem + suffix), shallow=False), (
+                f"{stem}{suffix} is stale: run `python -m gpugov.node.proto.generate_dra`")
+
+
+def test_protos_keep_the_kubelet_field_numbers() -> None:
+    f = {m: {fd.name: fd.number for fd in getattr(pb, m).DESCRIPTOR.fields}
+         for m in ("Device", "Claim", "NodePrepareResourceResponse")}
+    assert f["Device"] == {"request_names": 1, "pool_name": 2, "device_name": 3,
+                           "cdi_device_ids": 4}
+    assert f["Claim"] == {"namespace": 1, "uid": 2, "name": 3}
+    assert f["NodePrepareResourceResponse"] == {"devices": 1, "error": 2}
+    assert pb.DESCRIPTOR.package == "k8s.io.kubelet.pkg.apis.dra.v1"
+    assert reg_pb.DESCRIPTOR.package == "pluginregistration"
