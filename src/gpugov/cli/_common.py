@@ -11,12 +11,29 @@ MODEL_HELP = ("GPU model, e.g. A100-SXM4-40GB, H100-SXM5-80GB (NVML names such a
               "'NVIDIA H100 80GB HBM3' and any letter case work too)")
 
 
+#: the longest interval, timeout or grace an option takes: more is a typo, and 1e300 s
+#: overflows the event loop's timers
+MAX_SECONDS = 7 * 24 * 3600
+
+
 def _positive_seconds(value: float) -> float:
-    """Option callback: a finite number > 0 (NaN and ±inf pass click's float parsing)."""
+    """Option callback: seconds, a finite number > 0 and at most a week (NaN and ±inf pass
+    click's float parsing)."""
     import math
 
-    if value is not None and (not math.isfinite(value) or value <= 0):
-        raise typer.BadParameter(f"must be a finite number > 0 (got {value!r})")
+    if value is not None and (not math.isfinite(value) or not 0 < value <= MAX_SECONDS):
+        raise typer.BadParameter(f"must be a finite number > 0 and <= {MAX_SECONDS} (a week), "
+                                 f"got {value!r}")
+    return value
+
+
+def _nonnegative_seconds(value: float) -> float:
+    """Option callback: seconds, a finite number >= 0 and at most a week."""
+    import math
+
+    if value is not None and (not math.isfinite(value) or not 0 <= value <= MAX_SECONDS):
+        raise typer.BadParameter(f"must be a finite number >= 0 and <= {MAX_SECONDS} (a week), "
+                                 f"got {value!r}")
     return value
 
 

@@ -32,7 +32,8 @@ def reconcile_cmd(
                                          help="busy fraction below which a GPU is idle"),
     queues: Path | None = typer.Option(None, "--queues",
                                        help="control-plane config (queue quotas)"),
-    max_pods: int = typer.Option(5000, "--max-pods", help="pods with their own series"),
+    max_pods: int = typer.Option(5000, "--max-pods", min=1, max=1_000_000,
+                                 help="pods with their own series"),
 ) -> None:
     """Join declared, allocated and used GPU views per pod/queue/tenant; serve /metrics."""
     import logging
@@ -111,7 +112,8 @@ def scheduler_cmd(
     retry_period: float = typer.Option(2.0, "--retry-period", callback=_positive_seconds,
                                        help="seconds"),
     policy: str = typer.Option("gpugov", "--policy", help="placement policy"),
-    concurrency: int = typer.Option(64, "--concurrency", help="API writes in flight"),
+    concurrency: int = typer.Option(64, "--concurrency", min=1, max=1024,
+                                    help="API writes in flight"),
     events: bool = typer.Option(True, "--events/--no-events",
                                 help="post Events for unschedulable and preempted pods"),
     scheduler_name: str = typer.Option("", "--scheduler-name",

@@ -9,9 +9,9 @@ import typer
 from gpugov.cli._app import app
 from gpugov.cli._common import (
     _fail,
-    _finite_nonnegative,
     _kubeconfig_file,
     _listen,
+    _nonnegative_seconds,
     _positive_seconds,
 )
 
@@ -27,7 +27,7 @@ def node_exporter_cmd(
                                         "folder (<state>/regions); omit: no per-pod metrics"),
     hostname: str = typer.Option("", "--hostname", help="Hostname label (default: $NODE_NAME, "
                                  "else this host)"),
-    recovery_s: float = typer.Option(300.0, "--recovery-seconds", callback=_finite_nonnegative,
+    recovery_s: float = typer.Option(300.0, "--recovery-seconds", callback=_nonnegative_seconds,
                                      help="a GPU is healthy again this long after its last XID"),
     nvml_library: Path | None = typer.Option(None, "--nvml-library", help="libnvidia-ml.so.1 "
                                              "to load (default: the loader path)"),
@@ -72,8 +72,9 @@ def node_device_plugin_cmd(
     cdi: bool = typer.Option(False, "--cdi", help="also name CDI devices (nvidia.com/gpu=UUID)"),
     mode: str = typer.Option("exclusive", "--mode", help="NVML: how non-MIG GPUs are offered "
                              "(exclusive, soft, timeslice; as `gpugov node agent --mode`)"),
-    replicas: int = typer.Option(1, "--replicas", help="NVML: replicas per GPU (timeslice)"),
-    soft_replicas: int = typer.Option(10, "--soft-replicas",
+    replicas: int = typer.Option(1, "--replicas", min=1, max=1024,
+                                 help="NVML: replicas per GPU (timeslice)"),
+    soft_replicas: int = typer.Option(10, "--soft-replicas", min=1, max=1024,
                                       help="soft-slice pods the kubelet admits per GPU"),
     refresh_s: float = typer.Option(5.0, "--refresh-seconds", callback=_positive_seconds,
                                     help="NVML: seconds between discovery/health rounds"),
@@ -155,13 +156,14 @@ def node_agent_cmd(
                                         "folder, for bypass/zombie events"),
     mode: str = typer.Option("exclusive", "--mode", help="how non-MIG GPUs are offered: "
                              "exclusive, soft, timeslice or mps"),
-    replicas: int = typer.Option(1, "--replicas", help="replicas per GPU (timeslice / mps)"),
+    replicas: int = typer.Option(1, "--replicas", min=1, max=1024,
+                                 help="replicas per GPU (timeslice / mps)"),
     interval: float = typer.Option(10.0, "--interval", callback=_positive_seconds,
                                    help="seconds between rounds"),
-    drain_grace: float = typer.Option(30.0, "--drain-grace", callback=_finite_nonnegative,
+    drain_grace: float = typer.Option(30.0, "--drain-grace", callback=_nonnegative_seconds,
                                       help="seconds between marking GPUs "
                                       "unschedulable and changing their MIG layout"),
-    recovery_s: float = typer.Option(300.0, "--recovery-seconds", callback=_finite_nonnegative,
+    recovery_s: float = typer.Option(300.0, "--recovery-seconds", callback=_nonnegative_seconds,
                                      help="a GPU is healthy again this long after its last XID"),
     nvml_library: Path | None = typer.Option(None, "--nvml-library", help="libnvidia-ml.so.1 "
                                              "to load (default: the loader path)"),

@@ -212,6 +212,10 @@ def rightsize_cmd(
     console.print(compute)
 
 
+#: the highest --gpu-hour-price: more is a typo, and its products overflow to inf in the CSV
+MAX_PRICE = 1e9
+
+
 @app.command("report")
 def report_cmd(
     prometheus: str = typer.Option(..., "--prometheus", help="Prometheus URL"),
@@ -226,8 +230,8 @@ def report_cmd(
 
     for opt, val in (("--period", period), ("--step", step)):
         _prom_duration(opt, val)
-    if not price >= 0:
-        raise _fail(f"--gpu-hour-price must be >= 0, got {price}")
+    if not 0 <= price <= MAX_PRICE:
+        raise _fail(f"--gpu-hour-price must be within 0..{MAX_PRICE:g}, got {price}")
     if out.exists() and not out.is_dir():
         raise _fail(f"--out {out} exists and is not a folder")
     rows = _with_prometheus(prometheus, lambda prom: chargeback.chargeback(
