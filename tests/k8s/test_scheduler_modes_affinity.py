@@ -1,8 +1,8 @@
 """Node affinity on the scheduler: every operator, several terms ORed, matchFields on the
 node name; a term no node meets waits with reason `node-selector`; preferred node affinity
-and PreferNoSchedule taints rank nodes as kube-scheduler does; pod (anti-)affinity and
-topologySpreadConstraints, which gpugov's scheduler does not evaluate, are refused naming the
-field, never ignored."""
+and PreferNoSchedule taints rank nodes as kube-scheduler does; a malformed term (node or pod
+affinity, topologySpreadConstraints) is refused naming the field, never ignored (pod affinity
+and spread semantics: test_pod_affinity.py)."""
 
 from __future__ import annotations
 
@@ -58,21 +58,22 @@ def test_a_term_no_node_meets_waits_with_node_selector() -> None:
 
 @pytest.mark.parametrize("spec,field", [
     ({"affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
-        {"labelSelector": {"matchLabels": {"app": "x"}}, "topologyKey": "zone"}]}}},
-     "spec.affinity.podAntiAffinity"),
+        {"labelSelector": {"matchLabels": {"app": "x"}}, "topologyKey": ""}]}}},
+     "spec.affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution[0]"
+     ".topologyKey"),
     ({"affinity": {"podAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
-        {"weight": 1, "podAffinityTerm": {"topologyKey": "zone"}}]}}},
-     "spec.affinity.podAffinity"),
+        {"weight": 101, "podAffinityTerm": {"topologyKey": "zone"}}]}}},
+     "spec.affinity.podAffinity.preferredDuringSchedulingIgnoredDuringExecution[0].weight"),
     ({"topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "zone",
-                                     "whenUnsatisfiable": "DoNotSchedule"}]},
-     "spec.topologySpreadConstraints"),
+                                     "whenUnsatisfiable": "Never"}]},
+     "spec.topologySpreadConstraints[0].whenUnsatisfiable"),
     ({"affinity": {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
         {"weight": 500, "preference": {"matchExpressions": [expr("zone", "In", "a")]}}]}}},
      "preferredDuringSchedulingIgnoredDuringExecution[0].weight"),
     ({"affinity": required([expr("gen", "Gt", "eight")])},
      "nodeSelectorTerms[0].matchExpressions[0]"),
 ])
-def test_what_is_not_evaluated_is_refused_naming_the_field(spec: dict, field: str) -> None:
+def test_a_malformed_term_is_refused_naming_the_field(spec: dict, field: str) -> None:
     st = state(fleet())
     submit(st, pod("p", limits=ONE, **spec))
     plan = st.cycle(T0)

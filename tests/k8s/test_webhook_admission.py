@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import copy
 import json
 
 import pytest
@@ -522,18 +523,27 @@ def test_kai_annotations_become_resources_of_the_container_kai_gives_them(
         {"labelSelector": {"matchLabels": {"app": "x"}},
          "topologyKey": "kubernetes.io/hostname"}]}}, "podAffinity"),
 ])
-def test_affinity_the_scheduler_cannot_evaluate_is_refused_at_admission(affinity, field):
-    """Issue 20: a GPU pod whose pod (anti-)affinity gpugov's scheduler does not evaluate was
-    admitted and then sat Pending; now kubectl says why at creation, naming the field."""
+def test_pod_affinity_is_admitted_and_a_malformed_term_refused_at_admission(affinity, field):
+    """Issue 20: pod (anti-)affinity and topologySpreadConstraints are evaluated by gpugov's
+    scheduler (test_pod_affinity.py), so they are admitted; a malformed term is refused at
+    creation, naming the field, instead of sitting Pending."""
     out = admission.mutate(review(pod({"nvidia.com/gpu": 1}, affinity=affinity)),
                            lambda ns: INTERNAL)
+    assert out["response"]["allowed"]
+    bad = copy.deepcopy(affinity)
+    bad[field]["requiredDuringSchedulingIgnoredDuringExecution"][0]["topologyKey"] = ""
+    out = admission.mutate(review(pod({"nvidia.com/gpu": 1}, affinity=bad)),
+                           lambda ns: INTERNAL)
     assert not out["response"]["allowed"]
-    assert field in out["response"]["status"]["message"]
+    assert f"{field}.requiredDuringSchedulingIgnoredDuringExecution[0].topologyKey" in \
+        out["response"]["status"]["message"]
     spread = pod({"nvidia.com/gpu": 1}, topologySpreadConstraints=[
         {"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "DoNotSchedule"}])
+    assert admission.mutate(review(spread), lambda ns: INTERNAL)["response"]["allowed"]
+    spread["spec"]["topologySpreadConstraints"][0]["maxSkew"] = 0
     out = admission.mutate(review(spread), lambda ns: INTERNAL)
     assert not out["response"]["allowed"]
-    assert "topologySpreadConstraints" in out["response"]["status"]["message"]
+    assert "topologySpreadConstraints[0].maxSkew" in out["response"]["status"]["message"]
     node_affinity = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
         "nodeSelectorTerms": [{"matchExpressions": [
             {"key": "zone", "operator": "NotIn", "values": ["a", "b"]}]}]}}}

@@ -80,7 +80,8 @@ class Job:
                        r.gpu_memory_mib)
         if not r.is_plain or r.mode is not None or r.tenant:
             self._shape += (r.mode, r.mig_profile, int(r.min_isolation), r.tenant, r.sealed,
-                            r.node_selector, r.tolerations, r.oversubscribe)
+                            r.node_selector, r.tolerations, r.oversubscribe, r.node_affinity,
+                            r.preferred, r.pods)
 
     @property
     def priority(self) -> int:

@@ -154,8 +154,9 @@ _DEFAULT_DEVICE = DeviceConfig()
 
 
 def pod_kind(req: PodRequest) -> int:
-    """GPU-affinity kind of a GPU pod: SHARE_KIND for sharing pods, else its GPU count."""
-    return SHARE_KIND if req.is_sharing else req.gpu_count
+    """GPU-affinity kind of a GPU pod: SHARE_KIND for sharing pods (MIG instances too,
+    however many), else its GPU count."""
+    return SHARE_KIND if req.is_sharing or req.mode is DeviceMode.MIG else req.gpu_count
 
 
 class ClusterState:
@@ -219,6 +220,9 @@ class ClusterState:
         self.dev_tdp = np.zeros(n)
         self.busy_gpus = np.zeros(n, dtype=np.int64)
         self._tenant_ids: dict[str, int] = {}
+        #: time-sliced MIG instances (node, device, placement number) -> [replicas, free
+        #: replicas, free memory MiB, uncapped replicas, replicas needing soft]
+        self.mig_shared: dict[tuple[int, int, int], list[int]] = {}
         self._constraint_masks: dict[tuple, np.ndarray] = {}
         self._fit_cache: dict[tuple, tuple[np.ndarray, np.ndarray, np.ndarray | None]] = {}
         self.has_taints = any(s.taints for s in self.nodes)
@@ -243,7 +247,13 @@ class ClusterState:
                     self.mig_compute_free[i, k] = table.geometry.compute_slices
                     if cfg.mig_layout is not None:
                         self.mig_fixed[i, k] = True
-                        self.mig_layout_free[i, k] = table.layout_mask(cfg.mig_layout)
+                        whole = tuple(m for m in cfg.mig_layout if m.replicas <= 1)
+                        self.mig_layout_free[i, k] = table.layout_mask(whole)
+                        for m in cfg.mig_layout:
+                            if m.replicas > 1:  # time-sliced: only its replicas are handed out
+                                pk = table.number(m.profile, m.start)
+                                self.mig_shared[(i, k, pk)] = [
+                                    m.replicas, m.replicas, table.placements[pk].memory_mib, 0, 0]
         #: True while every device is soft and no node has taints or a budget: plain
         #: requests may then use the per-node summaries (the trace engine's fast path).
         #: the filter's view of the modes: padding columns are no device at all
@@ -457,9 +467,17 @@ class ClusterState:
         for _, mask in self._device_steps(req, nodes):
             fits = mask if fits is None else fits & mask
         assert fits is not None
-        if req.nvlink and req.gpu_count > 1:
+        if req.nvlink and req.gpu_count > 1 and req.mode is not DeviceMode.MIG:
             fits = self._nvlink_fits(fits, nodes, req.gpu_count)
         return fits
+
+    def room(self, req: PodRequest, fits: np.ndarray, nodes=slice(None)) -> np.ndarray:
+        """How many of `req`'s devices each node of `nodes` can take, from its device `fits`:
+        fitting devices, or, for several MIG instances, the instances of the profile that
+        still fit on them (a device may take more than one)."""
+        if req.mode is DeviceMode.MIG and req.gpu_count > 1:
+            return np.where(fits, self._mig_capacity(req.mig_profile, nodes), 0).sum(axis=-1)
+        return fits.sum(axis=-1)
 
     def _nvlink_fits(self, fits: np.ndarray, nodes, count: int) -> np.ndarray:
         """`gpugov.io/topology: required`: of the fitting devices, those in an NVLink domain
@@ -489,7 +507,8 @@ class ClusterState:
             yield "gpu-mode", self._whole_ok[nodes]
         else:
             dm = self._filter_mode[nodes]
-            yield "gpu-mode", dm == MODE_CODE[mode]
+            # a time-sliced MIG instance's replica sits on a MIG device
+            yield "gpu-mode", dm == (_MIG if req.mig_shared else MODE_CODE[mode])
             if mode is DeviceMode.TIMESLICE and req.oversubscribe:
                 # uncapped: delivers none, and never next to a replica that needs soft
                 ok = req.min_isolation <= IsolationLevel.NONE
@@ -498,6 +517,8 @@ class ClusterState:
                 iso = _MODE_ISO[dm] >= int(req.min_isolation)
                 if mode is DeviceMode.TIMESLICE:
                     iso &= self.dev_uncapped[nodes] == 0
+                if req.mig_shared:  # a capped replica delivers soft, whatever the device
+                    iso &= req.min_isolation <= IsolationLevel.SOFT
                 yield "isolation", iso
         pods = None
         # a whole GPU takes only a device nobody holds (step `gpu`): a seal adds nothing
@@ -516,6 +537,8 @@ class ClusterState:
                 yield "tenant-isolation", self.dev_sealed[nodes] == 0
         if mode is DeviceMode.MIG:
             yield "mig-slice", self._mig_fits(req.mig_profile, nodes)
+        elif req.mig_shared:
+            yield from self._mig_shared_fits(req, nodes)
         elif mode in (DeviceMode.TIMESLICE, DeviceMode.MPS):
             yield "replicas", self.rep_free[nodes] > 0
             if mode is DeviceMode.MPS:
@@ -575,6 +598,73 @@ class ClusterState:
         dyn = free_by_occ[idx, occ] & (self.mig_compute_free[nodes] >= compute[idx])
         fixed = (self.mig_layout_free[nodes] & layout_bits[idx]) != 0
         return known[idx] & np.where(self.mig_fixed[nodes], fixed, dyn)
+
+    def _mig_shared_fits(self, req: PodRequest, nodes):
+        """("replicas", mask), ("gpu-memory", mask): devices of `nodes` with a time-sliced
+        instance of the request's profile that has a free replica its capping agrees with
+        (an uncapped replica never joins replicas that need soft, nor the other way round),
+        and, of those, one with the memory the replica is charged."""
+        rep = np.zeros(self.gpu_cap.shape, dtype=bool)
+        mem = np.zeros(self.gpu_cap.shape, dtype=bool)
+        for (i, d, k), (cap, free, mem_free, uncapped, soft) in self.mig_shared.items():
+            pl = mig_table(self.nodes[i].model).placements[k]
+            if pl.profile != req.mig_profile or free <= 0:
+                continue
+            if soft if req.oversubscribe else (
+                    uncapped and req.min_isolation > IsolationLevel.NONE):
+                continue
+            rep[i, d] = True
+            mem[i, d] |= mem_free >= self._replica_memory(req, pl.memory_mib, cap)
+        yield "replicas", rep[nodes]
+        yield "gpu-memory", mem[nodes]
+
+    @staticmethod
+    def _replica_memory(req: PodRequest, instance_mib: int, replicas: int) -> int:
+        """What one replica of a time-sliced MIG instance is charged (and capped at): the
+        memory it names, else the instance's ÷ replicas; nothing when oversubscribing."""
+        return 0 if req.oversubscribe else (req.gpu_memory_mib or instance_mib // replicas)
+
+    def _mig_capacity(self, profile: str, nodes) -> np.ndarray:
+        """How many more instances of `profile` each MIG device of `nodes` can take."""
+        counts, layout_bits = self._mig_count_arrays(profile)
+        idx = self.model_idx[nodes]
+        occ = self.mig_occ[nodes]
+        if np.ndim(occ) == 2:
+            idx = idx[:, None]
+        comp = np.minimum(self.mig_compute_free[nodes], counts.shape[2] - 1)
+        dyn = counts[idx, occ, comp]
+        fixed = np.bitwise_count(self.mig_layout_free[nodes] & layout_bits[idx])
+        return np.where(self.mig_fixed[nodes], fixed, dyn).astype(np.int64)
+
+    def _mig_count_arrays(self, profile: str):
+        """Per GPU model (row -1: no model): for every occupied-slice mask and free compute
+        slices, how many instances of `profile` still fit (its placements never partly
+        overlap each other, so taking free ones in start order counts the most), and the
+        profile's placement numbers as a bitmask (fixed layouts)."""
+        key = ("mig-count", profile)
+        got = self._constraint_masks.get(key)
+        if got is None:
+            width = max(g.compute_slices for g in MIG_GEOMETRIES.values()) + 1
+            counts = np.zeros((len(self.model_names) + 1, 1 << MEMORY_SLICES, width),
+                              dtype=np.int64)
+            layout_bits = np.zeros(len(self.model_names) + 1, dtype=np.int64)
+            for i, model in enumerate(self.model_names):
+                ks = mig_table(model).by_profile.get(profile, ()) if has_mig(model) else ()
+                if not ks:
+                    continue
+                table = mig_table(model)
+                pls = sorted((table.placements[k] for k in ks), key=lambda p: p.start)
+                per = np.arange(width) // pls[0].compute_slices
+                for occ in range(1 << MEMORY_SLICES):
+                    taken, n = occ, 0
+                    for pl in pls:
+                        if not taken & pl.bits:
+                            taken, n = taken | pl.bits, n + 1
+                    counts[i, occ] = np.minimum(n, per)
+                layout_bits[i] = sum(1 << k for k in ks)
+            got = (counts, layout_bits)
+            self._constraint_masks[key] = got
+        return got
 
     def _mig_profile_arrays(self, profile: str):
         """Per GPU model (row -1: no model): for every occupied-slice mask whether some valid
@@ -670,8 +760,8 @@ class ClusterState:
         fits = None
         if req.gpu_count:
             fits = self._steps_fit(req, nodes)
-            ok &= fits.sum(axis=1) >= req.gpu_count
-            if self.has_power and req.gpu_count > 1:
+            ok &= self.room(req, fits, nodes) >= req.gpu_count
+            if self.has_power and req.gpu_count > 1 and req.mode is not DeviceMode.MIG:
                 ok &= self._power_slots(nodes)[:, 0] >= req.gpu_count
         return ok, fits
 
@@ -695,21 +785,27 @@ class ClusterState:
             if not ok.any():
                 return "taint"
         if req.gpu_count:
-            ok &= self.gpu_count >= req.gpu_count  # too few devices at all: compute
-            if not ok.any():
-                return "gpu"
+            if req.mode is not DeviceMode.MIG:  # a device may take several MIG instances
+                ok &= self.gpu_count >= req.gpu_count  # too few devices at all: compute
+                if not ok.any():
+                    return "gpu"
             fits = None
+            # several MIG instances: a device counts once until their slices are tested
+            slices = req.mode is not DeviceMode.MIG
             for reason, mask in self._device_steps(req, slice(None)):
                 fits = mask if fits is None else fits & mask
-                if not (ok & (fits.sum(axis=1) >= req.gpu_count)).any():
+                slices |= reason == "mig-slice"
+                have = self.room(req, fits) if slices else \
+                    np.where(fits.any(axis=-1), req.gpu_count, 0)
+                if not (ok & (have >= req.gpu_count)).any():
                     return reason
             assert fits is not None
-            ok &= fits.sum(axis=1) >= req.gpu_count
-            if self.has_power and req.gpu_count > 1:
+            ok &= self.room(req, fits) >= req.gpu_count
+            if self.has_power and req.gpu_count > 1 and req.mode is not DeviceMode.MIG:
                 ok &= self._power_slots(slice(None))[:, 0] >= req.gpu_count
                 if not ok.any():
                     return "power"
-            if req.nvlink and req.gpu_count > 1:
+            if req.nvlink and req.gpu_count > 1 and req.mode is not DeviceMode.MIG:
                 fits = self._nvlink_fits(fits, slice(None), req.gpu_count)
                 ok &= fits.sum(axis=1) >= req.gpu_count
                 if not ok.any():
@@ -741,12 +837,14 @@ class ClusterState:
         return "memory"
 
     # -- what a placement charges -------------------------------------------------------------
-    def charge(self, req: PodRequest, node: int, device: int) -> tuple[int, int]:
+    def charge(self, req: PodRequest, node: int, device: int, start: int | None = None
+               ) -> tuple[int, int]:
         """(milli, GPU memory MiB) a pod of `req` takes from `device` of `node`: a whole GPU
         its device; a MIG instance its profile's share and memory; a time-slice replica
         1/replicas of compute and the memory it names (card/replicas if none, nothing if its
-        tenant accepts oversubscription); an MPS client the per-client caps; a soft slice
-        what it asks."""
+        tenant accepts oversubscription), and a replica of a time-sliced MIG instance (the one
+        at `start`, else the one `mig_start` picks) the same out of its instance; an MPS
+        client the per-client caps; a soft slice what it asks."""
         mode = req.slice_mode
         if mode is DeviceMode.EXCLUSIVE:
             return MILLI_PER_GPU, int(self.gpu_mem_cap[node, device])
@@ -754,6 +852,11 @@ class ClusterState:
             table = mig_table(self.nodes[node].model)
             p = table.geometry.profile(req.mig_profile)
             return table.milli(req.mig_profile), p.memory_mib
+        if req.mig_shared:
+            table = mig_table(self.nodes[node].model)
+            at = self.mig_start(req, node, device) if start is None or start < 0 else start
+            cap, inst = self._shared_instance(req, node, device, at)
+            return table.milli(req.mig_profile) // cap, self._replica_memory(req, inst, cap)
         if mode in (DeviceMode.TIMESLICE, DeviceMode.MPS):
             reps = max(int(self.rep_cap[node, device]), 1)
             milli = MILLI_PER_GPU // reps
@@ -781,6 +884,8 @@ class ClusterState:
         leaves the most placements of every profile open (fragmentation-aware, as
         `placement.mig` does: larger profiles weigh more)."""
         table = mig_table(self.nodes[node].model)
+        if req.mig_shared:
+            return self._shared_start(req, node, device)
         ks = table.by_profile[req.mig_profile]
         if self.mig_fixed[node, device]:
             free = int(self.mig_layout_free[node, device])
@@ -797,6 +902,81 @@ class ClusterState:
                              f"of {self.names[node]}")
         return start
 
+    def _shared_start(self, req: PodRequest, node: int, device: int) -> int:
+        """The time-sliced instance of `req.mig_profile` on `device` whose replica `req`
+        takes: of those with a free replica, capping that agrees and the memory, the fullest
+        (replicas of one instance are packed), lowest start on ties."""
+        table = mig_table(self.nodes[node].model)
+        best: tuple[int, int] | None = None
+        for k in table.by_profile.get(req.mig_profile, ()):
+            e = self.mig_shared.get((node, device, k))
+            if e is None or e[1] <= 0 or (e[4] if req.oversubscribe else (
+                    e[3] and req.min_isolation > IsolationLevel.NONE)):
+                continue
+            pl = table.placements[k]
+            if e[2] < self._replica_memory(req, pl.memory_mib, e[0]):
+                continue
+            if best is None or (e[1], pl.start) < best:
+                best = (e[1], pl.start)
+        if best is None:
+            raise ValueError(f"{req.name}: no time-sliced {req.mig_profile} instance with a free "
+                             f"replica on device {device} of {self.names[node]}")
+        return best[1]
+
+    def _shared_instance(self, req: PodRequest, node: int, device: int, start: int
+                         ) -> tuple[int, int]:
+        """(replicas, memory MiB) of the time-sliced instance at `start` of `device`."""
+        table = mig_table(self.nodes[node].model)
+        try:
+            k = table.number(req.mig_profile, start)
+        except KeyError as e:
+            raise ValueError(f"{req.name}: {e.args[0]}") from None
+        e = self.mig_shared.get((node, device, k))
+        if e is None:
+            raise ValueError(f"{req.name}: {req.mig_profile}@{start} on device {device} of "
+                             f"{self.names[node]} is not a time-sliced instance")
+        return e[0], table.placements[k].memory_mib
+
+    def mig_instances(self, req: PodRequest, node: int, first: int | None = None
+                      ) -> Allocation:
+        """The allocation of `req`'s `gpu_count` MIG instances on `node`: instances are taken
+        on the device `first` (the policy's choice) while it has room, then on the fitting
+        devices already most cut up (whole devices stay whole), each at the start `mig_start`
+        would pick."""
+        fits = self.device_fits(req, node)
+        cands = [int(d) for d in np.flatnonzero(fits)]
+        cands.sort(key=lambda d: (d != first, int(self.mig_compute_free[node, d]), d))
+        model = self.nodes[node].model
+        table = mig_table(model)
+        ks = table.by_profile[req.mig_profile]
+        occ = {d: int(self.mig_occ[node, d]) for d in cands}
+        comp = {d: int(self.mig_compute_free[node, d]) for d in cands}
+        lay = {d: int(self.mig_layout_free[node, d]) for d in cands}
+        got: list[tuple[int, int]] = []
+        for _ in range(req.gpu_count):
+            for d in cands:
+                if self.mig_fixed[node, d]:
+                    k = next((k for k in ks if lay[d] >> k & 1), -1)
+                    start = table.placements[k].start if k >= 0 else -1
+                else:
+                    start = _best_start(model, req.mig_profile, occ[d], comp[d])
+                    k = table.number(req.mig_profile, start) if start >= 0 else -1
+                if k < 0:
+                    continue
+                pl = table.placements[k]
+                lay[d] &= ~(1 << k)
+                occ[d] |= pl.bits
+                comp[d] -= pl.compute_slices
+                got.append((d, start))
+                break
+            else:
+                raise ValueError(f"{req.name}: {req.gpu_count} × {req.mig_profile} do not fit "
+                                 f"on {self.names[node]}")
+        got.sort()
+        milli, memory = self.charge(req, node, got[0][0])
+        return Allocation(node, tuple(d for d, _ in got), milli, memory,
+                          mig_starts=tuple(s for _, s in got))
+
     # -- updates ---------------------------------------------------------------------------
     def allocate(self, req: PodRequest, alloc: Allocation) -> None:
         """Commit `alloc` for `req`; raises if it would overcommit anything or break a
@@ -805,7 +985,8 @@ class ClusterState:
         if self.cpu_free[n] < req.cpu_milli or self.mem_free[n] < req.memory_mib:
             raise ValueError(f"{req.name}: node {self.names[n]} lacks CPU or memory")
         devs = list(alloc.devices)
-        if len(set(devs)) != len(devs) or len(devs) != req.gpu_count:
+        if len(devs) != req.gpu_count or (
+                len(set(devs)) != len(devs) and req.mode is not DeviceMode.MIG):
             raise ValueError(f"{req.name}: needs {req.gpu_count} distinct devices, got {devs}")
         fast = self.fast_path(req)
         if not devs and not fast and not self._node_mask(req)[n]:
@@ -875,41 +1056,32 @@ class ClusterState:
         if not self.nvlink_domains(req, n, devs):
             raise ValueError(f"{req.name}: devices {devs} on {self.names[n]} span NVLink "
                              "domains, and the pod needs one (gpugov.io/topology: required)")
-        if self.has_power and req.gpu_count > 1 and self._slots[n] < req.gpu_count:
+        idle = len({d for d in devs if self.dev_pods[n, d] == 0})
+        if self.has_power and idle > 1 and self._slots[n] < idle:
             raise ValueError(f"{req.name}: node {self.names[n]} has no power budget left")
         for d in devs:
-            milli, mem = self.charge(req, n, d)
+            milli, mem = self.charge(req, n, d, alloc.mig_start)
             if (milli, mem) != (alloc.milli, alloc.memory_mib):
                 raise ValueError(f"{req.name}: allocation charges {alloc.milli} milli and "
                                  f"{alloc.memory_mib} MiB, the device takes {milli} and {mem}")
         mode = req.slice_mode
         if mode is DeviceMode.MIG:
-            d = devs[0]
-            table = mig_table(self.nodes[n].model)
-            try:
-                k = table.number(req.mig_profile, alloc.mig_start)
-            except KeyError as e:
-                raise ValueError(f"{req.name}: {e.args[0]}") from None
-            pl = table.placements[k]
-            if self.mig_fixed[n, d]:
-                if not int(self.mig_layout_free[n, d]) >> k & 1:
-                    raise ValueError(f"{req.name}: {req.mig_profile}@{alloc.mig_start} is not "
-                                     f"a free instance of device {d} on {self.names[n]}")
-                self.mig_layout_free[n, d] &= ~(1 << k)
-            elif int(self.mig_occ[n, d]) & pl.bits or \
-                    self.mig_compute_free[n, d] < pl.compute_slices:
-                raise ValueError(f"{req.name}: {req.mig_profile}@{alloc.mig_start} overlaps "
-                                 f"an instance on device {d} of {self.names[n]}")
-            self.mig_occ[n, d] |= pl.bits
-            self.mig_compute_free[n, d] -= pl.compute_slices
+            self._take_mig(req, alloc, n)
+        elif req.mig_shared:
+            self._take_replica(req, alloc, n, devs[0], 1)
         elif mode in (DeviceMode.TIMESLICE, DeviceMode.MPS):
             self.rep_free[n, devs] -= 1
             self._count_capping(req, n, devs, 1)
         if mode is DeviceMode.EXCLUSIVE:
             self.gpu_mem_free[n, devs] = 0
+        elif len(devs) > 1 and mode is DeviceMode.MIG:  # a device may hold several instances
+            np.subtract.at(self.gpu_mem_free[n], devs, alloc.memory_mib)
         else:
             self.gpu_mem_free[n, devs] -= alloc.memory_mib
-        self.gpu_free[n, devs] -= alloc.milli
+        if len(devs) > 1 and mode is DeviceMode.MIG:
+            np.subtract.at(self.gpu_free[n], devs, alloc.milli)
+        else:
+            self.gpu_free[n, devs] -= alloc.milli
         if _seals(req):
             self.dev_sealed[n, devs] += 1
             self._sealed_pods += 1
@@ -917,6 +1089,65 @@ class ClusterState:
         if req.sealed or tid >= 0:
             empty = self.dev_pods[n, devs] == 0
             self.dev_owner[n, np.array(devs)[empty]] = tid
+
+    def _take_mig(self, req: PodRequest, alloc: Allocation, n: int) -> None:
+        """Occupy the MIG instances `alloc` names, after checking all of them (a refusal
+        changes nothing)."""
+        if not alloc.instances:
+            raise ValueError(f"{req.name}: the allocation names no MIG instance start")
+        table = mig_table(self.nodes[n].model)
+        occ: dict[int, int] = {}
+        comp: dict[int, int] = {}
+        lay: dict[int, int] = {}
+        for d, start in alloc.instances:
+            try:
+                k = table.number(req.mig_profile, start)
+            except KeyError as e:
+                raise ValueError(f"{req.name}: {e.args[0]}") from None
+            pl = table.placements[k]
+            if d not in occ:
+                occ[d], comp[d] = int(self.mig_occ[n, d]), int(self.mig_compute_free[n, d])
+                lay[d] = int(self.mig_layout_free[n, d])
+            if self.mig_fixed[n, d]:
+                if not lay[d] >> k & 1:
+                    raise ValueError(f"{req.name}: {req.mig_profile}@{start} is not a free "
+                                     f"instance of device {d} on {self.names[n]}")
+                lay[d] &= ~(1 << k)
+            elif occ[d] & pl.bits or comp[d] < pl.compute_slices:
+                raise ValueError(f"{req.name}: {req.mig_profile}@{start} overlaps an instance "
+                                 f"on device {d} of {self.names[n]}")
+            occ[d] |= pl.bits
+            comp[d] -= pl.compute_slices
+        for d in occ:
+            self.mig_occ[n, d], self.mig_compute_free[n, d] = occ[d], comp[d]
+            if self.mig_fixed[n, d]:
+                self.mig_layout_free[n, d] = lay[d]
+
+    def _take_replica(self, req: PodRequest, alloc: Allocation, n: int, d: int,
+                      step: int) -> None:
+        """Take (`step` 1) or give back (-1) one replica of the time-sliced MIG instance at
+        `alloc.mig_start` of device `d`."""
+        table = mig_table(self.nodes[n].model)
+        try:
+            k = table.number(req.mig_profile, alloc.mig_start)
+        except KeyError as e:
+            raise ValueError(f"{req.name}: {e.args[0]}") from None
+        e = self.mig_shared.get((n, d, k))
+        if e is None:
+            raise ValueError(f"{req.name}: {req.mig_profile}@{alloc.mig_start} on device {d} "
+                             f"of {self.names[n]} is not a time-sliced instance")
+        if step > 0 and (e[1] <= 0 or e[2] < alloc.memory_mib):
+            raise ValueError(f"{req.name}: the time-sliced {req.mig_profile}@{alloc.mig_start} "
+                             f"on device {d} of {self.names[n]} has no replica or memory left")
+        if step < 0 and (e[1] >= e[0] or e[2] + alloc.memory_mib >
+                         table.placements[k].memory_mib):
+            raise ValueError(f"{req.name}: release of an allocation that was never made")
+        e[1] -= step
+        e[2] -= step * alloc.memory_mib
+        if req.oversubscribe:
+            e[3] += step
+        elif req.min_isolation > IsolationLevel.NONE:
+            e[4] += step
 
     def _count_capping(self, req: PodRequest, n: int, devs: list[int], step: int) -> None:
         """Keep `dev_uncapped` / `dev_needs_soft` of a time-slice replica's device."""
@@ -944,20 +1175,31 @@ class ClusterState:
             if (self.dev_pods[n, devs] <= 0).any():
                 raise ValueError(f"{req.name}: release of an allocation that was never made")
             mode = req.slice_mode
-            self.gpu_free[n, devs] += alloc.milli
-            if alloc.milli >= MILLI_PER_GPU and mode in (DeviceMode.EXCLUSIVE, DeviceMode.SOFT):
+            if req.mig_shared:  # checks first: a refused release changes nothing
+                self._take_replica(req, alloc, n, devs[0], -1)
+            if len(devs) > 1 and mode is DeviceMode.MIG:  # a device may hold several
+                np.add.at(self.gpu_free[n], devs, alloc.milli)
+                np.add.at(self.gpu_mem_free[n], devs, alloc.memory_mib)
+            else:
+                self.gpu_free[n, devs] += alloc.milli
+            if len(devs) > 1 and mode is DeviceMode.MIG:
+                pass
+            elif alloc.milli >= MILLI_PER_GPU and mode in (DeviceMode.EXCLUSIVE,
+                                                           DeviceMode.SOFT):
                 self.gpu_mem_free[n, devs] = self.gpu_mem_cap[n, devs]
             else:
                 self.gpu_mem_free[n, devs] += alloc.memory_mib
-            if mode is DeviceMode.MIG and alloc.mig_start >= 0:
-                d = devs[0]
+            if mode is DeviceMode.MIG:
                 table = mig_table(self.nodes[n].model)
-                k = table.number(req.mig_profile, alloc.mig_start)
-                pl = table.placements[k]
-                self.mig_occ[n, d] &= ~pl.bits
-                self.mig_compute_free[n, d] += pl.compute_slices
-                if self.mig_fixed[n, d]:
-                    self.mig_layout_free[n, d] |= 1 << k
+                for d, start in alloc.instances:
+                    k = table.number(req.mig_profile, start)
+                    pl = table.placements[k]
+                    self.mig_occ[n, d] &= ~pl.bits
+                    self.mig_compute_free[n, d] += pl.compute_slices
+                    if self.mig_fixed[n, d]:
+                        self.mig_layout_free[n, d] |= 1 << k
+            elif req.mig_shared:
+                pass
             elif mode in (DeviceMode.TIMESLICE, DeviceMode.MPS):
                 self.rep_free[n, devs] += 1
                 self._count_capping(req, n, devs, -1)
@@ -1008,6 +1250,8 @@ class ClusterState:
         """A copy of everything allocation changes; `restore` puts it back."""
         snap = {k: getattr(self, k).copy() for k in self._MUTABLE}
         snap["_sealed_pods"] = np.array(self._sealed_pods)
+        if self.mig_shared:
+            snap["_mig_shared"] = {k: list(v) for k, v in self.mig_shared.items()}
         return snap
 
     def restore(self, snap: dict[str, np.ndarray]) -> None:
@@ -1019,6 +1263,8 @@ class ClusterState:
         for k in self._MUTABLE:
             getattr(self, k)[...] = snap[k]
         self._sealed_pods = int(snap["_sealed_pods"])
+        for k, v in snap.get("_mig_shared", {}).items():
+            self.mig_shared[k][:] = v
         self.version[changed] = bump
         if self.has_power:
             self._slots = self._count_slots(slice(None))

@@ -121,9 +121,10 @@ class GpuRequest:
         webhook refuses such a pod, rather than widening it. An untrusted tenant's pod is
         sealed: it never shares a device with another tenant. A time-slice replica (and an
         MPS client that states no compute) asks for 1 milli, a lower bound: the state charges
-        it 1000/replicas of the device it lands on. Raises ValueError for what the state
-        cannot hold: several MIG instances in one pod, a time-slice replica of a MIG instance
-        (`mig-<profile>.shared`)."""
+        it 1000/replicas of the device it lands on. Several MIG instances are `count`
+        instances of the profile (a device may hold more than one); a time-slice replica of a
+        MIG instance (`mig-<profile>.shared`) is a `timeslice` request naming the profile,
+        charged like a time-slice replica out of its instance."""
         floor = (required_isolation(self.isolation, tier) if tier is not None
                  else self.isolation or IsolationLevel.NONE)
         common = dict(models=self.models, min_isolation=floor, tenant=tenant,
@@ -131,16 +132,11 @@ class GpuRequest:
                       tolerations=tolerations, oversubscribe=oversubscribe)
         mode = self.mode
         if mode is DeviceMode.MIG:
-            if self.count != 1:
-                raise ValueError(f"{', '.join(self.spellings) or 'MIG'}: {self.count} MIG "
-                                 "instances in one pod are not modelled (one instance per "
-                                 "pod); ask for 1 and run one pod per instance")
-            return PodRequest(name, cpu_milli, memory_mib, 1, milli, mode=DeviceMode.MIG,
-                              mig_profile=str(self.mig_profile), **common)
+            return PodRequest(name, cpu_milli, memory_mib, self.count, milli,
+                              mode=DeviceMode.MIG, mig_profile=str(self.mig_profile), **common)
         if mode is DeviceMode.TIMESLICE and self.mig_profile:
-            raise ValueError(f"{', '.join(self.spellings)}: a time-slice replica of a MIG "
-                             f"instance is not modelled; ask for nvidia.com/mig-"
-                             f"{self.mig_profile} or nvidia.com/gpu.shared")
+            return PodRequest(name, cpu_milli, memory_mib, 1, 1, mode=mode,
+                              mig_profile=self.mig_profile, gpu_memory_mib=need, **common)
         if mode in (DeviceMode.TIMESLICE, DeviceMode.MPS):
             # the state charges a replica 1000/replicas whatever this says; the milli asked is
             # only the lower bound the control plane's capacity and quota checks start from

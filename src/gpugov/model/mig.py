@@ -218,10 +218,15 @@ def models_with_profile(profile: str) -> list[str]:
 
 @dataclass(frozen=True, slots=True, order=True)
 class MigInstance:
-    """One GPU instance placed at a start index on the memory-slice axis."""
+    """One GPU instance placed at a start index on the memory-slice axis.
+
+    `replicas` > 1: the instance is time-sliced (NVIDIA's time-slicing of a
+    `nvidia.com/mig-<profile>` resource): it is handed out as that many shared slots
+    (`nvidia.com/mig-<profile>.shared`), never whole."""
 
     start: int
     profile: str
+    replicas: int = 1
 
     def span(self, geometry: MigGeometry) -> range:
         return range(self.start, self.start + geometry.profile(self.profile).memory_slices)

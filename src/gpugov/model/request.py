@@ -27,8 +27,10 @@ class PodRequest:
     The remaining fields are the compiled form of a `GpuRequest` plus what the control plane
     knows of the pod's tenant; their defaults are what a trace pod means:
     - `mode`: the kind of slice asked for. None = a whole GPU when `gpu_milli` is 1000, else a
-      soft slice (compute milli and GPU memory); `MIG` needs `mig_profile`; `TIMESLICE` and
-      `MPS` take one replica of a device in that mode.
+      soft slice (compute milli and GPU memory); `MIG` needs `mig_profile` and takes
+      `gpu_count` instances (several may share a device: `gpu_milli` is per instance);
+      `TIMESLICE` and `MPS` take one replica of a device in that mode, and `TIMESLICE` with a
+      `mig_profile` one replica of a time-sliced MIG instance of that profile.
     - `min_isolation`: the weakest isolation the pod may be given (its request and its
       tenant's trust tier, `model.isolation.required_isolation`).
     - `tenant` and `sealed`: a sealed pod (an untrusted tenant's) never shares a device with
@@ -74,7 +76,7 @@ class PodRequest:
         if self.gpu_milli > MILLI_PER_GPU:
             raise ValueError(f"gpu_milli must be <= {MILLI_PER_GPU}, got {self.gpu_milli}")
         if self.gpu_count > 1 and self.gpu_milli != MILLI_PER_GPU and \
-                self.mode is not DeviceMode.SOFT:
+                self.mode not in (DeviceMode.SOFT, DeviceMode.MIG):
             raise ValueError(
                 f"a {self.gpu_count}-GPU request must ask for whole GPUs (gpu_milli=1000) "
                 f"or be a soft slice per device (mode=soft), got gpu_milli={self.gpu_milli}"
@@ -94,13 +96,14 @@ class PodRequest:
                 f"gpu_memory_mib={self.gpu_memory_mib} needs a GPU: a CPU-only pod asks for "
                 "no GPU memory"
             )
-        if (self.mode is DeviceMode.MIG) != bool(self.mig_profile):
+        if (self.mode is DeviceMode.MIG and not self.mig_profile) or (
+                self.mig_profile and self.mode not in (DeviceMode.MIG, DeviceMode.TIMESLICE)):
             raise ValueError(f"mig_profile={self.mig_profile!r} and mode={self.mode} disagree: a "
-                             "MIG request names its profile, no other request does")
+                             "MIG request (or a time-sliced MIG replica) names its profile, no "
+                             "other request does")
         if self.mode is not None and not self.gpu_count:
             raise ValueError(f"mode={self.mode} needs a GPU")
-        if self.mode in (DeviceMode.MIG, DeviceMode.TIMESLICE, DeviceMode.MPS
-                         ) and self.gpu_count != 1:
+        if self.mode in (DeviceMode.TIMESLICE, DeviceMode.MPS) and self.gpu_count != 1:
             raise ValueError(f"a {self.mode} request takes one device per pod, got "
                              f"gpu_count={self.gpu_count}")
         if self.mode is DeviceMode.EXCLUSIVE and self.gpu_milli != MILLI_PER_GPU:
@@ -136,6 +139,11 @@ class PodRequest:
             self.min_isolation <= IsolationLevel.SOFT and not self.sealed)
 
     @property
+    def mig_shared(self) -> bool:
+        """True for one replica of a time-sliced MIG instance (`mig-<profile>.shared`)."""
+        return self.mode is DeviceMode.TIMESLICE and bool(self.mig_profile)
+
+    @property
     def total_gpu_milli(self) -> int:
         return self.gpu_count * self.gpu_milli
 
@@ -155,7 +163,11 @@ class Allocation:
 
     `memory_mib` is what a sharing pod holds on its device; a whole-GPU pod holds all of its
     devices' memory, whatever this field says (the state charges the device's capacity).
-    `mig_start` is the memory-slice start of the MIG instance a MIG pod holds (-1 otherwise).
+    `mig_start` is the memory-slice start of the MIG instance a MIG pod holds (-1 otherwise),
+    or of the time-sliced instance whose replica it holds. A pod of several MIG instances
+    lists one entry of `devices` per instance (a device repeats when it holds several of
+    them) and their starts in `mig_starts`, in the same order; `milli` and `memory_mib` are
+    per instance. `mig_start` is then the first of them.
     """
 
     node: int
@@ -163,6 +175,22 @@ class Allocation:
     milli: int
     memory_mib: int = 0
     mig_start: int = -1
+    mig_starts: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.mig_starts and self.mig_start >= 0:
+            object.__setattr__(self, "mig_starts", (self.mig_start,))
+        elif self.mig_starts:
+            if len(self.mig_starts) != len(self.devices):
+                raise ValueError(f"{len(self.mig_starts)} MIG starts for "
+                                 f"{len(self.devices)} instances")
+            object.__setattr__(self, "mig_start", self.mig_starts[0])
+
+    @property
+    def instances(self) -> tuple[tuple[int, int], ...]:
+        """(device, start) of each MIG instance held (empty for other pods)."""
+        return tuple(zip(self.devices, self.mig_starts, strict=True)) if self.mig_starts \
+            else ()
 
     @property
     def total_gpu_milli(self) -> int:

@@ -531,7 +531,9 @@ def _soft(gpu_keys: Mapping[str, object], common: dict) -> GpuRequest:
 def _mig(gpu_keys: Mapping[str, object], mig_keys: list[str], soft_keys: list[str],
          sel: Mapping[str, str], common: dict) -> GpuRequest:
     models: tuple[str, ...] = common["models"]
-    if soft_keys:
+    # a time-sliced instance's replica may name its memory (MiB), as a gpu.shared replica does
+    named = any(k.endswith(".shared") for k in mig_keys) and soft_keys == [GPUMEM]
+    if soft_keys and not named:
         raise RequestError(soft_keys[0], "a MIG instance has fixed memory and compute",
                            "drop it and pick the MIG profile that is big enough, or ask for a "
                            "soft slice without the MIG resource")
@@ -585,8 +587,16 @@ def _mig(gpu_keys: Mapping[str, object], mig_keys: list[str], soft_keys: list[st
     else:
         mode = DeviceMode.MIG
     out = dict(common, models=models)
+    memory_mib = None
+    if named:  # the replica's memory cap, at most its instance's
+        memory_mib = _int(GPUMEM, gpu_keys[GPUMEM], "MiB", f"{GPUMEM}: 2048")
+        biggest = max(get_geometry(m).profile(profile).memory_mib for m in models)
+        if not 1 <= memory_mib <= biggest:
+            raise RequestError(GPUMEM, f"{memory_mib} MiB is outside 1..{biggest} (a "
+                               f"{profile} instance)", f"ask for 1..{biggest} MiB, or omit "
+                               "it for the instance's memory ÷ replicas")
     return GpuRequest(count, mode, milli=mig_milli(profile, models), mig_profile=profile,
-                      spellings=(spelling,), **out)
+                      memory_mib=memory_mib, spellings=(spelling,), **out)
 
 
 def _profiles_of(model: str) -> list[str]:

@@ -76,7 +76,7 @@ def general_devices(state: ClusterState, req: PodRequest, node: int) -> tuple[in
     MPS client the most used device (whole devices stay free). Ties: lowest index."""
     fits = state.device_fits(req, node)
     idx = np.flatnonzero(fits)
-    if len(idx) < req.gpu_count:
+    if len(idx) < (1 if req.mode is DeviceMode.MIG else req.gpu_count):
         raise ValueError(f"{req.name}: needs {req.gpu_count} fitting devices on "
                          f"{state.names[node]}, found {len(idx)}")
     mode = req.slice_mode

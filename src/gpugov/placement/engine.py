@@ -14,6 +14,7 @@ import numpy as np
 
 from gpugov.model.catalog import MILLI_PER_GPU
 from gpugov.model.cluster import ClusterState, shape_key
+from gpugov.model.devices import DeviceMode
 from gpugov.model.request import Allocation, PodRequest
 from gpugov.placement.base import Policy
 from gpugov.placement.fragmentation import typical_key
@@ -113,12 +114,15 @@ class Placer:
 def allocation_for(state: ClusterState, req: PodRequest, node: int,
                    devices: tuple[int, ...]) -> Allocation:
     """The allocation of `req` on `devices` of `node`: milli and GPU memory per device (a
-    whole GPU holds its device's memory)."""
+    whole GPU holds its device's memory); several MIG instances start on `devices[0]` and
+    go where the state finds them (`ClusterState.mig_instances`)."""
     if not devices:
         return Allocation(node, (), 0)
     if not state.fast_path(req):
-        milli, memory = state.charge(req, node, devices[0])
+        if req.mode is DeviceMode.MIG and req.gpu_count > 1:  # several instances
+            return state.mig_instances(req, node, devices[0])
         start = state.mig_start(req, node, devices[0]) if req.mig_profile else -1
+        milli, memory = state.charge(req, node, devices[0], start)
         return Allocation(node, devices, milli, memory, start)
     memory = req.gpu_memory_mib
     if req.gpu_milli >= MILLI_PER_GPU:

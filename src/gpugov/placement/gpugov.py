@@ -105,7 +105,8 @@ class GpugovPolicy(FgdPolicy):
             nodes = np.array([node])
             taken = self._mode_term(state, req, nodes, state.device_fits(req, nodes))[1][0]
         chosen = tuple(int(i) for i in np.flatnonzero(taken))
-        if len(chosen) != req.gpu_count:
+        # several MIG instances: the first device; the state places them (`mig_instances`)
+        if len(chosen) != (1 if req.mode is DeviceMode.MIG else req.gpu_count):
             raise ValueError(f"{req.name}: needs {req.gpu_count} fitting devices on "
                              f"{state.names[node]}, found {len(chosen)}")
         return chosen

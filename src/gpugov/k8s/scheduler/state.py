@@ -39,6 +39,7 @@ from gpugov.k8s.scheduler.held import (
     hold_unknown,
     recorded_allocation,
 )
+from gpugov.k8s.scheduler.pod_presence import PodPresence
 from gpugov.k8s.scheduler.tenancy import Tenancy
 from gpugov.k8s.scheduler.translate import (
     DEFAULT_CLASS,
@@ -173,8 +174,10 @@ class SchedulerState:
         self.rebuilds = 0
         self._job_seq = 0
         self.version = 0  # bumped by every node or pod event (readers cache on it)
-        self._preq: dict[str, tuple[PodInfo, tuple[int, bool], PodRequest]] = {}
+        self._preq: dict[str, tuple[PodInfo, tuple[Any, ...], PodRequest]] = {}
         self.taints = False  # some node has a taint (then tolerations are evaluated)
+        #: every live pod for pod affinity, anti-affinity and spread (`pod_presence.py`)
+        self.presence = PodPresence()
         #: PowerDomains, the nodes' measured draw, the caps (docs/power.md)
         self.power = PowerTracker()
 
@@ -279,6 +282,8 @@ class SchedulerState:
         meta = _mapping(obj.get("metadata"))
         spec = _mapping(obj.get("spec"))
         key = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+        if self.presence.set_pod(key, obj):
+            self.dirty = True  # inter-pod constraints appeared or left: requests change
         if spec.get("schedulerName") != self.scheduler_name and \
                 names.ANN_ALLOCATION not in _mapping(meta.get("annotations")) and \
                 not (spec.get("nodeName") and declares_gpu(spec)):
@@ -330,6 +335,8 @@ class SchedulerState:
     def delete_pod(self, key: str) -> None:
         self.version += 1
         self._preq.pop(key, None)
+        if self.presence.delete(key):
+            self.dirty = True
         self.poisoned.pop(key, None)
         self._held_devices.pop(key, None)
         self.pods.pop(key, None)
@@ -563,11 +570,12 @@ class SchedulerState:
         in the cluster. Tolerations count only while some node has a taint. ValueError: the
         pod asks for something gpugov's scheduler does not place."""
         cached = self._preq.get(info.key)
+        terms = self.presence.request_terms(info.key)
         if cached is not None and cached[0] is info and cached[1] == (self.card_mib,
-                                                                     self.taints):
+                                                                     self.taints, terms):
             return cached[2]
-        preq = engine_request(info, self.card_mib, self.taints)
-        self._preq[info.key] = (info, (self.card_mib, self.taints), preq)
+        preq = engine_request(info, self.card_mib, self.taints, terms)
+        self._preq[info.key] = (info, (self.card_mib, self.taints, terms), preq)
         return preq
 
     def _unplaceable(self, info: PodInfo) -> str:
@@ -637,7 +645,8 @@ class SchedulerState:
         infos = sorted((m for m, _ in members), key=lambda m: (m.created, m.key))
         records = {m.key: r for m, r in members}
         try:
-            shapes = {dataclasses.replace(self.pod_request(m), name="") for m in infos}
+            shapes = {dataclasses.replace(self.pod_request(m), name="", pods=None)
+                      for m in infos}
         except ValueError:
             return False
         if len(shapes) > 1 or len({m.queue for m in infos}) > 1:
@@ -689,7 +698,9 @@ class SchedulerState:
         self._submit_pending(plan)
         cp = self.cp
         try:
-            result = cp.cycle(now)
+            with self.presence.attached(cp.state, self.node_index, self.inflight,
+                                        self.tenants.labels or {}):
+                result = cp.cycle(now)
         except Exception as e:  # noqa: BLE001 - never one pod for everyone
             log.exception("cycle failed; rebuilding from the API objects")
             self.errors["cycle"] += 1
@@ -724,7 +735,7 @@ class SchedulerState:
                 self.inflight[key] = record
         for rec in self.jobs.values():
             if rec.job.status in (PENDING, REJECTED):
-                detail = rec.job.detail
+                code, detail = self.presence.reason(rec.job)  # inter-pod: names the term
                 if rec.job.reason in (reasons.NO_NODE, reasons.REJECTED) and \
                         self.pods[rec.pods[0]].gpu_declared and \
                         not any(n.spec.gpu_count for n in self.nodes.values()):
@@ -737,7 +748,7 @@ class SchedulerState:
                 for key in rec.pods:
                     if key in self.waiting:
                         continue
-                    self._condition(plan, self.pods[key], rec.job.reason, detail)
+                    self._condition(plan, self.pods[key], code, detail)
         plan.queue_status = self._queue_status()
         plan.power_status = self.power.statuses(cp.state, device_priorities(self.pods.values()))
         return plan
@@ -885,7 +896,9 @@ class SchedulerState:
                                 f"{bound + len(members)} of PodGroup {gkey}'s minMember "
                                 f"{need} pods exist")
             return
-        shapes = {dataclasses.replace(self.pod_request(m), name="") for m in members}
+        # inter-pod terms: the gang is placed with its first member's (labels may differ)
+        shapes = {dataclasses.replace(self.pod_request(m), name="", pods=None)
+                  for m in members}
         if len(shapes) > 1 or len({m.queue for m in members}) > 1:
             for m in members:
                 self._condition(plan, m, INVALID, f"the pods of PodGroup {gkey} differ in "

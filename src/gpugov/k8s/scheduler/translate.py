@@ -39,6 +39,7 @@ from gpugov.k8s.annotations import (
 from gpugov.k8s.quantity import parse_decimal
 from gpugov.k8s.resources import RequestError, model_from_product_label
 from gpugov.k8s.scheduler import names
+from gpugov.k8s.scheduler.pod_terms import terms_refusal
 from gpugov.k8s.scheduler.tenancy import Tenancy
 from gpugov.model.catalog import CATALOG
 from gpugov.model.cluster import NodeSpec
@@ -662,12 +663,9 @@ def _tolerations(spec: dict[str, Any]) -> tuple[Toleration, ...]:
 MAX_TERMS, MAX_REQUIREMENTS, MAX_VALUES, MAX_AFFINITY_TEXT = 32, 32, 256, 317
 _REQUIRED = "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
 #: fields gpugov's scheduler does not evaluate: a pod naming one is refused, never placed as if
-#: it said nothing
-NOT_EVALUATED = (
-    ("spec.affinity.podAffinity", ("affinity", "podAffinity")),
-    ("spec.affinity.podAntiAffinity", ("affinity", "podAntiAffinity")),
-    ("spec.topologySpreadConstraints", ("topologySpreadConstraints",)),
-)
+#: it said nothing (pod affinity, anti-affinity and topology spread are evaluated:
+#: `pod_terms.py`, `pod_affinity.py`; a malformed term is refused naming its field)
+NOT_EVALUATED: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
 
 def affinity_refusal(spec: dict[str, Any]) -> str:
@@ -688,6 +686,9 @@ def _node_affinity(spec: dict[str, Any]) -> tuple[str, tuple[NodeTerm, ...]]:
         if got:
             return (f"{name} is not evaluated by gpugov's scheduler (planned); remove it, "
                     "express it as required node affinity or a nodeSelector"), ()
+    why = terms_refusal(spec)
+    if why:
+        return why, ()
     req = (_mapping(_mapping(spec.get("affinity")).get("nodeAffinity"))
            .get("requiredDuringSchedulingIgnoredDuringExecution"))
     if req is None:
@@ -763,7 +764,8 @@ def _requirement(e: Any, field: bool) -> NodeRequirement:
     return NodeRequirement(e["key"], e["operator"], tuple(values), field)
 
 
-def engine_request(info: PodInfo, card_mib: int, tolerations: bool = True) -> PodRequest:
+def engine_request(info: PodInfo, card_mib: int, tolerations: bool = True,
+                   pods: Any = None) -> PodRequest:
     """The engine's request for a pod: `GpuRequest.to_pod_request` compiled with modes (the
     replay's compile: slice mode, MIG profile, the isolation floor of the request and the
     trust tier, the seal of an untrusted tenant), with the pod's tenant (its namespace),
@@ -778,7 +780,8 @@ def engine_request(info: PodInfo, card_mib: int, tolerations: bool = True) -> Po
     widening it. `card_mib` is the card
     a memory-only share is taken of (the largest in the cluster). `tolerations=False` leaves
     them out (right when no node has a taint; it keeps plain pods on the engine's fast path).
-    ValueError names what gpugov's scheduler cannot place."""
+    `pods` (a `pod_terms.PodTerms`) is the pod's inter-pod identity and constraints, for the
+    state's pod filter. ValueError names what gpugov's scheduler cannot place."""
     req = info.request
     if req is not None and req.mode is DeviceMode.MIG and req.count != 1:
         raise ValueError(f"{req.count} MIG instances in one pod: gpugov's scheduler places one "
@@ -821,6 +824,8 @@ def engine_request(info: PodInfo, card_mib: int, tolerations: bool = True) -> Po
         fill["preferred"] = info.preferred_terms
     if tols and not base.tolerations:
         fill["tolerations"] = tols
+    if pods is not None:
+        fill["pods"] = pods
     return dataclasses.replace(base, **fill) if fill else base
 
 

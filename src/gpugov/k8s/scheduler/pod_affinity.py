@@ -1,0 +1,263 @@
+"""Inter-pod placement: pod affinity, pod anti-affinity and topology spread, evaluated over
+the scheduler's view of existing pods with kube-scheduler's semantics (InterPodAffinity and
+PodTopologySpread, v1.34), as a node filter and a score of the one `ClusterState`.
+
+`PodView` is built by the scheduler for one cycle from every live pod it sees bound (any
+scheduler, any kind: GPU or not) plus its own in-flight bindings, and hangs on the state as
+`ClusterState.pod_filter`. The state asks it for a node mask and a score for requests that
+carry `PodRequest.pods` (a `PodTerms`), and tells it of every allocation and release, so
+pods placed earlier in the same cycle (a gang's members too) count for the next decision.
+
+Filter, for an incoming pod T on node N (kube-scheduler's rules):
+- T's required affinity: N has every term's topologyKey, and for each term some existing
+  pod matching *all* of T's terms is in N's domain of that key; unless no pod matching all
+  terms is anywhere (in any domain of a term's key) and T matches all its own terms (the
+  first pod of a self-affine group).
+- T's required anti-affinity: for no term is a pod matching it in N's domain (a node
+  without the key passes).
+- existing pods' required anti-affinity (symmetry): no existing pod whose term matches T
+  sits in N's domain of that term's key.
+- topology spread (`spread.py`).
+A term matches a pod when the pod's namespace is one of the term's namespaces (the owner's
+own when none and no namespaceSelector is given) or its labels match the namespaceSelector,
+and the pod's labels match the labelSelector. Terminating pods count for affinity (as in
+kube-scheduler), not for spread.
+
+Score: kube-scheduler's InterPodAffinity (preferred terms of T, and of existing pods towards
+T; existing pods' required affinity with hardPodAffinityWeight 1; normalised to 0..100 by
+min-max) and PodTopologySpread (`spread.spread_scores`), each weighted 2 as in the default
+profile, added to gpugov's placement score with the node affinity and taint preferences.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from gpugov.k8s.scheduler.pod_terms import AffinityTerm, PodTerms
+from gpugov.k8s.scheduler.spread import spread_filter, spread_reason, spread_scores
+from gpugov.model.cluster import NodeSpec
+from gpugov.model.request import PodRequest
+
+#: reason codes of a pod no node passes (the pending condition names the term)
+AFFINITY, ANTI_AFFINITY, SPREAD = "pod-affinity", "pod-anti-affinity", "topology-spread"
+CODES = (AFFINITY, ANTI_AFFINITY, SPREAD)
+#: kube-scheduler's default profile weights and InterPodAffinityArgs
+PLUGIN_WEIGHT, HARD_POD_AFFINITY_WEIGHT = 2, 1
+
+
+@dataclass(slots=True)
+class Entry:
+    """One existing pod on a node."""
+
+    terms: PodTerms
+    labels: dict[str, str]
+    terminating: bool = False
+
+
+@dataclass
+class PodView:
+    """Existing pods per node of a `ClusterState` (same node order), and namespace labels."""
+
+    specs: Sequence[NodeSpec]
+    ns_labels: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.labels: list[dict[str, str]] = [dict(s.labels) for s in self.specs]
+        self.pods: list[list[Entry]] = [[] for _ in self.specs]
+        #: why the last failing evaluation of a pod's terms failed (its condition's words)
+        self.why: dict[PodTerms, str] = {}
+        self._memo: dict[tuple, np.ndarray] = {}
+
+    # -- what the scheduler and the state tell it ------------------------------------------
+    def add(self, node: int, terms: PodTerms, terminating: bool = False) -> None:
+        self.pods[node].append(Entry(terms, terms.label_map, terminating))
+        self._memo.clear()
+
+    def moved(self, req: PodRequest, node: int, sign: int) -> None:
+        """`ClusterState.allocate` (+1) or `release` (-1) of a request carrying terms."""
+        terms = req.pods
+        if not isinstance(terms, PodTerms):
+            return
+        if sign > 0:
+            self.add(node, terms)
+            return
+        for i, e in enumerate(self.pods[node]):
+            if e.terms == terms and not e.terminating:
+                del self.pods[node][i]
+                self._memo.clear()
+                return
+
+    # -- filter --------------------------------------------------------------------------
+    def mask(self, req: PodRequest) -> np.ndarray:
+        """Nodes where the pod may land (every check); a read-only array."""
+        terms = req.pods
+        if not isinstance(terms, PodTerms):
+            return np.ones(len(self.specs), dtype=bool)
+        key = (terms, req.node_affinity, req.tolerations)
+        got = self._memo.get(key)
+        if got is None:
+            got = self._checks(req, terms)[-1][1]
+            self._memo[key] = got
+        return got
+
+    def _checks(self, req: PodRequest, t: PodTerms) -> list[tuple[str, np.ndarray]]:
+        """(code, cumulative mask) after each check, in kube-scheduler's order."""
+        out: list[tuple[str, np.ndarray]] = []
+        ok = self._affinity_ok(t) if t.affinity else np.ones(len(self.specs), dtype=bool)
+        out.append((AFFINITY, ok))
+        ok = ok & self._anti_ok(t.anti_affinity, t) if t.anti_affinity else ok
+        out.append((ANTI_AFFINITY, ok))
+        ok = ok & self._existing_anti_ok(t)
+        out.append((ANTI_AFFINITY, ok))
+        if any(c.hard for c in t.spread):
+            ok = ok & spread_filter(self, req, t)
+        out.append((SPREAD, ok))
+        return out
+
+    def _matches_all(self, terms: tuple[AffinityTerm, ...], namespace: str,
+                     labels: Mapping[str, str]) -> bool:
+        return all(a.matches(namespace, labels, self.ns_labels) for a in terms)
+
+    def _affinity_ok(self, t: PodTerms) -> np.ndarray:
+        """T's required pod affinity per node."""
+        # domains (key, value) holding a pod that matches all of T's terms
+        found: set[tuple[str, str]] = set()
+        for n, entries in enumerate(self.pods):
+            if any(self._matches_all(t.affinity, e.terms.namespace, e.labels) for e in entries):
+                for a in t.affinity:
+                    value = self.labels[n].get(a.topology_key)
+                    if value is not None:
+                        found.add((a.topology_key, value))
+        first = not found and self._matches_all(t.affinity, t.namespace, t.label_map)
+        ok = np.zeros(len(self.specs), dtype=bool)
+        for n, labels in enumerate(self.labels):
+            if not all(a.topology_key in labels for a in t.affinity):
+                continue
+            ok[n] = first or all((a.topology_key, labels[a.topology_key]) in found
+                                 for a in t.affinity)
+        return ok
+
+    def _anti_ok(self, terms: tuple[AffinityTerm, ...], t: PodTerms) -> np.ndarray:
+        """T's required anti-affinity per node."""
+        bad: set[tuple[str, str]] = set()
+        for n, entries in enumerate(self.pods):
+            for a in terms:
+                value = self.labels[n].get(a.topology_key)
+                if value is not None and any(a.matches(e.terms.namespace, e.labels,
+                                                       self.ns_labels) for e in entries):
+                    bad.add((a.topology_key, value))
+        return self._outside(bad)
+
+    def _existing_anti_ok(self, t: PodTerms) -> np.ndarray:
+        """Existing pods' required anti-affinity against T (symmetry)."""
+        bad: set[tuple[str, str]] = set()
+        own = t.label_map
+        for n, entries in enumerate(self.pods):
+            for e in entries:
+                for a in e.terms.anti_affinity:
+                    value = self.labels[n].get(a.topology_key)
+                    if value is not None and a.matches(t.namespace, own, self.ns_labels):
+                        bad.add((a.topology_key, value))
+        return self._outside(bad)
+
+    def _outside(self, bad: set[tuple[str, str]]) -> np.ndarray:
+        ok = np.ones(len(self.specs), dtype=bool)
+        if bad:
+            for n, labels in enumerate(self.labels):
+                ok[n] = not any(labels.get(k) == v for k, v in bad)
+        return ok
+
+    def reason(self, req: PodRequest, candidates: np.ndarray) -> str:
+        """The code of the check that leaves none of `candidates` (the static filters'
+        survivors); its words go to `why[req.pods]`."""
+        t = req.pods
+        assert isinstance(t, PodTerms)
+        prev = candidates
+        for i, (code, ok) in enumerate(self._checks(req, t)):
+            if (candidates & ok).any():
+                prev = candidates & ok
+                continue
+            self.why[t] = self._words(i, req, t, prev)
+            return code
+        return SPREAD
+
+    def _words(self, step: int, req: PodRequest, t: PodTerms, cand: np.ndarray) -> str:
+        n = int(cand.sum())
+        if step == 0:
+            for a in t.affinity:
+                if not any(a.topology_key in self.labels[k] for k in np.flatnonzero(cand)):
+                    return (f"{a.describe()}: none of the {n} candidate node(s) has the label "
+                            f"{a.topology_key!r}; label the nodes or fix topologyKey")
+            return (f"{', '.join(a.describe() for a in t.affinity)}: no candidate node's "
+                    f"domain holds a pod matching all its affinity terms (of {n} candidate "
+                    "node(s)); start the pods it follows first, or fix the labelSelector")
+        if step == 1:
+            return (f"{', '.join(a.describe() for a in t.anti_affinity)}: each of the {n} "
+                    "candidate node(s) has a matching pod in its domain; wait for one to "
+                    "leave or add nodes")
+        if step == 2:
+            return (f"an existing pod's required anti-affinity matches this pod in the domain "
+                    f"of each of the {n} candidate node(s); wait for it to leave or add nodes")
+        return spread_reason(self, req, t, cand)
+
+    # -- score ---------------------------------------------------------------------------
+    def has_scores(self, req: PodRequest) -> bool:
+        t = req.pods
+        return isinstance(t, PodTerms) and (
+            bool(t.preferred_affinity or t.preferred_anti_affinity)
+            or any(not c.hard for c in t.spread) or self._any_affinity_pods())
+
+    def _any_affinity_pods(self) -> bool:
+        return any(e.terms.affinity or e.terms.anti_affinity or e.terms.preferred_affinity
+                   or e.terms.preferred_anti_affinity for entries in self.pods for e in entries)
+
+    def scores(self, req: PodRequest, nodes: np.ndarray) -> np.ndarray:
+        """InterPodAffinity and PodTopologySpread scores of `nodes` (feasible), normalised
+        0..100 each and weighted as kube-scheduler's default profile does."""
+        t = req.pods
+        out = np.zeros(len(nodes), dtype=np.int64)
+        if not isinstance(t, PodTerms) or not len(nodes):
+            return out
+        out += PLUGIN_WEIGHT * self.affinity_scores(t, nodes)
+        if any(not c.hard for c in t.spread):
+            out += PLUGIN_WEIGHT * spread_scores(self, req, t, nodes)
+        return out
+
+    def affinity_scores(self, t: PodTerms, nodes: np.ndarray) -> np.ndarray:
+        """kube-scheduler's normalised InterPodAffinity score (0..100) of `nodes`."""
+        topo: dict[tuple[str, str], int] = {}
+
+        def add(a: AffinityTerm, weight: int, namespace: str, labels: Mapping[str, str],
+                node_labels: Mapping[str, str]) -> None:
+            value = node_labels.get(a.topology_key)
+            if value is not None and a.matches(namespace, labels, self.ns_labels):
+                topo[(a.topology_key, value)] = topo.get((a.topology_key, value), 0) + weight
+
+        own = t.label_map
+        for n, entries in enumerate(self.pods):
+            node_labels = self.labels[n]
+            if not node_labels:
+                continue
+            for e in entries:
+                for a in t.preferred_affinity:
+                    add(a, a.weight, e.terms.namespace, e.labels, node_labels)
+                for a in t.preferred_anti_affinity:
+                    add(a, -a.weight, e.terms.namespace, e.labels, node_labels)
+                for a in e.terms.affinity:
+                    add(a, HARD_POD_AFFINITY_WEIGHT, t.namespace, own, node_labels)
+                for a in e.terms.preferred_affinity:
+                    add(a, a.weight, t.namespace, own, node_labels)
+                for a in e.terms.preferred_anti_affinity:
+                    add(a, -a.weight, t.namespace, own, node_labels)
+        out = np.zeros(len(nodes), dtype=np.int64)
+        if not topo:
+            return out
+        raw = [sum(w for (k, v), w in topo.items() if self.labels[int(n)].get(k) == v)
+               for n in nodes]
+        low, high = min(raw), max(raw)
+        if high > low:
+            out[:] = [int(100 * ((s - low) / (high - low))) for s in raw]
+        return out

@@ -1,0 +1,130 @@
+"""Every live pod the scheduler sees (any scheduler, any kind, GPU or not), as inter-pod
+placement reads it: namespace, labels, node, its own pod (anti-)affinity and spread terms.
+
+The scheduler's state feeds it every pod event. While some live pod states an inter-pod
+constraint (`active`), every pod gpugov places carries its `PodTerms` in its engine request
+(so pods placed in one cycle count for each other, a gang's members too), and each cycle
+hangs a fresh `PodView` of the bound pods on the `ClusterState` (`attached`). When `active`
+flips, the caller rebuilds (pending requests change). Pods on nodes gpugov does not manage
+are not counted (their nodes' labels are unknown).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from gpugov.k8s.scheduler.pod_affinity import CODES, PodView
+from gpugov.k8s.scheduler.pod_terms import (
+    MAX_LABELS,
+    MAX_TEXT,
+    PodTerms,
+    TermError,
+    declares_terms,
+    parse_pod_terms,
+)
+
+
+@dataclass(slots=True)
+class Presence:
+    terms: PodTerms
+    node: str
+    terminating: bool
+    source: tuple  # what `terms` was read from (labels, affinity, spread, nodeSelector)
+
+
+def _mapping(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _terms(obj: dict[str, Any]) -> PodTerms:
+    """The pod's terms; a pod whose terms cannot be read (the apiserver validated them, so
+    only a hand-made object) is counted by its labels alone."""
+    meta, spec = _mapping(obj.get("metadata")), _mapping(obj.get("spec"))
+    if declares_terms(spec):
+        with contextlib.suppress(TermError):
+            return parse_pod_terms(obj)
+    labels = _mapping(meta.get("labels"))
+    pairs = sorted((str(k)[:MAX_TEXT], str(v)[:MAX_TEXT]) for k, v in labels.items())
+    return PodTerms(str(meta.get("namespace") or ""), tuple(pairs[:MAX_LABELS]),
+                    node_selector=tuple(sorted((str(k), str(v)) for k, v in
+                                               _mapping(spec.get("nodeSelector")).items())))
+
+
+class PodPresence:
+    """Live pods by key, and the view of one cycle."""
+
+    def __init__(self) -> None:
+        self.pods: dict[str, Presence] = {}
+        self.constrained: set[str] = set()  # pods stating their own inter-pod terms
+        self.view: PodView | None = None  # the last cycle's (its `why` words)
+
+    @property
+    def active(self) -> bool:
+        return bool(self.constrained)
+
+    def set_pod(self, key: str, obj: dict[str, Any]) -> bool:
+        """A pod event; True when `active` flipped (the caller rebuilds)."""
+        meta, spec = _mapping(obj.get("metadata")), _mapping(obj.get("spec"))
+        if _mapping(obj.get("status")).get("phase") in ("Succeeded", "Failed"):
+            return self.delete(key)
+        before = self.active
+        aff = _mapping(spec.get("affinity"))
+        source = (meta.get("namespace"), meta.get("labels"), aff.get("podAffinity"),
+                  aff.get("podAntiAffinity"), spec.get("topologySpreadConstraints"),
+                  spec.get("nodeSelector"))
+        old = self.pods.get(key)
+        terms = old.terms if old is not None and old.source == source else _terms(obj)
+        node = spec.get("nodeName")
+        self.pods[key] = Presence(terms, node if isinstance(node, str) else "",
+                                  bool(meta.get("deletionTimestamp")), source)
+        if terms.constrained:
+            self.constrained.add(key)
+        else:
+            self.constrained.discard(key)
+        return before != self.active
+
+    def delete(self, key: str) -> bool:
+        before = self.active
+        self.pods.pop(key, None)
+        self.constrained.discard(key)
+        return before != self.active
+
+    def request_terms(self, key: str) -> PodTerms | None:
+        """What a pod's engine request carries: its terms while any pod states some."""
+        got = self.pods.get(key)
+        return got.terms if got is not None and self.active else None
+
+    @contextlib.contextmanager
+    def attached(self, state: Any, node_index: Mapping[str, int],
+                 inflight: Mapping[str, Any], ns_labels: Mapping[str, Mapping[str, str]]
+                 ) -> Iterator[None]:
+        """Hang this cycle's view of the bound pods (and gpugov's in-flight bindings) on
+        `state` while the block runs."""
+        if not self.active:
+            yield
+            return
+        view = PodView(state.nodes, ns_labels)
+        for key, p in self.pods.items():
+            node = p.node
+            if not node and key in inflight:
+                node = inflight[key].node
+            i = node_index.get(node) if node else None
+            if i is not None:
+                view.add(i, p.terms, p.terminating)
+        self.view = view
+        state.pod_filter = view
+        try:
+            yield
+        finally:
+            state.pod_filter = None
+
+    def reason(self, job: Any) -> tuple[str, str]:
+        """(code, detail) for a pending job: an inter-pod code with the words naming the
+        term when that is what blocked it, else the job's own."""
+        terms = getattr(job.request, "pods", None)
+        if job.blocked_by in CODES and self.view is not None and terms in self.view.why:
+            return job.blocked_by, self.view.why[terms]
+        return job.reason, job.detail
