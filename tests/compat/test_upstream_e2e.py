@@ -51,7 +51,16 @@ LIVE = {
     "volcano/docs/user-guide/how_to_use_volcano_vgpu.md#hami-pod": (1, 500, ("mib", 3000),
                                                                      None),
     "device-plugin/README.md#gpu-pod": (1, None, None, None),
+    # Kueue's HAMi sample hard-codes namespace kueue-test: the file's own Namespace is created
+    "kueue/site/static/examples/serving-workloads/sample-hami.yaml#gpu-burn": (
+        2, 300, ("mib", 1024), None),
 }
+KUEUE = "kueue/site/static/examples/serving-workloads/sample-hami.yaml"
+#: the GPU Operator's time-slicing e2e: a Deployment of 5 `nvidia.com/gpu: 1` pods selecting
+#: `nvidia.com/gpu.product: Tesla-T4-SHARED`, on a T4 node time-sliced by its
+#: plugin-config.yaml (10 replicas, renameByDefault: false)
+OPERATOR = "gpu-operator/tests/plugin-test.yaml#nvidia-plugin-test"
+OPERATOR_CONFIG = UPSTREAM / "gpu-operator/tests/plugin-config.yaml"
 #: refused at admission, with these words in kubectl's message
 REFUSED = {
     "hami/examples/nvidia/specify_uuid_to_use.yaml#gpu-pod": ["use-gpuuuid", "instead,"],
@@ -64,6 +73,25 @@ POOLS = [("big", "A100-SXM4-80GB", 4), ("hopper", "H100-SXM5-80GB", 4),
 def _pool(name: str, model: str, gpus: int) -> dict:
     return {"name": name, "count": 1, "model": model, "gpus": gpus, "cpuMilli": 64000,
             "memoryMiB": 524288, "devices": [{"index": f"0-{gpus - 1}", "mode": "soft"}]}
+
+
+def _shared_t4_pool() -> dict:
+    """One T4 served as NVIDIA's plugin-config.yaml says (gpugov's agent with that file:
+    time-slice × its replicas, product label with GFD's -SHARED)."""
+    from gpugov.node.nvidia_config import load
+
+    nv = load(OPERATOR_CONFIG)
+    assert nv.serves_gpu_replicas
+    return {"name": "t4", "count": 1, "model": "T4", "gpus": 1, "cpuMilli": 16000,
+            "memoryMiB": 65536, "labels": {"nvidia.com/gpu.product": "Tesla-T4-SHARED"},
+            "devices": [{"index": "0", "mode": "timeslice", "replicas": nv.replicas}]}
+
+
+def _namespace_of(path: str) -> dict:
+    """The Namespace object a kept upstream file itself declares."""
+    (ns,) = [d for d in yaml.safe_load_all((UPSTREAM / path).read_text())
+             if isinstance(d, dict) and d.get("kind") == "Namespace"]
+    return ns
 
 
 def _start_webhook(cluster, scheduler: str, tag: str) -> str:
@@ -113,6 +141,7 @@ def test_upstream_pods_applied_unedited_get_what_their_docs_promise(k8s_control_
             nodes = await e.add_pools(*[_pool(*p) for p in POOLS])
             card = {n: CATALOG[m].memory_mib for n, (_, m, _) in zip(nodes, POOLS, strict=True)}
             model = {n: m for n, (_, m, _) in zip(nodes, POOLS, strict=True)}
+            (t4,) = await e.add_pools(_shared_t4_pool())
             url = _start_webhook(cluster, e.scheduler, e.uid)
             e.procs.append(f"compat-webhook-{e.uid}")
             await apply_webhook_configurations(cluster.kubeconfig,
@@ -125,7 +154,20 @@ def test_upstream_pods_applied_unedited_get_what_their_docs_promise(k8s_control_
                     "apiVersion": "gpugov.io/v1alpha1", "kind": "Queue",
                     "metadata": {"name": queue}, "spec": {"quota": {"gpu": 64}}}])
             keys = [*LIVE, *REFUSED]
-            spaces = {k: await cluster.unique_namespace("compat", scope) for k in keys}
+            spaces = {k: await cluster.unique_namespace("compat", scope) for k in keys
+                      if not k.startswith(KUEUE)}
+            # Kueue's file names its namespace: create it from the file (labelled into this
+            # test's webhook scope), and clear a pod an earlier run may have left there
+            kns = _namespace_of(KUEUE)
+            status, body = await e.kube.request("POST", "/api/v1/namespaces", body=kns)
+            assert status in (201, 409), body
+            name = kns["metadata"]["name"]
+            await e.kube.request("PATCH", f"/api/v1/namespaces/{name}",
+                                 body={"metadata": {"labels": scope}},
+                                 content_type="application/merge-patch+json")
+            await _delete_pods(e.kube, name)
+            spaces[f"{KUEUE}#gpu-burn"] = name
+            spaces[OPERATOR] = await cluster.unique_namespace("compat", scope)
             await create_all(e.kube, TENANTS, [{
                 "apiVersion": "gpugov.io/v1alpha1", "kind": "Tenant",
                 "metadata": {"name": f"{e.uid}-compat"},
@@ -141,6 +183,14 @@ def test_upstream_pods_applied_unedited_get_what_their_docs_promise(k8s_control_
                     refusals[k] = body["message"]
                 else:
                     assert status == 201, (k, status, body.get("message"))
+            # the Deployment's 5 pods, as its ReplicaSet creates them (generated names)
+            tmpl = pods_by_key[OPERATOR].pod
+            for _ in range(5):
+                meta = {k: v for k, v in tmpl["metadata"].items() if k != "name"}
+                status, body = await e.kube.request(
+                    "POST", f"/api/v1/namespaces/{spaces[OPERATOR]}/pods",
+                    body={**tmpl, "metadata": {**meta, "generateName": "nvidia-plugin-test-"}})
+                assert status == 201, (status, body.get("message"))
             for k, words in REFUSED.items():
                 for w in words:
                     assert w in refusals[k], (k, refusals[k])
@@ -155,6 +205,18 @@ def test_upstream_pods_applied_unedited_get_what_their_docs_promise(k8s_control_
                 return got
 
             placed = await wait_until(all_bound, 120, "every live upstream pod bound")
+
+            async def operator_bound():
+                items = bound(await pods(e.kube, spaces[OPERATOR]))
+                return items if len(items) == 5 else None
+
+            replicas = await wait_until(operator_bound, 120, "the GPU Operator's 5 pods bound")
+            per_replica = CATALOG["T4"].memory_mib // 10
+            for p in replicas:  # one replica each of the T4, capped at card/replicas
+                assert p["spec"]["nodeName"] == t4
+                rec = decode_allocation(p["metadata"]["annotations"][names.ANN_ALLOCATION])
+                (d,) = rec.devices
+                assert d.mode.value == "timeslice" and d.memory_mib == per_replica, rec
             everything = [p for k in LIVE for p in await pods(e.kube, spaces[k])]
             assert not invariant_problems(everything, e.nodes)
             for k, p in placed.items():
@@ -188,6 +250,17 @@ def test_upstream_pods_applied_unedited_get_what_their_docs_promise(k8s_control_
         asyncio.run(main())
     finally:
         asyncio.run(_unregister(cluster))
+
+
+async def _delete_pods(kube, namespace: str) -> None:
+    """Delete every pod of `namespace` at once (a fixed namespace is reused across runs)."""
+    await kube.request("DELETE", f"/api/v1/namespaces/{namespace}/pods",
+                       query=[("gracePeriodSeconds", "0")])
+
+    async def gone():
+        return not await pods(kube, namespace) or None
+
+    await wait_until(gone, 60, f"old pods of {namespace} gone")
 
 
 async def _unregister(cluster) -> None:
