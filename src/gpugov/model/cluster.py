@@ -47,6 +47,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cache
+from typing import Any
 
 import numpy as np
 
@@ -166,6 +167,11 @@ class ClusterState:
     `version` counter are kept in step by `allocate`/`release`; policies use `version` to
     know which cached node scores are stale.
     """
+
+    #: inter-pod placement (pod affinity, anti-affinity, topology spread) of requests that
+    #: carry `PodRequest.pods`: an object with mask/reason/moved/has_scores/scores, hung on
+    #: the state for one scheduling cycle (`k8s/scheduler/pod_affinity.py`); None = none
+    pod_filter: Any = None
 
     def __init__(self, nodes: Sequence[NodeSpec]) -> None:
         self.nodes: tuple[NodeSpec, ...] = tuple(nodes)
@@ -396,7 +402,9 @@ class ClusterState:
 
     def has_preferences(self, req: PodRequest) -> bool:
         """True when `preference` may rank nodes for `req`."""
-        return bool(req.preferred) or self.has_soft_taints
+        return bool(req.preferred) or self.has_soft_taints or (
+            req.pods is not None and self.pod_filter is not None
+            and self.pod_filter.has_scores(req))
 
     def preference(self, req: PodRequest, nodes: np.ndarray) -> np.ndarray:
         """kube-scheduler's NodeAffinity and TaintToleration scores of `nodes`, each normalized
@@ -416,6 +424,8 @@ class ClusterState:
                                                                        s.taints))[nodes]
             top = int(bad.max()) if len(bad) else 0
             out += 3 * (100 - bad * 100 // top if top > 0 else 100)
+        if req.pods is not None and self.pod_filter is not None:  # inter-pod scores
+            out += self.pod_filter.scores(req, nodes)
         return out
 
     def _per_node_int(self, key: tuple, value: Callable[[NodeSpec], int]) -> np.ndarray:
@@ -727,7 +737,10 @@ class ClusterState:
                 ok &= self.model_mask(req.models)
                 ok &= self._gpu_fit(req)
             return ok
-        return self._general_entry(req)[1].copy()
+        ok = self._general_entry(req)[1].copy()
+        if req.pods is not None and self.pod_filter is not None:  # inter-pod placement
+            ok &= self.pod_filter.mask(req)
+        return ok
 
     def _general_entry(self, req: PodRequest, create: bool = True):
         """(node versions, node mask, device fits or None) of `req`'s shape, refreshed for
@@ -784,6 +797,9 @@ class ClusterState:
             ok &= self.taint_mask(req)
             if not ok.any():
                 return "taint"
+        if req.pods is not None and self.pod_filter is not None and \
+                not (ok & self.pod_filter.mask(req)).any():
+            return self.pod_filter.reason(req, ok)
         if req.gpu_count:
             if req.mode is not DeviceMode.MIG:  # a device may take several MIG instances
                 ok &= self.gpu_count >= req.gpu_count  # too few devices at all: compute
@@ -1018,6 +1034,8 @@ class ClusterState:
         self.mem_free[n] -= req.memory_mib
         self.pod_count[n] += 1
         self._refresh(n)
+        if req.pods is not None and self.pod_filter is not None:
+            self.pod_filter.moved(req, n, 1)
 
     def _allocate_plain(self, req: PodRequest, alloc: Allocation, n: int,
                         devs: list[int]) -> None:
@@ -1224,6 +1242,8 @@ class ClusterState:
                 or (self.rep_free[n] > self.rep_cap[n]).any()):
             raise ValueError(f"{req.name}: release of an allocation that was never made")
         self._refresh(n)
+        if req.pods is not None and self.pod_filter is not None:
+            self.pod_filter.moved(req, n, -1)
 
     def _domain_moved(self, k: int, n: int, add: int) -> None:
         """Charge `add` mW to domain `k` and move the version of its other nodes (their

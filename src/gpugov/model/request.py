@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import Any
 
 from gpugov.model.catalog import MILLI_PER_GPU
 from gpugov.model.constraints import NodeTerm, Toleration
@@ -66,6 +67,9 @@ class PodRequest:
     node_affinity: tuple[NodeTerm, ...] = ()
     #: preferred node affinity, (weight 1..100, term): a score (`ClusterState.preference`)
     preferred: tuple[tuple[int, NodeTerm], ...] = ()
+    #: the pod's inter-pod identity and constraints (namespace, labels, pod affinity,
+    #: anti-affinity, topology spread; hashable), evaluated by `ClusterState.pod_filter`
+    pods: Any = None
     #: `is_plain`, computed once at construction (not an argument; not compared)
     plain: bool = dataclasses.field(init=False, repr=False, compare=False, default=True)
 
@@ -129,7 +133,7 @@ class PodRequest:
         if self.mode not in (None, DeviceMode.EXCLUSIVE, DeviceMode.SOFT):
             return False
         if self.node_selector or self.tolerations or self.gpu_memory_percent or \
-                self.node_affinity or self.preferred:
+                self.node_affinity or self.preferred or self.pods is not None:
             return False
         if self.nvlink and self.gpu_count > 1:
             return False  # the per-device filter keeps the devices in one NVLink domain
