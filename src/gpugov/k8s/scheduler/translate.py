@@ -586,6 +586,10 @@ def _pod_info(obj: dict[str, Any], tenancy: Tenancy, old: PodInfo | None) -> Pod
     labels = meta.get("labels") or {}
     request, cpu, mem, error = _translated(obj, spec, ann)
     errors = [error] if error else []
+    if spec.get("resourceClaims"):  # DRA claims: refused until gpugov allocates them
+        from gpugov.k8s.dra.claims import refusal
+
+        errors.append(refusal(spec))
     allocation = None
     if names.ANN_ALLOCATION in ann:
         # an unreadable record is no error of the pod's request: the binding is what counts
