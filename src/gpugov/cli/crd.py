@@ -70,7 +70,7 @@ def crd_convert_cmd(
     for source in sources:
         try:
             docs += [d for d in yaml.safe_load_all(source.read_text()) if d is not None]
-        except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
+        except (OSError, UnicodeDecodeError, yaml.YAMLError, RecursionError) as e:
             raise _fail(f"{source}: cannot read YAML: {e}") from None
     source = sources[0]
     docs = [i for d in docs for i in (d.get("items") or [] if isinstance(d, dict)

@@ -216,6 +216,6 @@ def load_config(path: Path | str) -> ControlConfig:
         raise ConfigError(str(path), [f"cannot read: {exc.strerror or exc}"]) from None
     try:
         data = yaml.load(text, Loader=yaml_loader())  # noqa: S506 - a SafeLoader subclass
-    except yaml.YAMLError as exc:
+    except (yaml.YAMLError, RecursionError) as exc:  # RecursionError: nested too deeply
         raise ConfigError(str(path), [f"not valid YAML: {exc}"]) from None
     return parse_config(data, str(path))

@@ -47,7 +47,7 @@ def check_kubeconfig(path: Path) -> Path:
         doc = yaml.safe_load(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError) as e:
         raise KubeconfigError(f"--kubeconfig {path}: cannot be read ({e})") from None
-    except yaml.YAMLError as e:
+    except (yaml.YAMLError, RecursionError) as e:  # RecursionError: nested too deeply
         raise KubeconfigError(f"--kubeconfig {path}: not valid YAML ({str(e).splitlines()[0]})"
                               ) from None
     if not isinstance(doc, dict):

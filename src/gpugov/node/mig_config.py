@@ -107,7 +107,7 @@ def load(path: Path) -> dict[str, list[MigEntry]]:
                              ) from None
     try:
         data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
+    except (yaml.YAMLError, RecursionError) as exc:  # RecursionError: nested too deeply
         raise MigConfigError(f"{path}: not YAML ({exc})") from None
     return parse(data, str(path))
 

@@ -170,6 +170,6 @@ def load(path: Path) -> NvidiaSharing:
         raise NvidiaConfigError(f"{path}: not UTF-8 text") from None
     try:
         data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
+    except (yaml.YAMLError, RecursionError) as exc:  # RecursionError: nested too deeply
         raise NvidiaConfigError(f"{path}: not YAML ({str(exc)[:200]})") from None
     return parse(data, str(path))

@@ -69,7 +69,7 @@ def load_node_file(path: Path) -> NodeFile:
     except UnicodeDecodeError:
         raise NodeConfigError(f"--config: {path}: not UTF-8 text (a YAML node file is "
                               "expected)") from None
-    except yaml.YAMLError as exc:
+    except (yaml.YAMLError, RecursionError) as exc:  # RecursionError: nested too deeply
         raise NodeConfigError(f"--config: {path}: not YAML ({exc})") from None
     try:
         out = NodeFile.model_validate(data or {})
