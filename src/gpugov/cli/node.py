@@ -214,3 +214,79 @@ def node_agent_cmd(
     except NvmlUnavailable as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(1) from None
+
+
+@node_app.command("dra-plugin")
+def node_dra_plugin_cmd(
+    node_name: str | None = typer.Option(None, "--node-name",
+                                         help="Kubernetes node name (default: $NODE_NAME)"),
+    devices: Path | None = typer.Option(None, "--devices", help="inventory JSON of this node "
+                                        "(the gpugov.io/inventory format); default: the "
+                                        "node's gpugov.io/inventory annotation"),
+    plugins_dir: Path = typer.Option(Path("/var/lib/kubelet/plugins"), "--plugins-dir",
+                                     help="the kubelet's plugin folder (the socket goes in "
+                                     "<it>/gpu.gpugov.io/dra.sock)"),
+    registry_dir: Path = typer.Option(Path("/var/lib/kubelet/plugins_registry"),
+                                      "--registry-dir", help="the kubelet's plugin watcher "
+                                      "folder"),
+    cdi_dir: Path = typer.Option(Path("/var/run/cdi"), "--cdi-dir",
+                                 help="where the container runtime reads CDI specs"),
+    state_dir: Path = typer.Option(Path("/var/lib/gpugov"), "--state-dir",
+                                   help="host folder for claim regions, ld.so.preload and "
+                                   "the plugin's prepared claims"),
+    kubeconfig: Path | None = typer.Option(None, "--kubeconfig",
+                                           help="default: the in-cluster service account"),
+    publish: bool = typer.Option(True, "--publish/--no-publish",
+                                 help="publish this node's ResourceSlices (driver "
+                                 "gpu.gpugov.io) from the inventory"),
+    interval: float = typer.Option(5.0, "--interval", callback=_positive_seconds,
+                                   help="seconds between slice checks"),
+) -> None:
+    """Serve the DRA kubelet plugin of driver gpu.gpugov.io and publish the node's slices."""
+    import asyncio
+    import logging
+    import os
+
+    from gpugov.k8s.annotations import AnnotationError
+    from gpugov.node.deviceplugin.run import install_library
+    from gpugov.node.dra.run import DraOptions, serve
+    from gpugov.node.dra.source import static_inventory
+
+    _kubeconfig_file(kubeconfig)
+    node = node_name or os.environ.get("NODE_NAME", "")
+    if not node:
+        raise _fail("--node-name: missing (and $NODE_NAME is not set)")
+    fixed = None
+    if devices is not None:
+        try:
+            fixed = static_inventory(devices)
+        except (OSError, AnnotationError) as e:
+            raise _fail(f"--devices {devices}: {e}") from None
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+
+    async def main() -> None:
+        from gpugov.k8s.dra.publisher import SlicePublisher, probe_features
+        from gpugov.k8s.scheduler.kube import Kube
+
+        if kubeconfig is not None:
+            kube = await Kube.from_kubeconfig(kubeconfig)
+        else:
+            from kubernetes_asyncio import client, config
+
+            config.load_incluster_config()
+            kube = Kube(client.ApiClient())
+        try:
+            features = await probe_features(kube)
+            opts = DraOptions(node, devices, plugins_dir, registry_dir, cdi_dir, state_dir,
+                              kubeconfig, features.consumable_capacity)
+
+            async def publisher(_api: object, stop: asyncio.Event) -> None:
+                if publish:
+                    await SlicePublisher(kube, features).run_node(
+                        node, stop, interval, (lambda: fixed) if fixed is not None else None)
+
+            await serve(opts, install_library(state_dir), publisher)
+        finally:
+            await kube.close()
+
+    asyncio.run(main())

@@ -11,12 +11,14 @@ describe — and the reason is logged.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import logging
+from collections.abc import Callable
 from typing import Any
 
-from gpugov.k8s.annotations import INVENTORY, AnnotationError, decode_inventory
+from gpugov.k8s.annotations import INVENTORY, AnnotationError, Inventory, decode_inventory
 from gpugov.k8s.dra.slices import DRIVER, Features, device_classes, node_slices
 from gpugov.k8s.scheduler.kube import Kube, WatchExpired, message
 
@@ -77,21 +79,23 @@ class SlicePublisher:
                                f"{message(doc)}")
         return list(doc.get("items") or [])
 
-    async def sync_node(self, node_obj: dict[str, Any]) -> str:
-        """Bring one node's slices in line with its inventory; returns what was done."""
+    async def sync_node(self, node_obj: dict[str, Any], inv: Inventory | None = None) -> str:
+        """Bring one node's slices in line with its inventory (`inv`, else the node's
+        annotation); returns what was done."""
         meta = node_obj.get("metadata") or {}
         node = str(meta.get("name") or "")
         text = (meta.get("annotations") or {}).get(INVENTORY)
         existing = await self._existing(node)
-        if text is None:
+        if inv is None and text is None:
             self.problems.pop(node, None)
             return await self._withdraw(node, existing, "no inventory")
-        try:
-            inv = decode_inventory(text)
-        except AnnotationError as e:
-            self.problems[node] = str(e)
-            log.warning("node %s: slices withdrawn: %s", node, e)
-            return await self._withdraw(node, existing, str(e))
+        if inv is None:
+            try:
+                inv = decode_inventory(text)
+            except AnnotationError as e:
+                self.problems[node] = str(e)
+                log.warning("node %s: slices withdrawn: %s", node, e)
+                return await self._withdraw(node, existing, str(e))
         self.problems.pop(node, None)
         gen = max((int(((s.get("spec") or {}).get("pool") or {}).get("generation") or 0)
                    for s in existing), default=0)
@@ -177,9 +181,24 @@ class SlicePublisher:
                 log.warning("DRA publisher (slices): %s; retrying", e)
                 await asyncio.sleep(1.0)
 
-    async def _safe_sync(self, node_obj: dict[str, Any]) -> None:
+    async def run_node(self, node: str, stop: asyncio.Event, interval: float = 5.0,
+                       inventory: Callable[[], Inventory] | None = None) -> None:
+        """Publish one node's slices (what its kubelet plugin does) every `interval` seconds
+        until `stop`: an unchanged inventory writes nothing, and slices the kubelet wiped at
+        its start come back within one interval."""
+        while not stop.is_set():
+            status, obj = await self.kube.request("GET", f"/api/v1/nodes/{node}")
+            if status == 200:
+                await self._safe_sync(obj, inventory() if inventory is not None else None)
+            else:
+                log.warning("DRA publisher: node %s: HTTP %s: %s", node, status, message(obj))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), interval)
+
+    async def _safe_sync(self, node_obj: dict[str, Any], inv: Inventory | None = None
+                         ) -> None:
         try:
-            await self.sync_node(node_obj)
+            await self.sync_node(node_obj, inv)
         except (TimeoutError, RuntimeError, OSError, KeyError, ValueError) as e:
             log.warning("DRA publisher: node %s: %s",
                         (node_obj.get("metadata") or {}).get("name"), e)
