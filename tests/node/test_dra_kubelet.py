@@ -272,3 +272,73 @@ def test_a_claim_for_a_device_the_node_does_not_have_is_refused(node) -> None:
     assert "'gpu-9' is not on node dra-kubelet-node" in got["error"], got
     assert "gpu-0" in got["error"]  # names what the node has
     assert not any(node["paths"].cdi_dir.iterdir())  # nothing half-written
+
+
+def test_the_command_publishes_its_nodes_slices_and_serves_the_kubelet_with_node_rbac(
+        node) -> None:
+    """`gpugov node dra-plugin` as a process, with the chart's node RBAC only: it publishes
+    its node's slices (again after the kubelet wipes them at start), registers, and the
+    kubelet prepares a kube-scheduler-allocated slice claim through it."""
+    import signal
+    import subprocess
+
+    from gpugov.k8s.devcluster.dev import gpugov_argv
+    from gpugov.k8s.devcluster.rbac import apply_component_rbac
+
+    loop, kube, plane = node["loop"], node["kube"], node["plane"]
+    name = "dra-cli-node"
+    short = Path(tempfile.mkdtemp(prefix="dracli", dir="/tmp"))
+    loop.run(kube.request("POST", "/api/v1/nodes", kwok_node(name, inventory(
+        gpu(0, DeviceMode.SOFT, model="H100-SXM5-80GB")))))
+    kc = loop.run(apply_component_rbac(plane.kubeconfig, "node", "gpugov-system",
+                                       short / "node.kubeconfig"))
+    log = open(short / "plugin.log", "w")  # noqa: SIM115 - closed below
+    proc = subprocess.Popen(gpugov_argv(
+        "node", "dra-plugin", "--node-name", name, "--kubeconfig", str(kc),
+        "--plugins-dir", str(short / "plugins"), "--registry-dir", str(short / "reg"),
+        "--cdi-dir", str(short / "cdi"), "--state-dir", str(short / "state"),
+        "--interval", "0.5"), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    peer = KubeletDraPeer(node["binary"], short / "reg", short / "kstate", plane.kubeconfig,
+                          name, short / "peer.log")
+    try:
+        def slices() -> list:
+            _, doc = loop.run(kube.request("GET", "/apis/resource.k8s.io/v1/resourceslices"))
+            return [s for s in doc["items"] if s["spec"]["nodeName"] == name]
+        wait(slices, "the command's slices", 60)
+        (short / "kstate").mkdir()
+        peer.start()  # the kubelet wipes the node's slices at start: they come back
+        wait(lambda: peer.registered("gpu.gpugov.io"), "registration", 60)
+        ns = _ns(node, "dra-cli")
+        c = claim("s", ns, [request(
+            "gpu", SLICE_CLASS, selector='device.attributes["gpu.gpugov.io"].model == '
+            '"H100-SXM5-80GB"', capacity={"memory": "10Gi", "compute": "25"})])
+        status, doc = loop.run(kube.request(
+            "POST", f"/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaims", c))
+        assert status == 201, doc
+        loop.run(kube.request("POST", f"/api/v1/namespaces/{ns}/pods",
+                              claim_pod("p", ns, {"gpu": "s"})))
+
+        def bound() -> bool:
+            _, p = loop.run(kube.request("GET", f"/api/v1/namespaces/{ns}/pods/p"))
+            return p["spec"].get("nodeName") == name
+        wait(bound, "p bound to the command's node")
+        got = peer.prepare(ns, "p")
+        assert got["ok"], (got, (short / "plugin.log").read_text()[-2000:])
+        uid = _claim_uid(node, ns, "s")
+        spec = json.loads((short / "cdi" / f"gpugov.io-claim_{uid}.json").read_text())
+        env = _env(spec)
+        assert env["GPUGOV_MEMORY_LIMIT_0"] == "10240Mi" and env["GPUGOV_CORE_LIMIT_0"] == "25"
+        lib = next(m for m in spec["devices"][0]["containerEdits"]["mounts"]
+                   if m["containerPath"] == "/usr/local/gpugov/lib/libgpugov.so")
+        assert lib["hostPath"] == str(short / "state" / "lib" / "libgpugov.so")
+    finally:
+        peer.stop()
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+        log.close()
+        shutil.rmtree(short, ignore_errors=True)
+    assert proc.returncode == 0
