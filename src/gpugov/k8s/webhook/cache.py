@@ -187,9 +187,9 @@ class TenancyCache:
             col = self.cols[kind]
             if not col.synced:
                 return "not-synced", f"{kind}: {col.problem}"
-        self._expire()
-        if self._expected:
-            kind, name = next(iter(self._expected))
+        expected = self._expire()
+        if expected:
+            kind, name = next(iter(expected))
             return "write-pending", f"a write of {kind[:-1]} {name} is not in the watch yet"
         return "", ""
 
@@ -205,10 +205,17 @@ class TenancyCache:
         self._expected[(col, name)] = (time.monotonic() + EXPECT_TTL,
                                        str(meta.get("resourceVersion") or ""))
 
-    def _expire(self) -> None:
+    def _expire(self) -> dict[tuple[str, str], tuple[float, str]]:
+        """Drop expectations past their time; the rest (a copy: review threads call this
+        while the event loop changes the dict)."""
+        if not self._expected:
+            return {}
         now = time.monotonic()
-        for key in [k for k, (t, _) in self._expected.items() if t < now]:
-            del self._expected[key]
+        expected = dict(self._expected)
+        for key, (t, _) in expected.items():
+            if t < now:
+                self._expected.pop(key, None)
+        return {k: v for k, v in expected.items() if v[0] >= now}
 
     def _seen(self, kind: str, etype: str, obj: Mapping[str, Any]) -> None:
         """A watch event arrived: the write expected for this object (if any) is in."""
@@ -227,7 +234,7 @@ class TenancyCache:
             return  # the object as it was before the write
         if old.isdigit() and rv.isdigit() and int(rv) < int(old):
             return
-        del self._expected[key]
+        self._expected.pop(key, None)
 
     # -- the watch loop -------------------------------------------------------------------
     def _bump(self) -> None:

@@ -61,8 +61,8 @@ class TenancySource:
     def __init__(self, api: client.ApiClient | None, cache: TenancyCache | None = None) -> None:
         self.api = api
         self.cache = cache
-        self._memo: dict[str, Resolution] = {}
-        self._memo_gen = -1
+        #: namespace -> (cache generation, its Resolution then)
+        self._memo: dict[str, tuple[int, Resolution]] = {}
         #: why pods were resolved by a live read (counted by WebhookApp's metrics)
         self.live_reads: dict[str, int] = {}
 
@@ -124,34 +124,43 @@ class TenancySource:
             protected[ns] = labels
         return tenants, protected
 
+    def from_memory(self, namespace: str) -> tuple[Resolution | None, str, str]:
+        """(the namespace's Resolution, "", "") from the watch-fed copy, or (None, code, why)
+        when it must be read from the API. Memory only, so the review threads may call it."""
+        cache = self.cache
+        if self.api is None or cache is None:
+            return None, "no-cache", "no cache"
+        code, why = cache.problem()
+        if code:
+            return None, code, why
+        gen = cache.generation  # taken first: an answer is memoised for the data it read
+        hit = self._memo.get(namespace)
+        if hit is not None and hit[0] == gen:
+            return hit[1], "", ""
+        tenants = cache.tenants()
+        labels: dict[str, str] | None = {}
+        if any("namespaceSelector" in (t.get("spec") or {}) for t in tenants):
+            labels = cache.labels(namespace)
+            if labels is None:
+                return None, "namespace-unknown", "the namespace is not in memory"
+        try:
+            res = resolve(namespace, labels, tenants, cache.queues())
+        except TenancyError:  # never refuse on a copy a moment old
+            return None, "refusal-checked", "a refusal is checked live"
+        if len(self._memo) >= 10_000:
+            self._memo = {}
+        self._memo[namespace] = (gen, res)
+        return res, "", ""
+
     async def resolve(self, namespace: str) -> Resolution:
+        """The namespace's Resolution: from memory, else read live; TenancyError says why
+        neither gives one."""
         if self.api is None:
             raise TenancyError("gpugov's webhook runs without API access; cannot resolve "
                                "the namespace's Tenant")
-        cache = self.cache
-        code, why = ("no-cache", "no cache") if cache is None else cache.problem()
-        if cache is not None and not code:
-            if self._memo_gen != cache.generation:
-                self._memo, self._memo_gen = {}, cache.generation
-            hit = self._memo.get(namespace)
-            if hit is not None:
-                return hit
-            tenants = cache.tenants()
-            labels: dict[str, str] | None = {}
-            if any("namespaceSelector" in (t.get("spec") or {}) for t in tenants):
-                labels = cache.labels(namespace)
-            if labels is not None:
-                try:
-                    res = resolve(namespace, labels, tenants, cache.queues())
-                except TenancyError:  # never refuse on a copy a moment old
-                    code, why = "refusal-checked", "a refusal is checked live"
-                else:
-                    if len(self._memo) >= 10_000:
-                        self._memo.clear()
-                    self._memo[namespace] = res
-                    return res
-            else:
-                code, why = "namespace-unknown", "the namespace is not in memory"
+        res, code, why = self.from_memory(namespace)
+        if res is not None:
+            return res
         self._live(code)
         return await self._resolve_live(namespace, why)
 
@@ -247,12 +256,24 @@ class WebhookApp:
         except TimeoutError:
             raise ReviewTimeout from None
 
-    async def _review(self, request: web.Request, webhook: str
-                      ) -> tuple[dict[str, Any], bool | Exception] | web.Response:
-        """The review's request, and whether it is a GPU pod's CREATE (one pool step)."""
+    async def _review(self, request: web.Request, webhook: str,
+                      step: Callable[[dict[str, Any]], dict[str, Any] | None]
+                      ) -> tuple[dict[str, Any], dict[str, Any] | None | Exception] | web.Response:
+        """Parse the body and, in the same pool step (one thread hop per review), answer it:
+        (request, `step(request)`: the answer, or None when the API must be read first, or the
+        exception the decision raised); or the HTTP error for a body that is no review."""
+        parsed: list[dict[str, Any]] = []
+
+        def work(body: bytes) -> tuple[dict[str, Any], dict[str, Any] | None | Exception]:
+            req = admission.parse_review(body)
+            parsed.append(req)
+            try:
+                return req, step(req)
+            except Exception as exc:  # a decision failed: refused with it, not a 400
+                return req, exc
         try:
             body = await request.read()
-            return await self._run(_parse_and_route, body, self.options.names)
+            return await self._run(work, body)
         except admission.ReviewError as exc:
             self.bad.labels("not_admission_review").inc()
             log.warning("bad request from %s: %s", request.remote, exc)
@@ -261,7 +282,9 @@ class WebhookApp:
             self.bad.labels("too_large").inc()
             return web.json_response({"error": f"body larger than {MAX_BODY} bytes"},
                                      status=413)
-        except ReviewTimeout:
+        except ReviewTimeout as exc:
+            if parsed:  # read in time; deciding ran over: refused with the reason
+                return parsed[0], exc
             self.bad.labels("too_slow").inc()
             self.timeouts.labels(webhook).inc()
             return web.json_response({"error": f"body not read within {self.budget:g} s"},
@@ -289,31 +312,35 @@ class WebhookApp:
         return admission.response(req["uid"], False, f"gpugov webhook error: {exc}"[:1000],
                                   code=500)
 
+    def _mutate_now(self, req: dict[str, Any]) -> dict[str, Any] | None:
+        """The mutating answer, in the review thread; None when the GPU pod's tenancy is not
+        in memory (the event loop reads it from the API, then decides)."""
+        resolution: Resolution | None = None
+        if _asks_for_gpu(req, self.options.names):  # only GPU pods need tenancy
+            resolution = self.tenancy.from_memory(str(req.get("namespace") or "default"))[0]
+            if resolution is None:
+                return None
+        return admission.mutate(req, _resolver(resolution), self.scheduler_name,
+                                self.system_namespace, self.options)
+
     async def mutate(self, request: web.Request) -> web.Response:
         start = time.perf_counter()
-        got = await self._review(request, "mutate")
+        got = await self._review(request, "mutate", self._mutate_now)
         if isinstance(got, web.Response):
             return got
-        req, gpu = got
+        req, out = got
         try:
-            namespace = req.get("namespace") or "default"
-            resolution: Resolution | TenancyError | None = None
-            if isinstance(gpu, Exception):
-                raise gpu
-            if gpu:  # only GPU pods
+            if isinstance(out, Exception):
+                raise out
+            if out is None:  # a GPU pod whose tenancy must be read from the API
+                resolution: Resolution | TenancyError
                 try:
-                    resolution = await self.tenancy.resolve(str(namespace))
+                    resolution = await self.tenancy.resolve(str(req.get("namespace")
+                                                                or "default"))
                 except TenancyError as exc:
                     resolution = exc
-
-            def sync_resolve(ns: str) -> Resolution:
-                if isinstance(resolution, TenancyError):
-                    raise resolution
-                if resolution is None:
-                    raise TenancyError("gpugov: tenancy was not resolved for this pod")
-                return resolution
-            out = await self._run(admission.mutate, req, sync_resolve, self.scheduler_name,
-                                  self.system_namespace, self.options)
+                out = await self._run(admission.mutate, req, _resolver(resolution),
+                                      self.scheduler_name, self.system_namespace, self.options)
         except ReviewTimeout:
             out = self._over_budget("mutate", req)
         except Exception as exc:  # never crash; refuse the GPU pod with the reason
@@ -321,25 +348,31 @@ class WebhookApp:
         self.latency.labels("mutate").observe(time.perf_counter() - start)
         return self._answer("mutate", out)
 
+    def _validate_now(self, req: dict[str, Any]) -> dict[str, Any] | None:
+        """A pod's validating answer, in the review thread; None for a Tenant or Queue (they
+        are checked against the others, read on the event loop)."""
+        if (req.get("kind") or {}).get("kind") in ("Tenant", "Queue"):
+            return None
+        return admission.validate(req, self.scheduler_name, self.system_namespace)
+
     async def validate(self, request: web.Request) -> web.Response:
         start = time.perf_counter()
-        got = await self._review(request, "validate")
+        got = await self._review(request, "validate", self._validate_now)
         if isinstance(got, web.Response):
             return got
-        req = got[0]
+        req, out = got
         try:
-            kind = (req.get("kind") or {}).get("kind")
-            if kind in ("Tenant", "Queue"):
+            if isinstance(out, Exception):
+                raise out
+            if out is None:
+                kind = (req.get("kind") or {}).get("kind")
                 queues = await self.tenancy.queues()
                 tenants, protected = await self.tenancy.tenant_context(self.system_namespace)
                 out = await self._run(admission.review_tenancy, req, queues, tenants,
                                       protected)
                 obj = req.get("object")
                 if out["response"]["allowed"] and isinstance(obj, dict):
-                    self.tenancy.expect(kind, obj)  # pods read live until its event is in
-            else:
-                out = await self._run(admission.validate, req, self.scheduler_name,
-                                      self.system_namespace)
+                    self.tenancy.expect(str(kind), obj)  # pods read live until its event
         except ReviewTimeout:
             out = self._over_budget("validate", req)
         except Exception as exc:
@@ -357,15 +390,15 @@ class WebhookApp:
                             headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 
-def _parse_and_route(body: bytes, names: admission.ResourceNames
-                     ) -> tuple[dict[str, Any], bool | Exception]:
-    """The review's request, and whether it is a GPU pod's CREATE (or why that could not be
-    told: the review is then answered, refused with the error, not a 400)."""
-    req = admission.parse_review(body)
-    try:
-        return req, _asks_for_gpu(req, names)
-    except Exception as exc:
-        return req, exc
+def _resolver(resolution: Resolution | TenancyError | None) -> Callable[[str], Resolution]:
+    """`admission.mutate`'s tenancy callback answering with what was resolved."""
+    def resolve_tenancy(namespace: str) -> Resolution:
+        if isinstance(resolution, TenancyError):
+            raise resolution
+        if resolution is None:
+            raise TenancyError("gpugov: tenancy was not resolved for this pod")
+        return resolution
+    return resolve_tenancy
 
 
 def _asks_for_gpu(req: dict[str, Any],
