@@ -32,11 +32,14 @@ def explain_cmd(
         return
     if run is None:
         raise _fail("give --run DIR (a replay's output), or `explain pod NS/NAME --kubeconfig K`")
+    if not (run / "snapshot.json").is_file():
+        raise _fail(f"--run {run}: not a replay output folder (no snapshot.json; write one "
+                    "with `gpugov replay --out DIR`)")
     try:
         snap = json.loads((run / "snapshot.json").read_text(encoding="utf-8"))
         lines = explain(snap, job)
-    except (OSError, ValueError) as e:
-        raise _fail(f"cannot read {run / 'snapshot.json'}: {e}") from None
+    except (OSError, ValueError, RecursionError) as e:
+        raise _fail(f"--run {run}: cannot read snapshot.json ({e})") from None
     except KeyError as e:
         raise _fail(str(e.args[0])) from None
     typer.echo("\n".join(lines))

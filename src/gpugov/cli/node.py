@@ -123,6 +123,7 @@ def node_run_cmd(
     """Device plugin, node agent and exporter in one process (the chart's node DaemonSet)."""
     from gpugov.node.deviceplugin.all_in_one import RunOptions, load_node_file, run
     from gpugov.node.deviceplugin.run import NodeConfigError, listen_address
+    from gpugov.node.mig_config import MigConfigError, load
     from gpugov.node.nvml.library import NvmlUnavailable
 
     try:
@@ -130,9 +131,12 @@ def node_run_cmd(
         listen_address(listen, "--listen")
     except NodeConfigError as e:
         raise _fail(str(e)) from None
+    if mig_config is not None:  # read now, not when the agent first needs it
+        try:
+            load(mig_config)
+        except MigConfigError as e:
+            raise _fail(f"--mig-config {e}") from None
     _kubeconfig_file(kubeconfig)
-    if mig_config is not None and not mig_config.is_file():
-        raise _fail(f"--mig-config {mig_config}: no such file")
     if interval <= 0:
         raise _fail(f"--interval {interval}: must be > 0")
     try:
@@ -200,7 +204,7 @@ def node_agent_cmd(
         try:
             load(mig_config)
         except MigConfigError as e:
-            raise _fail(str(e)) from None
+            raise _fail(f"--mig-config {e}") from None
     for name, value in (("--interval", interval), ("--drain-grace", drain_grace),
                         ("--recovery-seconds", recovery_s)):
         if value < 0:

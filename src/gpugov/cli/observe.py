@@ -7,7 +7,13 @@ from pathlib import Path
 import typer
 
 from gpugov.cli._app import app
-from gpugov.cli._common import _fail, _finite_nonnegative, _kubeconfig_file, _positive_seconds
+from gpugov.cli._common import (
+    _check_out_folder,
+    _fail,
+    _finite_nonnegative,
+    _kubeconfig_file,
+    _positive_seconds,
+)
 
 
 @app.command("verify")
@@ -232,8 +238,7 @@ def report_cmd(
         _prom_duration(opt, val)
     if not 0 <= price <= MAX_PRICE:
         raise _fail(f"--gpu-hour-price must be within 0..{MAX_PRICE:g}, got {price}")
-    if out.exists() and not out.is_dir():
-        raise _fail(f"--out {out} exists and is not a folder")
+    _check_out_folder(out, [], ("chargeback.csv", "chargeback.png"))  # before asking anyone
     rows = _with_prometheus(prometheus, lambda prom: chargeback.chargeback(
         prom, period, step, price))
     if not rows:  # Prometheus answered with nothing: no data is not an error (exit 0)
