@@ -324,16 +324,6 @@ def test_blocked_devices_of_every_mode_take_no_new_pods() -> None:
     assert sorted(b.name for b in st.cycle(T0 + 1).binds) == ["mig", "soft", "ts"]
 
 
-def test_requests_gpugov_cannot_place_are_refused_with_what_to_write() -> None:
-    (obj,) = nodes(pool("h", 1, [{"index": "0", "mode": "mig", "layout": ["1g.10gb"] * 7}]))
-    st = state([obj])
-    submit(st, pod("two", limits={"nvidia.com/mig-1g.10gb": "2"}),
-           pod("shared-mig", limits={"nvidia.com/mig-1g.10gb.shared": "1"}))
-    msgs = {c.name: (c.code, c.message) for c in st.cycle(T0).conditions}
-    assert msgs["two"][0] == INVALID and "one instance per pod" in msgs["two"][1]
-    assert msgs["shared-mig"][0] == INVALID and "planned" in msgs["shared-mig"][1]
-
-
 def test_extender_filter_names_the_constraint_a_node_fails() -> None:
     plain, infer = nodes(pool("plain", 1), pool("infer", 1, taints=[
         {"key": "dedicated", "value": "infer", "effect": "NoSchedule"}]))

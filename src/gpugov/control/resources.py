@@ -103,13 +103,14 @@ class ResourceSet:
 
     def vector(self, req: PodRequest, pods: int, milli: float, gpumem: float) -> np.ndarray:
         """A job's vector: `pods` pods each taking `milli` GPU milli and `gpumem` MiB of GPU
-        memory in total over its devices, plus one instance of its MIG profile per pod."""
+        memory in total over its devices, plus its instances of its MIG profile per pod (a
+        time-sliced instance's replica counts as one)."""
         out = np.zeros(len(self.names), dtype=np.float64)
         out[GPU], out[CPU], out[MEMORY], out[GPUMEM] = milli, req.cpu_milli, req.memory_mib, gpumem
         if req.mig_profile:
             c = self.column(MIG_PREFIX + req.mig_profile)
             if c >= 0:
-                out[c] = 1.0
+                out[c] = float(req.gpu_count) if req.mode is DeviceMode.MIG else 1.0
         return out * pods
 
 

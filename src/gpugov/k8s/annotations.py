@@ -48,7 +48,13 @@ GFD_MIG_STRATEGY = "nvidia.com/mig.strategy"
 GFD_PRESENT = "nvidia.com/gpu.present"
 
 VERSION = 1
+#: the allocation record's newest version: v2 adds several MIG instances per pod (an index
+#: may repeat) and replicas of time-sliced MIG instances (`mig.replicas`); a record that needs
+#: neither is still written as v1, and every reader reads both
+ALLOCATION_VERSION = 2
 TOPOLOGIES = ("none", "preferred", "required")
+#: the most replicas a time-sliced MIG instance may have (a bound on tenant-visible input)
+MAX_MIG_REPLICAS = 64
 
 
 class AnnotationError(ValueError):
@@ -59,7 +65,8 @@ class AnnotationError(ValueError):
         super().__init__(f"{annotation}: {problem}")
 
 
-def _load(annotation: str, text: str | bytes | None) -> dict[str, Any]:
+def _load(annotation: str, text: str | bytes | None,
+          versions: tuple[int, ...] = (VERSION,)) -> dict[str, Any]:
     if text is None:
         raise AnnotationError(annotation, "missing")
     try:
@@ -69,9 +76,9 @@ def _load(annotation: str, text: str | bytes | None) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise AnnotationError(annotation, f"expected a JSON object, got {type(data).__name__}")
     v = data.get("v")
-    if v != VERSION:
-        raise AnnotationError(annotation, f"schema version {v!r} is not known; "
-                              f"this gpugov reads v={VERSION}")
+    if v not in versions or isinstance(v, bool):
+        raise AnnotationError(annotation, f"schema version {v!r} is not known; this gpugov "
+                              f"reads v={' or v='.join(map(str, versions))}")
     return data
 
 
@@ -174,6 +181,9 @@ class MigInstance:
     profile: str
     start: int
     uuid: str = ""
+    #: > 1: the instance is time-sliced into that many replicas (`nvidia.com/mig-<p>.shared`;
+    #: written only then, absent = 1, within v1)
+    replicas: int = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,7 +217,8 @@ def encode_inventory(inv: Inventory) -> str:
             "mode": str(d.mode), "replicas": d.replicas, "numa": d.numa,
             "nvlinkDomain": d.nvlink_domain, "pcieSwitch": d.pcie_switch,
             "healthy": d.healthy,
-            "mig": [{"profile": m.profile, "start": m.start, "uuid": m.uuid} for m in d.mig],
+            "mig": [{"profile": m.profile, "start": m.start, "uuid": m.uuid}
+                    | ({"replicas": m.replicas} if m.replicas > 1 else {}) for m in d.mig],
         }
         devs.append(item)
     out: dict[str, Any] = {"v": VERSION, "devices": devs}
@@ -241,9 +252,12 @@ def decode_inventory(text: str | bytes | None) -> Inventory:
             if not isinstance(m, dict):
                 raise AnnotationError(a, f"{w}mig[{j}]: expected an object")
             mw = f"{w}mig[{j}]."
+            reps = _get(a, m, "replicas", int, 1, where=mw)
+            if not 1 <= reps <= MAX_MIG_REPLICAS:
+                raise AnnotationError(a, f"{mw}replicas: {reps}; allowed: 1..{MAX_MIG_REPLICAS}")
             mig.append(MigInstance(_get(a, m, "profile", str, where=mw),
                                    _nonneg(a, _get(a, m, "start", int, where=mw), mw + "start"),
-                                   _get(a, m, "uuid", str, "", where=mw)))
+                                   _get(a, m, "uuid", str, "", where=mw), reps))
         replicas = _get(a, item, "replicas", int, 1, where=w)
         if replicas < 1:
             raise AnnotationError(a, f"{w}replicas: {replicas}; allowed: >= 1")
@@ -271,6 +285,8 @@ class AllocatedDevice:
     mig_profile: str | None = None
     mig_start: int | None = None
     mig_uuid: str = ""  # the MIG instance's UUID from the node's inventory ("" = not known)
+    #: > 1: one replica of a time-sliced instance of that many replicas (record v2)
+    mig_replicas: int = 1
     #: False: the request stated no compute (a memory-only slice, HAMi's `defaultCores: 0`):
     #: `milli` is what placement charged, not a cap; the library gets no compute limit.
     #: Written as `"computeLimited": false` only; older records read as True.
@@ -287,7 +303,12 @@ class Allocation:
 
 
 def encode_allocation(alloc: Allocation) -> str:
+    """The record as JSON: v1 unless it holds several MIG instances or a time-sliced MIG
+    replica (v2), so readers that predate those refuse them instead of misreading them."""
     devs = []
+    mig = [d for d in alloc.devices if d.mig_profile is not None]
+    version = ALLOCATION_VERSION if len(mig) > 1 or any(d.mig_replicas > 1 for d in mig) \
+        else VERSION
     for d in alloc.devices:
         item: dict[str, Any] = {"index": d.index, "uuid": d.uuid, "mode": str(d.mode),
                                 "milli": d.milli, "memoryMiB": d.memory_mib}
@@ -295,18 +316,20 @@ def encode_allocation(alloc: Allocation) -> str:
             item["mig"] = {"profile": d.mig_profile, "start": d.mig_start}
             if d.mig_uuid:
                 item["mig"]["uuid"] = d.mig_uuid
+            if d.mig_replicas > 1:
+                item["mig"]["replicas"] = d.mig_replicas
         if not d.compute_limited:
             item["computeLimited"] = False
         if d.priority is not None:
             item["priority"] = d.priority
         devs.append(item)
-    return json.dumps({"v": VERSION, "node": alloc.node, "isolation": str(alloc.isolation),
+    return json.dumps({"v": version, "node": alloc.node, "isolation": str(alloc.isolation),
                        "devices": devs}, separators=(",", ":"))
 
 
 def decode_allocation(text: str | bytes | None) -> Allocation:
     a = ALLOCATION
-    d = _load(a, text)
+    d = _load(a, text, (VERSION, ALLOCATION_VERSION))
     node = _get(a, d, "node", str)
     try:
         isolation = IsolationLevel.parse(_get(a, d, "isolation", str))
@@ -329,6 +352,11 @@ def decode_allocation(text: str | bytes | None) -> Allocation:
         priority = _get(a, item, "priority", int, None, where=w)
         if priority not in (None, 0, 1):
             raise AnnotationError(a, f"{w}priority: {priority}; allowed: 0 (high), 1 (low)")
+        reps = 1 if mig is None else _get(a, mig, "replicas", int, 1, where=w + "mig.")
+        if not 1 <= reps <= MAX_MIG_REPLICAS:
+            raise AnnotationError(a, f"{w}mig.replicas: {reps}; allowed: 1..{MAX_MIG_REPLICAS}")
+        if reps > 1 and d["v"] == VERSION:
+            raise AnnotationError(a, f"{w}mig.replicas: needs record v={ALLOCATION_VERSION}")
         devices.append(AllocatedDevice(
             index=_nonneg(a, _get(a, item, "index", int, where=w), w + "index"), mode=mode,
             milli=milli,
@@ -337,8 +365,18 @@ def decode_allocation(text: str | bytes | None) -> Allocation:
             mig_profile=None if mig is None else _get(a, mig, "profile", str, where=w + "mig."),
             mig_start=None if mig is None else _get(a, mig, "start", int, where=w + "mig."),
             mig_uuid="" if mig is None else _get(a, mig, "uuid", str, "", where=w + "mig."),
+            mig_replicas=reps,
             compute_limited=_get(a, item, "computeLimited", bool, True, where=w),
             priority=priority))
+    indexes = [x.index for x in devices]
+    if len(set(indexes)) != len(indexes):
+        if d["v"] == VERSION:
+            raise AnnotationError(a, f"devices: an index repeats; needs v={ALLOCATION_VERSION}")
+        if any(x.mig_profile is None or x.mig_replicas > 1 for x in devices):
+            raise AnnotationError(a, "devices: an index repeats only for several MIG instances")
+        starts = [(x.index, x.mig_start) for x in devices]
+        if len(set(starts)) != len(starts):
+            raise AnnotationError(a, "devices: the same MIG instance is named twice")
     return Allocation(node, isolation, tuple(devices))
 
 

@@ -108,6 +108,8 @@ def invariant_problems(items: list[dict], capacity: dict[str, int]) -> list[str]
     milli: Counter[tuple[str, int]] = Counter()
     exclusive: Counter[tuple[str, int]] = Counter()
     instances: Counter[tuple[str, int, str, int | None]] = Counter()
+    replicas: Counter[tuple[str, int, str, int | None]] = Counter()
+    limit: dict[tuple[str, int, str, int | None], int] = {}
     for p in bound(items):
         meta = p.get("metadata") or {}
         key = f"{meta.get('namespace')}/{meta.get('name')}"
@@ -123,7 +125,12 @@ def invariant_problems(items: list[dict], capacity: dict[str, int]) -> list[str]
             if d.index >= capacity.get(node, 0):
                 problems.append(f"{key}: device {d.index} beyond {node}'s GPUs")
             if str(d.mode) == "mig":
-                instances[(node, d.index, str(d.mig_profile), d.mig_start)] += 1
+                where = (node, d.index, str(d.mig_profile), d.mig_start)
+                if d.mig_replicas > 1:  # a replica of a time-sliced instance
+                    replicas[where] += 1
+                    limit[where] = d.mig_replicas
+                else:
+                    instances[where] += 1
                 continue
             milli[(node, d.index)] += d.milli
             if str(d.mode) == "exclusive":
@@ -134,6 +141,10 @@ def invariant_problems(items: list[dict], capacity: dict[str, int]) -> list[str]
     problems += [f"device {k} given whole and shared" for k, n in exclusive.items()
                  if n == 1 and milli[k] > 1000]
     problems += [f"MIG instance {k} given to {n} pods" for k, n in instances.items() if n > 1]
+    problems += [f"time-sliced MIG instance {k} given {n} replicas of {limit[k]}"
+                 for k, n in replicas.items() if n > limit[k]]
+    problems += [f"MIG instance {k} given whole and as replicas" for k in replicas
+                 if instances[k]]
     problems += [f"device {k[:2]} holds a MIG instance and another slice"
                  for k in instances if milli[k[:2]] or exclusive[k[:2]]]
     return problems

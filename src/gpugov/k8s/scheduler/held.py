@@ -42,17 +42,27 @@ def recorded_allocation(state: ClusterState, req: PodRequest, node: int,
                         record: AllocationRecord) -> Allocation:
     """The engine's allocation for a recorded one: the record's devices, the charge of
     `req` there (`placement.engine.allocation_for`) and, for a MIG pod, the recorded
-    instance's start. ValueError when the record cannot be the request's (e.g. another
-    MIG profile than the pod asks for)."""
+    instances' starts (one entry per instance; a time-sliced instance's replica: that
+    instance). ValueError when the record cannot be the request's (e.g. another MIG profile
+    than the pod asks for, or another number of instances)."""
     devices = tuple(d.index for d in record.devices)
     if not req.mig_profile or not devices:
         return allocation_for(state, req, node, devices)
-    d = record.devices[0]
-    if d.mig_profile != req.mig_profile or d.mig_start is None:
-        raise ValueError(f"{req.name}: the record names MIG instance {d.mig_profile}@"
-                         f"{d.mig_start}, the pod asks for {req.mig_profile}")
-    milli, memory = state.charge(req, node, devices[0])
-    return Allocation(node, devices, milli, memory, d.mig_start)
+    for d in record.devices:
+        if d.mig_profile != req.mig_profile or d.mig_start is None:
+            raise ValueError(f"{req.name}: the record names MIG instance {d.mig_profile}@"
+                             f"{d.mig_start}, the pod asks for {req.mig_profile}")
+        if (d.mig_replicas > 1) != req.mig_shared:
+            raise ValueError(f"{req.name}: the record names a "
+                             f"{'replica of ' if d.mig_replicas > 1 else ''}MIG instance "
+                             f"{d.mig_profile}@{d.mig_start}, the pod asks for "
+                             f"{'a replica' if req.mig_shared else 'an instance'}")
+    if len(devices) != req.gpu_count:
+        raise ValueError(f"{req.name}: the record names {len(devices)} MIG instances, the pod "
+                         f"asks for {req.gpu_count}")
+    starts = tuple(int(d.mig_start or 0) for d in record.devices)
+    milli, memory = state.charge(req, node, devices[0], starts[0])
+    return Allocation(node, devices, milli, memory, mig_starts=starts)
 
 
 def close_nodes(state: ClusterState, infos: Sequence[NodeInfo]) -> list[str]:
@@ -126,6 +136,20 @@ def _hold(state: ClusterState, i: int, d: int) -> None:
             if state.device_fits(req, i)[d]:
                 milli, mem = state.charge(req, i, d)
                 state.allocate(req, Allocation(i, (d,), milli, mem, pl.start))
+        for (n, dev, k), entry in list(state.mig_shared.items()):  # time-sliced instances
+            if (n, dev) != (i, d):
+                continue
+            pl = table.placements[k]
+            for _ in range(entry[1]):  # every free replica, uncapped (or what memory is left)
+                req = PodRequest(BLOCKED_DEVICE, 0, 0, 1, 1, (model,), mode=DeviceMode.TIMESLICE,
+                                 mig_profile=pl.profile, tolerations=_ANY_TAINT,
+                                 oversubscribe=not entry[4],
+                                 gpu_memory_mib=0 if not entry[4] else max(
+                                     entry[2] // max(entry[1], 1), 1))
+                if entry[4] and entry[2] < req.gpu_memory_mib:
+                    break
+                milli, mem = state.charge(req, i, d, pl.start)
+                state.allocate(req, Allocation(i, (d,), milli, mem, pl.start))
         return
     if mode in (DeviceMode.TIMESLICE, DeviceMode.MPS):
         reps = int(state.rep_cap[i, d])
@@ -183,11 +207,7 @@ def allocation_record(node: NodeInfo, state: ClusterState | None, node_index: in
         mode = device_mode(state, node_index, d) if inventory and state is not None \
             else (DeviceMode.EXCLUSIVE if slice_mode is DeviceMode.EXCLUSIVE else request_mode)
         uuid = node.uuids[d] if d < len(node.uuids) else ""
-        if slice_mode is DeviceMode.MIG:
-            devices.append(AllocatedDevice(
-                d, DeviceMode.MIG, alloc.milli, alloc.memory_mib, uuid, req.mig_profile,
-                alloc.mig_start, node.mig_uuids.get((d, req.mig_profile, alloc.mig_start), ""),
-                priority=priority))
+        if slice_mode is DeviceMode.MIG or req.mig_shared:
             continue
         if slice_mode is DeviceMode.TIMESLICE:  # 0 MiB: oversubscribing, not capped
             share, mem = alloc.milli, alloc.memory_mib
@@ -202,6 +222,16 @@ def allocation_record(node: NodeInfo, state: ClusterState | None, node_index: in
         limited = compute_stated or share >= MILLI_PER_GPU
         devices.append(AllocatedDevice(d, mode, share, int(mem), uuid,
                                        compute_limited=limited, priority=priority))
+    for d, start in alloc.instances:  # MIG instances, or the time-sliced instance of a replica
+        uuid = node.uuids[d] if d < len(node.uuids) else ""
+        reps = 1
+        if req.mig_shared and state is not None:
+            k = mig_table(node.spec.model).number(req.mig_profile, start)
+            reps = state.mig_shared[(node_index, d, k)][0]
+        devices.append(AllocatedDevice(
+            d, DeviceMode.MIG, alloc.milli, alloc.memory_mib, uuid, req.mig_profile, start,
+            node.mig_uuids.get((d, req.mig_profile, start), ""), mig_replicas=reps,
+            priority=priority))
     if slice_mode in (DeviceMode.EXCLUSIVE, DeviceMode.MIG):
         isolation = IsolationLevel.HARD
     elif slice_mode is DeviceMode.TIMESLICE and req.oversubscribe:

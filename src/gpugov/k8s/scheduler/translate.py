@@ -273,7 +273,7 @@ def _device_configs(name: str, model: str, gpus: int, inv: Inventory
                 cfg = DeviceConfig(d.mode, replicas=d.replicas)
             elif d.mode is DeviceMode.MIG:
                 cfg = DeviceConfig(d.mode, mig_layout=tuple(  # no UUID: cannot be handed out
-                    MigInstance(m.start, m.profile) for m in d.mig if m.uuid))
+                    MigInstance(m.start, m.profile, m.replicas) for m in d.mig if m.uuid))
                 NodeSpec(name, 0, 0, 1, model, devices=(cfg,))  # the layout is valid here
             else:
                 cfg = DeviceConfig(d.mode)
@@ -787,13 +787,6 @@ def engine_request(info: PodInfo, card_mib: int, tolerations: bool = True,
     `pods` (a `pod_terms.PodTerms`) is the pod's inter-pod identity and constraints, for the
     state's pod filter. ValueError names what gpugov's scheduler cannot place."""
     req = info.request
-    if req is not None and req.mode is DeviceMode.MIG and req.count != 1:
-        raise ValueError(f"{req.count} MIG instances in one pod: gpugov's scheduler places one "
-                         "instance per pod (several: planned); ask for 1 per pod")
-    if req is not None and req.mode is not DeviceMode.MIG and req.mig_profile:
-        raise ValueError(f"time-slice replicas of MIG instances ({req.mig_profile}) are not "
-                         "placed by gpugov's scheduler yet (planned); ask for "
-                         f"nvidia.com/mig-{req.mig_profile} or nvidia.com/gpu.shared")
     tols = info.tolerations if tolerations else ()
     if req is None:
         base = PodRequest(info.key, info.cpu_milli, info.memory_mib)
@@ -807,6 +800,8 @@ def engine_request(info: PodInfo, card_mib: int, tolerations: bool = True,
             fill.update(mode=DeviceMode.MIG, mig_profile=req.mig_profile or "")
         elif req.mode in (DeviceMode.TIMESLICE, DeviceMode.MPS):
             fill["mode"] = req.mode
+            if req.mig_profile:  # a replica of a time-sliced MIG instance
+                fill["mig_profile"] = req.mig_profile
     if req is not None and (req.mode is DeviceMode.TIMESLICE
                             or req.mode is DeviceMode.MPS and req.milli is None):
         fill["gpu_milli"] = 1  # the state charges 1000/replicas; this is only a lower bound

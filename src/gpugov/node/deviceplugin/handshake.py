@@ -83,11 +83,13 @@ def _slice_key(node: str, inv: Mapping[int, InventoryDevice],
         raise ValueError(f"{where}: uuid {d.uuid} is GPU index {dev.index} on {node}, "
                          f"the allocation says index {d.index}")
     if d.mode == DeviceMode.MIG:
+        shared = d.mig_replicas > 1  # one replica of a time-sliced instance
         for m in dev.mig:
-            if m.profile == d.mig_profile and m.start == d.mig_start and m.uuid:
-                return mig_resource(m.profile), m.uuid
-        raise ValueError(f"{where}: no MIG instance {d.mig_profile} at start {d.mig_start} on "
-                         f"GPU {dev.index} of {node}")
+            if m.profile == d.mig_profile and m.start == d.mig_start and m.uuid and \
+                    (m.replicas > 1) == shared:
+                return mig_resource(m.profile, shared), m.uuid
+        raise ValueError(f"{where}: no {'time-sliced ' if shared else ''}MIG instance "
+                         f"{d.mig_profile} at start {d.mig_start} on GPU {dev.index} of {node}")
     want = {DeviceMode.EXCLUSIVE: GPU, DeviceMode.SOFT: GPU, DeviceMode.TIMESLICE: SHARED,
             DeviceMode.MPS: MPS}[d.mode]
     if want != GPU and want not in asks and GPU in asks:

@@ -12,7 +12,10 @@
   NVIDIA config says `renameByDefault: false` advertises the same IDs as `nvidia.com/gpu`
   too (`gpu_replicas`), for NVIDIA's own pods.
 - `nvidia.com/mig-<profile>`: each MIG instance by its `MIG-<uuid>` (`+` in a profile becomes
-  `.`, as the NVIDIA plugin's mixed strategy does).
+  `.`, as the NVIDIA plugin's mixed strategy does). A time-sliced instance (the inventory's
+  `replicas` > 1) is advertised only as `nvidia.com/mig-<profile>.shared` replica IDs
+  `MIG-<uuid>::<n>`, as NVIDIA's time-slicing of a MIG resource with `renameByDefault` does;
+  each replica is capped at the memory its record names (`response`).
 
 - `nvidia.com/gpu.mps`: GPUs in `mps` mode as `replicas` IDs `<uuid>::<n>`, one per MPS client
   (its own name: an MPS client shares one MPS server and fault domain with the others, so it
@@ -35,8 +38,9 @@ REPLICA_SEP = "::"
 SOFT_REPLICAS = 10  # soft pods the kubelet admits per GPU when the inventory does not say
 
 
-def mig_resource(profile: str) -> str:
-    return MIG_PREFIX + profile.replace("+", ".")
+def mig_resource(profile: str, shared: bool = False) -> str:
+    """`nvidia.com/mig-<profile>`, or its time-sliced replicas' `….shared`."""
+    return MIG_PREFIX + profile.replace("+", ".") + (".shared" if shared else "")
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,10 +93,12 @@ def plugin_devices(inventory: Inventory, soft_replicas: int = SOFT_REPLICAS,
             for m in d.mig:
                 if not m.uuid:
                     continue  # an instance without a UUID cannot be handed to a container
-                res = mig_resource(m.profile)
-                out.setdefault(res, []).append(PluginDevice(
-                    id=m.uuid, resource=res, mig_profile=m.profile, mig_start=m.start,
-                    mig_uuid=m.uuid, **common))
+                res = mig_resource(m.profile, m.replicas > 1)
+                ids = [m.uuid] if m.replicas <= 1 else \
+                    [f"{m.uuid}{REPLICA_SEP}{n}" for n in range(m.replicas)]
+                out.setdefault(res, []).extend(PluginDevice(
+                    id=i, resource=res, mig_profile=m.profile, mig_start=m.start,
+                    mig_uuid=m.uuid, **common) for i in ids)
     return out
 
 

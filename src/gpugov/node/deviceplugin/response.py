@@ -12,8 +12,9 @@ are `GPUGOV_MEMORY_LIMIT_<i>` / `GPUGOV_CORE_LIMIT_<i>` with `i` the container's
 (`CUDA_DEVICE_ORDER=PCI_BUS_ID`, so ordinals follow NVML index order), and the pod's accounting
 region lives in a host folder the exporter reads (docs/enforcement.md).
 
-Time-slice replicas: the record's `memoryMiB` is the replica's memory cap (what it named, else
-card/replicas), passed as `GPUGOV_MEMORY_LIMIT_<i>` with the library as for a soft slice, but
+Time-slice replicas (of a GPU, or of a time-sliced MIG instance: record `mig.replicas`): the
+record's `memoryMiB` is the replica's memory cap (what it named, else card (instance) ÷
+replicas), passed as `GPUGOV_MEMORY_LIMIT_<i>` with the library as for a soft slice, but
 no compute limit (the driver's time-slicing shares the device's time). A record with 0 MiB is
 an oversubscribing Tenant's replica: no library, no limit (as the NVIDIA plugin does).
 
@@ -115,8 +116,9 @@ def container_response(request: list[PluginDevice],
         resp.envs["GPUGOV_TASK_PRIORITY"] = resp.envs["CUDA_TASK_PRIORITY"] = \
             str(min(p for p in priorities if p is not None))
     soft = [(i, slices[k]) for i, k in enumerate(keys) if slices[k].mode == DeviceMode.SOFT]
-    capped = [(i, slices[k]) for i, k in enumerate(keys)
-              if slices[k].mode == DeviceMode.TIMESLICE and slices[k].memory_mib > 0]
+    capped = [(i, slices[k]) for i, k in enumerate(keys)  # time-slice replicas, of MIG too
+              if (slices[k].mode == DeviceMode.TIMESLICE or slices[k].mig_replicas > 1)
+              and slices[k].memory_mib > 0]
     if soft or capped:
         if cfg.library is None:
             what = "soft slices" if soft else "capped time-slice replicas"
