@@ -82,13 +82,18 @@ class PowerTracker:
         return out
 
     # -- status ----------------------------------------------------------------------------
-    def statuses(self, state: ClusterState | None,
-                 priorities: Mapping[Key, int]) -> dict[str, dict[str, Any]]:
-        """Per PowerDomain whose status changed since written: the doc to merge."""
+    def statuses(self, state: ClusterState | None, priorities: Mapping[Key, int],
+                 partial: bool = False) -> dict[str, dict[str, Any]]:
+        """Per PowerDomain whose status changed since written: the doc to merge. A
+        scheduler that manages part of the cluster (`partial`: a --node-selector) writes
+        only the domains holding some of its nodes, so two schedulers never fight over one
+        domain's status."""
         admitted = state.domain_draw_mw() if state is not None else {}
         measured = measured_w(self.views, self.power)
         out = {}
         for v in self.views:
+            if partial and not v.nodes:
+                continue
             caps = domain_caps(v, self.power, priorities, self.caps.get(v.name, {}))
             self.caps[v.name] = caps
             got = admitted.get(v.name)

@@ -750,7 +750,8 @@ class SchedulerState:
                         continue
                     self._condition(plan, self.pods[key], code, detail)
         plan.queue_status = self._queue_status()
-        plan.power_status = self.power.statuses(cp.state, device_priorities(self.pods.values()))
+        plan.power_status = self.power.statuses(cp.state, device_priorities(self.pods.values()),
+                                                partial=bool(self.node_selector))
         return plan
 
     def _why_no_engine(self) -> tuple[str, str]:
