@@ -12,7 +12,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from gpugov.control.resources import MIG_PREFIX, allowed_text, resource_problem
 from gpugov.model.isolation import TrustTier
@@ -83,12 +83,33 @@ class QueueConfig(_Strict):
         return None if value is None else _check_resources(value)
 
 
+class TimeSlicingConfig(_Strict):
+    """The Tenant CRD's `timeSlicing` (k8s/crds.py writes its schema by hand)."""
+
+    oversubscribe: bool = False
+
+
 class TenantConfig(_Strict):
     """A Kubernetes namespace mapped to a leaf queue, with a trust tier."""
 
     namespace: str = Field(min_length=1)
     queue: str = Field(min_length=1)
     trust: TrustTier = TrustTier.INTERNAL
+    # the Tenant CRD's `timeSlicing` (the replay honours it): `oversubscribe` uncaps the
+    # tenant's time-slice replicas, for a trusted tenant only
+    time_slicing: TimeSlicingConfig | None = Field(None, alias="timeSlicing")
+
+    @model_validator(mode="after")
+    def _oversubscribe_is_trusted(self) -> TenantConfig:
+        if self.time_slicing and self.time_slicing.oversubscribe and \
+                self.trust is not TrustTier.TRUSTED:
+            raise ValueError("timeSlicing.oversubscribe needs trust: trusted (an uncapped "
+                             "replica delivers no isolation)")
+        return self
+
+    @property
+    def oversubscribe(self) -> bool:
+        return bool(self.time_slicing and self.time_slicing.oversubscribe)
 
 
 class PriorityClassConfig(_Strict):

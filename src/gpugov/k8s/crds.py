@@ -136,7 +136,7 @@ def queue_crd() -> dict[str, Any]:
 
 
 def tenant_crd() -> dict[str, Any]:
-    spec = _model_schema(TenantConfig, drop=("namespace",))
+    spec = _model_schema(TenantConfig, drop=("namespace", "timeSlicing"))  # written below
     spec["properties"]["namespaces"] = {
         "type": "array", "minItems": 1, "items": {"type": "string", "minLength": 1},
         "description": "namespaces of this tenant (or use namespaceSelector)"}

@@ -127,9 +127,14 @@ class GpuRequest:
         charged like a time-slice replica out of its instance."""
         floor = (required_isolation(self.isolation, tier) if tier is not None
                  else self.isolation or IsolationLevel.NONE)
+        # `topology: required` is the state's NVLink filter (reason `topology`); a Tenant's
+        # oversubscription uncaps only its time-slice replicas that need no isolation (the
+        # scheduler's rule, k8s.scheduler.translate)
         common = dict(models=self.models, min_isolation=floor, tenant=tenant,
                       sealed=tier is TrustTier.UNTRUSTED, node_selector=node_selector,
-                      tolerations=tolerations, oversubscribe=oversubscribe)
+                      tolerations=tolerations, nvlink=self.topology == "required",
+                      oversubscribe=oversubscribe and self.mode is DeviceMode.TIMESLICE
+                      and floor == IsolationLevel.NONE)
         mode = self.mode
         if mode is DeviceMode.MIG:
             return PodRequest(name, cpu_milli, memory_mib, self.count, milli,

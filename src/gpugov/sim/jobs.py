@@ -12,7 +12,13 @@ only < 1000 for a single-GPU pod). Optional columns:
   webhook does; it replaces `gpu_per_pod` and `gpu_milli`, which must then be empty;
 - `tolerations`: `;`-separated `key=value`, `key=value:Effect`, `key:Exists`,
   `key:Exists:Effect` or `Exists` (tolerate every taint);
-- `node_selector`: `;`-separated `key=value` labels the node must carry.
+- `node_selector`: `;`-separated `key=value` labels the node must carry;
+- `annotations`: `;`-separated `key=value` pod annotations the translation reads with
+  `resources` (`gpugov.io/topology=required` keeps a multi-GPU pod in one NVLink domain or
+  leaves it pending with reason `topology`; `gpugov.io/model`, `gpugov.io/isolation`, HAMi's
+  and KAI's); any other annotation is refused, never ignored.
+A tenant's `timeSlicing: {oversubscribe: true}` (trusted tenants; the Tenant CRD's field)
+uncaps its time-slice replicas as the scheduler does.
 Every row's request, whichever columns spell it, is compiled by one function,
 `GpuRequest.to_pod_request(modes=True)`, with the tenant's trust tier (`to_jobs`). An openb
 pod file (it has `creation_time`) is converted on the fly by `openb_jobs`. Every error names
@@ -53,7 +59,8 @@ from gpugov.sim.trace import (
 JOB_COLUMNS = ("name", "queue", "priority", "submit_s", "duration_s", "pods", "gpu_per_pod",
                "gpu_milli", "cpu_milli", "memory_mib")
 #: the columns a job file may add (anything else is refused, with the closest name)
-JOB_OPTIONAL_COLUMNS = ("namespace", "resources", "node_selector", "tolerations")
+JOB_OPTIONAL_COLUMNS = ("namespace", "resources", "node_selector", "tolerations",
+                        "annotations")
 
 #: the openb adapter's tenants: QoS class -> (queue prefix, priority class)
 OPENB_QOS = {
@@ -120,6 +127,10 @@ def load_job_file(path: Path | str) -> list[JobSpec]:
         if not row["queue"] and not namespace:
             raise TraceError(path, line, "queue", "empty queue (and no namespace)")
         resources = row.get("resources", "").strip()
+        annotations = parse_annotations(path, line, row.get("annotations", ""))
+        if annotations and not resources:
+            raise TraceError(path, line, "annotations", "they qualify a `resources` request; "
+                             "give resources too (e.g. nvidia.com/gpu=4)")
         models: tuple[str, ...] = ()
         gpu_memory = 0
         req: GpuRequest | None = None
@@ -128,7 +139,7 @@ def load_job_file(path: Path | str) -> list[JobSpec]:
                 if row[col].strip():
                     raise TraceError(path, line, col, f"{row[col]!r}: leave it empty when "
                                      "resources is given (resources replaces it)")
-            req = gpu_request(path, line, resources)
+            req = gpu_request(path, line, resources, annotations)
             gpus, milli, gpu_memory, models = legacy_fields(req)
         else:
             gpus = int(_num(path, line, row, "gpu_per_pod", True))
@@ -229,17 +240,47 @@ def parse_limits(path: Path, line: int, text: str) -> dict[str, str]:
     return limits
 
 
-def gpu_request(path: Path | str, line: int, text: str) -> GpuRequest | None:
-    """The `resources` cell through the webhook's translation (None: no GPU asked)."""
+def parse_annotations(path: Path | str, line: int, text: str) -> dict[str, str]:
+    """The `annotations` cell: `key=value;…` of the annotations the translation reads."""
+    from gpugov.model.resource_spellings import (
+        HAMI_ANNOTATIONS,
+        KAI_ANNOTATIONS,
+        OUR_ANNOTATIONS,
+    )
+
+    known = (*OUR_ANNOTATIONS, *HAMI_ANNOTATIONS, *KAI_ANNOTATIONS)
+    out: dict[str, str] = {}
+    for part in text.split(";"):
+        part = part.strip()
+        if not part:
+            continue
+        key, sep, value = (x.strip() for x in part.partition("="))
+        if not sep or not key:
+            raise TraceError(path, line, "annotations", f"{part[:64]!r} is not key=value; "
+                             "write e.g. gpugov.io/topology=required")
+        if key not in known:
+            raise TraceError(path, line, "annotations", f"{key[:64]!r} is not read by the "
+                             f"translation; allowed: {', '.join(known)}")
+        if key in out:
+            raise TraceError(path, line, "annotations", f"{key} is given twice")
+        out[key] = value
+    return out
+
+
+def gpu_request(path: Path | str, line: int, text: str,
+                annotations: dict[str, str] | None = None) -> GpuRequest | None:
+    """The `resources` cell (with the row's annotations) through the webhook's translation
+    (None: no GPU asked)."""
     limits = parse_limits(Path(path), line, text)
     unknown = [k for k in limits if not k.startswith("nvidia.com/")]
     if unknown:
         raise TraceError(path, line, "resources", f"{unknown[0]} is not a GPU resource; put "
                          "CPU and memory in cpu_milli and memory_mib")
     try:
-        req = translate(limits)
+        req = translate(limits, annotations)
     except RequestError as exc:
-        raise TraceError(path, line, "resources", str(exc)) from None
+        field = "annotations" if annotations and exc.spelling in annotations else "resources"
+        raise TraceError(path, line, field, str(exc)) from None
     if req is not None:
         try:  # what the state cannot hold (several MIG instances in a pod, ...)
             req.to_pod_request("x", modes=True)
@@ -310,6 +351,7 @@ def to_jobs(specs: Sequence[JobSpec], cfg: ControlConfig, tree: QueueTree,
     from gpugov.sim.fleet import FleetCards
 
     cards = FleetCards(nodes) if nodes else None
+    oversubscribe = {t.namespace for t in cfg.tenants if t.oversubscribe}
     jobs = []
     for s in specs:
         try:
@@ -348,7 +390,8 @@ def to_jobs(specs: Sequence[JobSpec], cfg: ControlConfig, tree: QueueTree,
         else:
             pod = req.to_pod_request(s.name, s.cpu_milli, s.memory_mib, card, modes=True,
                                      tier=trust, tenant=tenant, node_selector=s.node_selector,
-                                     tolerations=s.tolerations)
+                                     tolerations=s.tolerations,
+                                     oversubscribe=s.namespace in oversubscribe)
         jobs.append(Job(s.name, leaf, pclass, s.submit, s.pods, pod, trust, s.duration))
     return jobs
 
