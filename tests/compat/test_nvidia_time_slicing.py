@@ -170,7 +170,10 @@ def test_the_device_plugin_hands_a_replica_to_the_spelling_the_pod_used() -> Non
 @pytest.mark.parametrize("cfg, field", [
     ({"version": "v2"}, "version"),
     ({"version": "v1", "sharing": {"timeSlicing": {"resources": [
-        {"name": "nvidia.com/mig-1g.5gb", "replicas": 2}]}}}, "resources[0].name"),
+        {"name": "nvidia.com/mig-1g.5gb", "replicas": 2}]}}}, "resources[0].rename"),
+    ({"version": "v1", "sharing": {"timeSlicing": {"resources": [
+        {"name": "nvidia.com/mig-1g.5gb", "replicas": 99,
+         "rename": "nvidia.com/mig-1g.5gb.shared"}]}}}, "resources[0].replicas"),
     ({"version": "v1", "sharing": {"timeSlicing": {"resources": [
         {"name": "nvidia.com/gpu", "replicas": 0}, {"name": "nvidia.com/gpu",
                                                     "replicas": 4}]}}}, "replicas"),

@@ -13,9 +13,15 @@ What it becomes on a gpugov node:
   setting): a request for more than one replica is refused at admission, never handed
   replicas that may be the same GPU. `false` is accepted and reported in `notes`.
 
-Anything gpugov does not serve is refused naming the field (a time-sliced MIG resource, a
-`rename` or `devices` list — NVIDIA itself ignores the last two with a warning — replicas
-below 2, unknown keys); never accepted and ignored.
+A time-sliced MIG resource (`name: nvidia.com/mig-<profile>`) becomes `mig_replicas`: every
+instance of that profile is served as replicas under `nvidia.com/mig-<profile>.shared`, which
+is NVIDIA's name for it with `renameByDefault: true` (or `rename: <name>.shared`); with
+NVIDIA's default `false` it would keep the whole instance's name, which gpugov keeps for
+whole instances, so that is refused naming the field.
+
+Anything else gpugov does not serve is refused naming the field (a `rename` or `devices`
+list — NVIDIA itself ignores the last two with a warning — replicas below 2, unknown keys);
+never accepted and ignored.
 """
 
 from __future__ import annotations
@@ -29,7 +35,9 @@ import yaml
 from gpugov.model.devices import DeviceMode
 
 GPU = "nvidia.com/gpu"
+MIG_PREFIX = "nvidia.com/mig-"
 MAX_REPLICAS = 1024
+MAX_MIG_REPLICAS = 64  # k8s.annotations.MAX_MIG_REPLICAS: what the inventory may carry
 #: flags gpugov has its own options for; accepted (their values change nothing here)
 _FLAGS_ELSEWHERE = ("failOnInitError", "nvidiaDriverRoot", "gdsEnabled", "mofedEnabled",
                     "plugin", "gfd", "deviceListStrategy", "deviceIDStrategy")
@@ -48,6 +56,8 @@ class NvidiaSharing:
     rename_by_default: bool = False
     fail_requests_greater_than_one: bool = False
     notes: tuple[str, ...] = ()
+    #: MIG profile -> replicas of each of its instances (`nvidia.com/mig-<profile>` entries)
+    mig_replicas: tuple[tuple[str, int], ...] = ()
 
     @property
     def serves_gpu_replicas(self) -> bool:
@@ -117,6 +127,7 @@ def parse(data: Any, source: str = "") -> NvidiaSharing:
     if not isinstance(resources, list) or not resources:
         raise NvidiaConfigError(_where(source, f"{field}.resources: expected a list"))
     replicas = None
+    mig: dict[str, int] = {}
     for i, r in enumerate(resources):
         at = f"{field}.resources[{i}]"
         if not isinstance(r, dict):
@@ -124,6 +135,10 @@ def parse(data: Any, source: str = "") -> NvidiaSharing:
         extra = sorted(set(r) - {"name", "replicas", "rename", "devices"})
         if extra:
             raise NvidiaConfigError(_where(source, f"{at}.{extra[0]}: allowed: name, replicas"))
+        name = str(r.get("name"))
+        if name.startswith(MIG_PREFIX) and mode is DeviceMode.TIMESLICE:
+            mig[name.removeprefix(MIG_PREFIX)] = _mig_replicas(r, at, name, rename, source)
+            continue
         if r.get("name") != GPU:
             raise NvidiaConfigError(_where(source, f"{at}.name: {str(r.get('name'))[:64]!r}; "
                                            f"gpugov shares {GPU} (time-sliced MIG: ask for "
@@ -139,14 +154,33 @@ def parse(data: Any, source: str = "") -> NvidiaSharing:
         if replicas is not None and n != replicas:
             raise NvidiaConfigError(_where(source, f"{at}.replicas: {n} differs from {replicas}"))
         replicas = n
-    assert replicas is not None
+    if replicas is None:  # only MIG resources are time-sliced
+        return NvidiaSharing(rename_by_default=rename, fail_requests_greater_than_one=fail,
+                             notes=tuple(notes), mig_replicas=tuple(sorted(mig.items())))
     if mode is DeviceMode.MPS and replicas > 48:
         raise NvidiaConfigError(_where(source, f"{field}.resources[0].replicas: {replicas}; "
                                        "MPS serves at most 48 clients per GPU"))
     if not fail:
         notes.append(f"{field}.failRequestsGreaterThanOne: false: gpugov refuses a request for "
                      "more than one replica at admission anyway (replicas may be one GPU)")
-    return NvidiaSharing(mode, replicas, rename, fail, tuple(notes))
+    return NvidiaSharing(mode, replicas, rename, fail, tuple(notes), tuple(sorted(mig.items())))
+
+
+def _mig_replicas(r: dict, at: str, name: str, rename: bool, source: str) -> int:
+    """Replicas of a time-sliced MIG resource entry, served as `<name>.shared`."""
+    if r.get("rename") not in (None, "", name + ".shared") or (
+            not rename and r.get("rename") != name + ".shared"):
+        raise NvidiaConfigError(_where(source, f"{at}.rename: gpugov serves a time-sliced MIG "
+                                       f"instance as {name}.shared (whole instances keep {name}); "
+                                       f"set renameByDefault: true or rename: {name}.shared"))
+    if r.get("devices") not in (None, "", "all"):
+        raise NvidiaConfigError(_where(source, f"{at}.devices: not served (NVIDIA ignores it "
+                                       "too); remove it"))
+    n = r.get("replicas")
+    if isinstance(n, bool) or not isinstance(n, int) or not 2 <= n <= MAX_MIG_REPLICAS:
+        raise NvidiaConfigError(_where(source, f"{at}.replicas: {str(n)[:32]!r}; allowed: "
+                                       f"2..{MAX_MIG_REPLICAS}"))
+    return n
 
 
 def _replicated(rr: Any) -> bool:

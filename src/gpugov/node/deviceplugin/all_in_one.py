@@ -47,6 +47,14 @@ class NodeFile(BaseModel):
     #: its ConfigMap holds it: sharing mode and replicas come from it (`node.nvidia_config`)
     nvidiaConfig: dict[str, Any] | None = None
 
+    def mig_replicas(self) -> tuple[tuple[str, int], ...]:
+        """MIG profile -> replicas of its time-sliced instances (`nvidia.com/mig-<p>.shared`),
+        from the NVIDIA config's time-slicing of `nvidia.com/mig-<p>`."""
+        from gpugov.node.nvidia_config import parse
+
+        return parse(self.nvidiaConfig, "nvidiaConfig").mig_replicas \
+            if self.nvidiaConfig is not None else ()
+
     def sharing(self) -> tuple[str, int, bool]:
         """(mode, replicas, whether replicas are served as nvidia.com/gpu too)."""
         from gpugov.node.nvidia_config import parse
@@ -134,7 +142,8 @@ async def serve_all(opts: RunOptions) -> None:
     regions.mkdir(parents=True, exist_ok=True)
     nv = Nvml(str(opts.nvml_library) if opts.nvml_library else None)
     try:
-        source = NvmlDeviceSource(nv, HealthTracker(nv), SharingPolicy(mode, replicas))
+        source = NvmlDeviceSource(nv, HealthTracker(nv), SharingPolicy(
+            mode, replicas, cfg.mig_replicas()))
         api_cfg = client.Configuration()
         if opts.kubeconfig is not None:
             await config.load_kube_config(config_file=str(opts.kubeconfig),

@@ -18,10 +18,13 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True, slots=True)
 class SharingPolicy:
-    """How the node offers its non-MIG GPUs (the agent's --mode/--replicas)."""
+    """How the node offers its non-MIG GPUs (the agent's --mode/--replicas), and which MIG
+    profiles' instances are time-sliced into how many replicas (`mig_replicas`, NVIDIA's
+    time-slicing of `nvidia.com/mig-<profile>`: served as `nvidia.com/mig-<profile>.shared`)."""
 
     mode: DeviceMode = DeviceMode.EXCLUSIVE
     replicas: int = 1
+    mig_replicas: tuple[tuple[str, int], ...] = ()
 
 
 def inventory_from(node: NodeGpus, healthy: dict[int, bool] | None = None,
@@ -30,6 +33,7 @@ def inventory_from(node: NodeGpus, healthy: dict[int, bool] | None = None,
     """The `gpugov.io/inventory` content for discovered GPUs. `draining` GPUs (being
     reconfigured) are reported unhealthy so no scheduler places on them meanwhile."""
     healthy = healthy or {}
+    shared = dict(sharing.mig_replicas)
     devices = []
     for g in node.gpus:
         mode = DeviceMode.MIG if g.mig_enabled else sharing.mode
@@ -39,7 +43,8 @@ def inventory_from(node: NodeGpus, healthy: dict[int, bool] | None = None,
             replicas=replicas, numa=g.numa if g.numa is not None else 0,
             nvlink_domain=g.nvlink_domain, pcie_switch=g.pcie_switch,
             healthy=healthy.get(g.index, True) and g.index not in draining,
-            mig=tuple(MigInstance(m.profile, m.start, m.uuid) for m in g.mig)))
+            mig=tuple(MigInstance(m.profile, m.start, m.uuid, shared.get(m.profile, 1))
+                      for m in g.mig)))
     limits = [g.power_limit_w for g in node.gpus if g.power_limit_w is not None]
     power = sum(limits) if limits and len(limits) == len(node.gpus) else None
     return Inventory(tuple(devices), power)
