@@ -44,13 +44,16 @@ def dev_up_cmd(
     from rich.console import Console
 
     from gpugov.k8s.devcluster import build, dev
-    from gpugov.k8s.devcluster.cluster_file import ClusterFileError
+    from gpugov.k8s.devcluster.cluster_file import ClusterFileError, load_cluster_file
     from gpugov.k8s.devcluster.plane import StartError
 
-    workdir = directory or dev.default_dir()
     console = Console(stderr=True)
+    workdir = directory
     try:
+        if nodes is not None:
+            load_cluster_file(nodes)  # a bad --nodes: said before anything is created
         build.ensure_cache_root()  # a bad XDG_CACHE_HOME: one line naming it, exit 2
+        workdir = directory or dev.default_dir()
         with console.status("starting") as status:
             plane = dev.up(workdir, nodes, say=status.update)
     except (ClusterFileError, StartError, build.BuildError) as e:

@@ -224,7 +224,7 @@ def experiment_fgd(
     pod_file, workload = _workload_file(trace_dir, workload)
     node_specs, pods = _load_study_inputs(node_file, pod_file)
     _run_and_report(node_specs, pods, workload, policy, seeds, tune, out, workers, targets,
-                    [node_file, pod_file, targets])
+                    [node_file, pod_file, targets, trace_dir])  # never into the trace folder
 
 
 @app.command("simulate")
