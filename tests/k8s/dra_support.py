@@ -16,8 +16,9 @@ from gpugov.k8s.devcluster.plane import LocalControlPlane
 from gpugov.k8s.devcluster.processes import free_port
 from gpugov.model.devices import DeviceMode
 
-#: the alpha gate gpugov's soft slices need on 1.34 (apiserver, scheduler, controller-manager)
-GATES = "--feature-gates=DRAConsumableCapacity=true"
+#: the alpha gates gpugov uses on 1.34: soft slices (DRAConsumableCapacity) and governing
+#: kube-scheduler's allocations (DRADeviceBindingConditions); apiserver, scheduler, KCM
+GATES = "--feature-gates=DRAConsumableCapacity=true,DRADeviceBindingConditions=true"
 TIMEOUT = 60.0
 
 

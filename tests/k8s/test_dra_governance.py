@@ -1,16 +1,38 @@
-"""DRA pods and gpugov's scheduler: a pod that names ResourceClaims and asks gpugov's
-scheduler to place it is held with a reason naming spec.resourceClaims and what to do
-instead — never bound with its claims unallocated (its devices would escape the queues)."""
+"""Governance of DRA claims. gpugov's scheduler holds a pod that names ResourceClaims with a
+reason naming spec.resourceClaims (it does not allocate claims yet) instead of binding it with
+its claims unallocated. Claims kube-scheduler allocates from gpugov's devices are charged to
+their Tenant's queue by the governor (binding conditions): within the limits they bind, over
+them they are held with the queue and the numbers, without a queue they get no device."""
 
 from __future__ import annotations
 
+import asyncio
 import sys
+from fractions import Fraction
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
-from test_scheduler_state import T0, make, pod  # noqa: E402
+import pytest
 
-from gpugov.k8s.scheduler.state import INVALID  # noqa: E402
+from gpugov.k8s.dra.governor import Governor
+from gpugov.k8s.dra.ledger import Charge, Ledger, QueueNode
+from gpugov.k8s.dra.publisher import SlicePublisher, probe_features
+from gpugov.k8s.dra.slices import SLICE_CLASS
+from gpugov.k8s.scheduler.kube import Kube
+from gpugov.k8s.scheduler.state import INVALID
+from gpugov.model.devices import DeviceMode
+
+sys.path.insert(0, str(Path(__file__).parent))
+from dra_support import (  # noqa: E402
+    claim,
+    claim_pod,
+    gpu,
+    inventory,
+    kwok_node,
+    plane_fixture,
+    request,
+    wait_for,
+)
+from test_scheduler_state import T0, make, pod  # noqa: E402
 
 
 def _with_claims(p: dict, gpus: bool = False) -> dict:
@@ -35,3 +57,114 @@ def test_a_claim_pod_sent_to_gpugovs_scheduler_is_held_with_the_reason() -> None
         assert "spec.resourceClaims ['gpu']" in msg
         assert "does not allocate DynamicResourceAllocation claims yet" in msg
         assert "kube-scheduler allocates claims from gpugov's ResourceSlices" in msg
+
+
+# ---------------------------------------------------------------- kube-scheduler, governed
+
+
+def test_the_ledger_caps_every_queue_on_the_path_counting_the_schedulers_usage() -> None:
+    led = Ledger({"root": QueueNode("root", None, {"gpu": 3}, {"gpu": 1.5}),
+                  "a": QueueNode("a", "root", {"gpumem": 100}),
+                  "b": QueueNode("b", "root", None)})
+    assert led.admit("c1", "a", Charge(1, 80)) == ""
+    assert "queue a: gpumem 80 in use + 40 for this claim is over its limit 100" in \
+        led.admit("c2", "a", Charge(1, 40))
+    assert led.admit("c3", "b", Charge(Fraction(1, 2), 10)) == ""
+    # root: 1.5 from gpugov's scheduler + 1 + 0.5 admitted = 3: nothing more fits anywhere
+    assert "queue root: gpu 3 in use" in led.admit("c4", "b", Charge(Fraction(1, 10), 1))
+    assert led.admit("c1", "a", Charge(1, 80)) == ""  # already admitted: idempotent
+    assert "does not exist" in led.admit("c5", "nope", Charge())
+
+
+@pytest.fixture(scope="module")
+def dra_plane(tmp_path_factory):
+    yield from plane_fixture(tmp_path_factory)
+
+
+async def _post(kube: Kube, path: str, obj: dict) -> dict:
+    status, doc = await kube.request("POST", path, obj)
+    assert status in (200, 201), (path, status, doc)
+    return doc
+
+
+def test_kube_scheduler_binds_a_claim_only_when_gpugov_admits_it_to_its_queue(
+        dra_plane) -> None:
+    """Devices published with gpugov's binding conditions: kube-scheduler allocates, then
+    waits for the governor. Within the queue's limit the pod binds; over it the claim is
+    refused with the queue and numbers (the pod's FailedScheduling event says so) and the pod
+    stays pending; a namespace with no Tenant gets no gpugov device; when the first pod
+    leaves, the held one is admitted and binds."""
+    from gpugov.k8s.devcluster.dev import install_crds
+
+    async def main() -> None:
+        await install_crds(dra_plane.kubeconfig)
+        kube = await Kube.from_kubeconfig(dra_plane.kubeconfig)
+        stop = asyncio.Event()
+        tasks = []
+        try:
+            features = await probe_features(kube, governed=True)
+            pub = SlicePublisher(kube, features)
+            gov = Governor(kube, interval=0.3)
+            tasks = [asyncio.create_task(pub.run(stop)), asyncio.create_task(gov.run(stop))]
+            await _post(kube, "/api/v1/nodes", kwok_node("gov-n1", inventory(
+                gpu(0), gpu(1), gpu(2, DeviceMode.SOFT))))
+            for ns in ("gov-a", "gov-stray"):
+                await _post(kube, "/api/v1/namespaces", {"metadata": {"name": ns}})
+            g = "/apis/gpugov.io/v1alpha1"
+            await _post(kube, f"{g}/queues", {"apiVersion": "gpugov.io/v1alpha1",
+                                              "kind": "Queue", "metadata": {"name": "qa"},
+                                              "spec": {"quota": {"gpu": 1},
+                                                       "limit": {"gpu": 1.5}}})
+            await _post(kube, f"{g}/tenants", {
+                "apiVersion": "gpugov.io/v1alpha1", "kind": "Tenant",
+                "metadata": {"name": "ta"}, "spec": {"queue": "qa", "namespaces": ["gov-a"]}})
+
+            async def make(ns: str, name: str, req: dict) -> None:
+                await _post(kube, f"/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaims",
+                            claim(name, ns, [req]))
+                await _post(kube, f"/api/v1/namespaces/{ns}/pods",
+                            claim_pod(name, ns, {"gpu": name}))
+
+            async def node_of(ns: str, name: str) -> str:
+                _, p = await kube.request("GET", f"/api/v1/namespaces/{ns}/pods/{name}")
+                return p["spec"].get("nodeName") or ""
+
+            async def events(ns: str, name: str) -> str:
+                _, doc = await kube.request("GET", f"/api/v1/namespaces/{ns}/events")
+                return " | ".join(e.get("message", "") for e in doc["items"]
+                                  if e["involvedObject"]["name"] == name)
+
+            await make("gov-a", "first", request("g", "gpu.gpugov.io", selector=(
+                '!device.attributes["gpu.gpugov.io"].sharing')))
+            assert await wait_for(lambda: node_of("gov-a", "first"), "first bound") == "gov-n1"
+            # a second whole GPU would take qa to 2 > 1.5: held, with the reason
+            await make("gov-a", "second", request("g", "gpu.gpugov.io", selector=(
+                '!device.attributes["gpu.gpugov.io"].sharing')))
+            said = await wait_for(lambda: _has(events("gov-a", "second"), "over its limit"),
+                                  "second refused")
+            assert "queue qa: gpu 1 in use + 1 for this claim is over its limit 1.5" in said
+            assert await node_of("gov-a", "second") == ""
+            # a 40 % slice fits under the limit (1 + 0.4 <= 1.5): admitted and bound
+            await make("gov-a", "slice", request("s", SLICE_CLASS, capacity={
+                "memory": "8Gi", "compute": "40"}))
+            assert await wait_for(lambda: node_of("gov-a", "slice"), "slice bound") == "gov-n1"
+            await make("gov-stray", "stray", request("g", "gpu.gpugov.io"))
+            said = await wait_for(lambda: _has(events("gov-stray", "stray"), "no queue"),
+                                  "stray refused")
+            assert "namespace gov-stray is charged to no queue" in said
+            # the first pod leaves: its claim is released and the held one gets its GPU
+            await kube.request("DELETE", "/api/v1/namespaces/gov-a/pods/first",
+                               {"gracePeriodSeconds": 0})
+            assert await wait_for(lambda: node_of("gov-a", "second"), "second bound after "
+                                  "first left", timeout=120) == "gov-n1"
+        finally:
+            stop.set()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await kube.close()
+
+    asyncio.run(main())
+
+
+async def _has(coro, text: str) -> str:  # noqa: ANN001
+    got = await coro
+    return got if text in got else ""

@@ -19,7 +19,14 @@ from collections.abc import Callable
 from typing import Any
 
 from gpugov.k8s.annotations import INVENTORY, AnnotationError, Inventory, decode_inventory
-from gpugov.k8s.dra.slices import DRIVER, Features, device_classes, node_slices
+from gpugov.k8s.dra.slices import (
+    ADMITTED,
+    DRIVER,
+    REFUSED,
+    Features,
+    device_classes,
+    node_slices,
+)
 from gpugov.k8s.scheduler.kube import Kube, WatchExpired, message
 
 log = logging.getLogger(__name__)
@@ -29,21 +36,32 @@ CLASSES = "/apis/resource.k8s.io/v1/deviceclasses"
 DIGEST = "gpugov.io/dra-digest"
 
 
-async def probe_features(kube: Kube) -> Features:
+async def probe_features(kube: Kube, governed: bool = False) -> Features:
     """What the API server keeps of the alpha fields gpugov uses (a dry-run create: a
-    disabled gate drops the field silently, so the answer shows whether it is on)."""
+    disabled gate drops the field silently, so the answer shows whether it is on).
+
+    `governed`: the operator wants kube-scheduler's allocations governed (binding
+    conditions); RuntimeError naming the gate when the API server drops them."""
     probe = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
              "metadata": {"name": "gpugov-feature-probe"},
              "spec": {"driver": DRIVER, "nodeName": "gpugov-feature-probe",
                       "pool": {"name": "probe", "generation": 0, "resourceSliceCount": 1},
                       "devices": [{"name": "probe", "allowMultipleAllocations": True,
+                                   "bindingConditions": [ADMITTED],
+                                   "bindingFailureConditions": [REFUSED],
                                    "capacity": {"memory": {"value": "1Gi"}}}]}}
     status, doc = await kube.request("POST", SLICES, probe, query=[("dryRun", "All")])
     if status not in (200, 201):
         raise RuntimeError(f"probing the API server's DRA features: HTTP {status}: "
                            f"{message(doc)}")
     dev = ((doc.get("spec") or {}).get("devices") or [{}])[0]
-    return Features(consumable_capacity=bool(dev.get("allowMultipleAllocations")))
+    if governed and not dev.get("bindingConditions"):
+        raise RuntimeError(
+            "the API server drops ResourceSlice bindingConditions: turn on the feature gate "
+            "DRADeviceBindingConditions (alpha in 1.34) on kube-apiserver and kube-scheduler "
+            "to govern kube-scheduler's allocations, or run without --govern")
+    return Features(consumable_capacity=bool(dev.get("allowMultipleAllocations")),
+                    governed=governed)
 
 
 def _digest(spec: dict[str, Any]) -> str:

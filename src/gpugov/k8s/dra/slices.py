@@ -40,6 +40,10 @@ CLASSES = {
 }
 #: the DeviceClass of soft slices: GPUs in `soft` mode, shared by consumable capacity
 SLICE_CLASS = "gpu-slice.gpugov.io"
+#: the claim device condition gpugov's governor sets when the claim is charged to its queue
+ADMITTED = "gpugov.io/admitted"
+#: ... and when it is refused (over quota, no queue): kube-scheduler gives up that node
+REFUSED = "gpugov.io/refused"
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +60,11 @@ class Features:
 
     consumable_capacity: bool = False
     partitionable: bool = False
+    #: devices carry gpugov's binding conditions: kube-scheduler waits, before binding a pod,
+    #: until gpugov's governor has admitted (or refused) the claim against its queue. Needs
+    #: DRADeviceBindingConditions (alpha in 1.34, off by default; apiserver and scheduler)
+    #: and DRAResourceClaimDeviceStatus (beta, on). Set by the operator (`--govern`).
+    governed: bool = False
 
 
 def _label(text: str) -> str:
@@ -147,6 +156,15 @@ def replica_devices(dev: InventoryDevice) -> list[dict[str, Any]]:
 
 def node_devices(inv: Inventory, features: Features) -> list[dict[str, Any]]:
     """Every healthy device of a node's inventory, in index order."""
+    out = _devices(inv, features)
+    if features.governed:
+        for d in out:
+            d["bindingConditions"] = [ADMITTED]
+            d["bindingFailureConditions"] = [REFUSED]
+    return out
+
+
+def _devices(inv: Inventory, features: Features) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for dev in sorted(inv.devices, key=lambda d: d.index):
         if not dev.healthy:

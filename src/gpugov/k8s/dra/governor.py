@@ -1,0 +1,169 @@
+"""`gpugov dra governor`: queues govern the claims kube-scheduler allocates (docs/dra.md).
+
+gpugov's devices are published with binding conditions (`Features.governed`), so
+kube-scheduler, after allocating a claim to them and reserving it for the pod, waits before
+binding the pod until the claim's device status says `gpugov.io/admitted` (or gives that node
+up when it says `gpugov.io/refused`). This controller decides: the claim's namespace gives
+its Tenant and leaf queue (the Tenants, as gpugov's scheduler reads them — never the pod's
+annotations); the allocated devices give its charge (`ledger.claim_charge`); the queue tree's
+limits, counting what gpugov's scheduler already charged (each Queue's status.usage) and the
+claims admitted so far, give the answer. A refusal names the queue, the resource and the
+numbers; kube-scheduler puts it in the pod's FailedScheduling event, deallocates the claim
+and tries again later (a claim is admitted once capacity under the limit frees up).
+
+Each round lists claims, gpugov's slices, Queues, Tenants and namespaces (polling, every
+`interval` seconds; kube-scheduler itself polls binding conditions every 5 s). Claims are
+decided oldest allocation first; each fails alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from typing import Any
+
+from gpugov.k8s.dra.ledger import ChargeError, Ledger, QueueNode, claim_charge, device_index
+from gpugov.k8s.dra.slices import ADMITTED, DRIVER, REFUSED
+from gpugov.k8s.scheduler import names
+from gpugov.k8s.scheduler.kube import Kube, message
+from gpugov.k8s.scheduler.tenancy import Tenancy
+from gpugov.k8s.scheduler.translate import queue_config
+
+log = logging.getLogger(__name__)
+
+CLAIMS = "/apis/resource.k8s.io/v1/resourceclaims"
+SLICES = "/apis/resource.k8s.io/v1/resourceslices"
+QUEUES = f"/apis/{names.GROUP}/{names.VERSION}/{names.QUEUES}"
+TENANTS = f"/apis/{names.GROUP}/{names.VERSION}/{names.TENANTS}"
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def _ours(claim: dict[str, Any]) -> list[dict[str, Any]]:
+    """The claim's allocated gpugov devices that wait on binding conditions."""
+    alloc = (claim.get("status") or {}).get("allocation") or {}
+    return [r for r in (alloc.get("devices") or {}).get("results") or []
+            if r.get("driver") == DRIVER and ADMITTED in (r.get("bindingConditions") or [])]
+
+
+def verdict(claim: dict[str, Any]) -> str | None:
+    """ADMITTED / REFUSED when gpugov decided this allocation, else None."""
+    for d in (claim.get("status") or {}).get("devices") or []:
+        if d.get("driver") != DRIVER:
+            continue
+        for c in d.get("conditions") or []:
+            if c.get("type") in (ADMITTED, REFUSED) and c.get("status") == "True":
+                return c["type"]
+    return None
+
+
+def queues_of(objs: list[dict[str, Any]]) -> dict[str, QueueNode]:
+    out = {}
+    for o in objs:
+        try:
+            q = queue_config(o)
+        except ValueError as e:
+            log.warning("governor: %s", e)
+            continue
+        usage = ((o.get("status") or {}).get("usage") or {})
+        out[q.name] = QueueNode(q.name, q.parent, q.limit,
+                                {k: float(v) for k, v in usage.items()
+                                 if isinstance(v, int | float)})
+    return out
+
+
+class Governor:
+    def __init__(self, kube: Kube, interval: float = 1.0) -> None:
+        self.kube, self.interval = kube, interval
+        self.decisions: dict[str, str] = {}  # claim uid -> the last reason ("" = admitted)
+
+    async def _list(self, path: str) -> list[dict[str, Any]]:
+        items, _ = await self.kube.list_all(path)
+        return items
+
+    async def round(self) -> int:
+        """Decide every allocated claim that waits on gpugov; returns how many were written."""
+        claims = await self._list(CLAIMS)
+        waiting = [c for c in claims if _ours(c)]
+        if not waiting:
+            return 0
+        devices = device_index(await self._list(SLICES))
+        namespaces = await self._list("/api/v1/namespaces")
+        tenancy = Tenancy(await self._list(TENANTS),
+                          {n["metadata"]["name"]: (n["metadata"].get("labels") or {})
+                           for n in namespaces})
+        ledger = Ledger(queues_of(await self._list(QUEUES)))
+        todo = []
+        for c in waiting:
+            if verdict(c) == ADMITTED:  # counted first: what is admitted stays admitted
+                owner = tenancy.of(c["metadata"]["namespace"])
+                with contextlib.suppress(ChargeError):
+                    ledger.admitted[c["metadata"]["uid"]] = (
+                        owner.queue or "", claim_charge(c, devices))
+            elif verdict(c) is None:
+                todo.append(c)
+        todo.sort(key=lambda c: (str(c["status"]["allocation"].get("allocationTimestamp")
+                                     or ""), c["metadata"]["creationTimestamp"]))
+        written = 0
+        for c in todo:
+            try:
+                why = self._decide(c, tenancy, ledger, devices)
+            except Exception as e:  # noqa: BLE001 - one claim never stops the others
+                why = f"gpugov could not value this claim: {type(e).__name__}: {e}"
+            if await self._write(c, why):
+                written += 1
+        return written
+
+    @staticmethod
+    def _decide(c: dict[str, Any], tenancy: Tenancy, ledger: Ledger,
+                devices: dict[tuple[str, str], dict[str, Any]]) -> str:
+        ns = c["metadata"]["namespace"]
+        owner = tenancy.of(ns)
+        if owner.queue is None:
+            return (f"namespace {ns} is charged to no queue ({owner.why or 'no Tenant'}): "
+                    "gpugov devices are given only to a Tenant's pods")
+        try:
+            charge = claim_charge(c, devices)
+        except ChargeError as e:
+            return str(e)
+        why = ledger.admit(c["metadata"]["uid"], owner.queue, charge)
+        return f"{why} ({charge.text()})" if why else ""
+
+    async def _write(self, c: dict[str, Any], why: str) -> bool:
+        meta = c["metadata"]
+        cond = {"type": REFUSED if why else ADMITTED, "status": "True",
+                "reason": "OverQuota" if why and "limit" in why else
+                ("Refused" if why else "Admitted"),
+                "message": (why or "charged to its queue by gpugov")[:1000],
+                "lastTransitionTime": _now()}
+        status = dict(c.get("status") or {})
+        have = [d for d in status.get("devices") or [] if d.get("driver") != DRIVER]
+        for r in _ours(c):
+            have.append({"driver": DRIVER, "pool": r["pool"], "device": r["device"],
+                         **({"shareID": r["shareID"]} if r.get("shareID") else {}),
+                         "conditions": [cond]})
+        status["devices"] = have
+        body = {**c, "status": status}
+        code, doc = await self.kube.request(
+            "PUT", f"/apis/resource.k8s.io/v1/namespaces/{meta['namespace']}/resourceclaims/"
+                   f"{meta['name']}/status", body)
+        if code != 200:
+            log.info("claim %s/%s: status not written (HTTP %s: %s); next round",
+                     meta["namespace"], meta["name"], code, message(doc))
+            return False
+        self.decisions[meta["uid"]] = why
+        log.info("claim %s/%s: %s", meta["namespace"], meta["name"], why or "admitted")
+        return True
+
+    async def run(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            try:
+                await self.round()
+            except (TimeoutError, RuntimeError, OSError) as e:
+                log.warning("governor: %s; retrying", e)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), self.interval)
