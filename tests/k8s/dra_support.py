@@ -56,7 +56,8 @@ def kwok_node(name: str, inv: Inventory | None, annotations: dict[str, str] | No
         ann["gpugov.io/inventory"] = encode_inventory(inv)
     capacity = {"cpu": "64", "memory": "512Gi", "pods": "110"}
     return {"apiVersion": "v1", "kind": "Node",
-            "metadata": {"name": name, "annotations": ann, "labels": {"type": "kwok"}},
+            "metadata": {"name": name, "annotations": ann,
+                         "labels": {"type": "kwok", "gpugov.io/dra": "true"}},
             "status": {"capacity": capacity, "allocatable": capacity}}
 
 

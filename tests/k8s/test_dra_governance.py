@@ -168,3 +168,19 @@ def test_kube_scheduler_binds_a_claim_only_when_gpugov_admits_it_to_its_queue(
 async def _has(coro, text: str) -> str:  # noqa: ANN001
     got = await coro
     return got if text in got else ""
+
+
+def test_gpugovs_scheduler_places_no_extended_resource_pod_on_a_dra_node() -> None:
+    """A node labelled gpugov.io/dra=true is served by DRA claims: gpugov's scheduler never
+    puts a device-plugin pod on its GPUs (no GPU is offered on both paths)."""
+    from test_scheduler_state import node
+
+    st = make(nodes=0)
+    dra = node("dra-only", 8)
+    dra["metadata"]["labels"]["gpugov.io/dra"] = "true"
+    st.set_node(dra)
+    st.set_pod(pod("p"))
+    plan = st.cycle(T0)
+    assert not plan.binds
+    st.set_node(node("plain", 8))
+    assert [b.node for b in st.cycle(T0 + 5).binds] == ["plain"]

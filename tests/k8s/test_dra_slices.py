@@ -124,6 +124,11 @@ def test_published_slices_are_allocated_by_kube_scheduler_by_cel_and_capacity(
                 _, node = await kube.request("GET", f"/api/v1/nodes/{name}")
                 assert await pub.sync_node(node) == "published"
                 assert await pub.sync_node(node) == "unchanged"  # nothing rewritten
+            plain = kwok_node("dra-plain", inventory(gpu(0)))
+            del plain["metadata"]["labels"]["gpugov.io/dra"]  # the device plugin's node
+            await _nodes(kube, plain)
+            _, node = await kube.request("GET", "/api/v1/nodes/dra-plain")
+            assert "no label gpugov.io/dra=true" in await pub.sync_node(node)
             _, doc = await kube.request("GET", "/apis/resource.k8s.io/v1/resourceslices")
             mine = [s for s in doc["items"] if s["spec"]["driver"] == DRIVER]
             assert {s["spec"]["nodeName"] for s in mine} == {"dra-a", "dra-h"}

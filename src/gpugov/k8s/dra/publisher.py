@@ -21,6 +21,7 @@ from typing import Any
 from gpugov.k8s.annotations import INVENTORY, AnnotationError, Inventory, decode_inventory
 from gpugov.k8s.dra.slices import (
     ADMITTED,
+    DRA_LABEL,
     DRIVER,
     REFUSED,
     Features,
@@ -104,6 +105,11 @@ class SlicePublisher:
         node = str(meta.get("name") or "")
         text = (meta.get("annotations") or {}).get(INVENTORY)
         existing = await self._existing(node)
+        if (meta.get("labels") or {}).get(DRA_LABEL) != "true":
+            why = (f"the node has no label {DRA_LABEL}=true (its GPUs are the device "
+                   "plugin's; a GPU is served on one path only)")
+            self.problems[node] = why
+            return await self._withdraw(node, existing, why)
         if inv is None and text is None:
             self.problems.pop(node, None)
             return await self._withdraw(node, existing, "no inventory")

@@ -40,6 +40,10 @@ CLASSES = {
 }
 #: the DeviceClass of soft slices: GPUs in `soft` mode, shared by consumable capacity
 SLICE_CLASS = "gpu-slice.gpugov.io"
+#: node label: the node's GPUs are served by DRA (this driver), not by the device plugin.
+#: gpugov publishes slices only for such nodes and its own scheduler places no
+#: extended-resource pod on their GPUs, so no GPU is ever offered on both paths.
+DRA_LABEL = "gpugov.io/dra"
 #: the claim device condition gpugov's governor sets when the claim is charged to its queue
 ADMITTED = "gpugov.io/admitted"
 #: ... and when it is refused (over quota, no queue): kube-scheduler gives up that node

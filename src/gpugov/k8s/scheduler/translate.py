@@ -155,6 +155,11 @@ def node_info(obj: dict[str, Any]) -> NodeInfo:
     blocked, problem = _blocked_devices(meta, gpus, inv, inv_problem)
     if problem:
         problems.append(problem)
+    if labels.get("gpugov.io/dra") == "true" and gpus > 0:  # k8s/dra/slices.DRA_LABEL
+        blocked = tuple(range(gpus))  # DRA claims hold them: never offered on both paths
+        problems.append(f"node {name}: label gpugov.io/dra=true: its GPUs are served by "
+                        "DRA (driver gpu.gpugov.io); gpugov's scheduler places no "
+                        "nvidia.com/ pod on them")
     if shared is not None and gpus > 0:
         # the NVIDIA plugin's replicas are `nvidia.com/gpu` IDs gpugov's device plugin does
         # not serve: no gpugov pod (whole, time-slice or MPS) can be admitted on them
