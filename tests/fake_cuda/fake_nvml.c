@@ -16,6 +16,7 @@
  *   unsupported <dev> <feature>  (utilization power temperature clocks throttle processes
  *                                 events nvlink topology numa)  -> NVML_ERROR_NOT_SUPPORTED
  *   events <file>              lines appended to it later are applied as they appear
+ *   compute-mode <dev> default|exclusive-process|prohibited|unsupported   (see "compute mode")
  * MIG geometry comes from the PCI device id (A100-40GB, A100-80GB, H100 80GB, A30), with the
  * real profile IDs, placements, limits and refusals (busy GPU, invalid or taken placement).
  * Built with -DFAKE_NVML_LEGACY it lacks the symbols an older driver lacks. */
@@ -111,6 +112,7 @@ static int cuda_version = 12040;
 static long events_off;
 
 static void apply_line(char *line);
+static void cm_config(int dev, const char *mode);
 
 /* ---- configuration ---- */
 static const struct model *model_of(unsigned pci) {
@@ -158,6 +160,7 @@ static void apply_line(char *line) {
         unsigned mib = 0;
         memset(d, 0, sizeof *d);
         d->h = (struct hdr){K_DEV, ndev, -1};
+        cm_config(ndev, "default");
         if (sscanf(line, "%*s %79s %x %31s %u %n", d->uuid, &d->pci, d->bus, &mib, &off) < 4)
             return;
         snprintf(d->name, sizeof d->name, "%s", line + off);
@@ -189,6 +192,7 @@ static void apply_line(char *line) {
         else if (!strcmp(kw, "topo") && n >= 4 && devarg(b) >= 0)
             topo[i][devarg(b)] = topo[devarg(b)][i] = (unsigned char)atoi(c);
         else if (!strcmp(kw, "mig-mode") && n >= 3) d->mig_mode = atoi(b) && d->model;
+        else if (!strcmp(kw, "compute-mode") && n >= 3) cm_config(i, b);
         else if (!strcmp(kw, "gi") && n >= 4) {
             struct gi *g = NULL;
             const struct profile *p = profile_by_id(d, (unsigned)atoi(b));
@@ -975,4 +979,41 @@ EXPORT nvmlReturn_t nvmlEventSetWait_v2(struct eventset *set, fake_event_t *out,
 EXPORT nvmlReturn_t nvmlEventSetFree(struct eventset *set) {
     free(set);
     return NVML_SUCCESS;
+}
+
+/* ---- compute mode (what NVIDIA's MPS daemon sets to EXCLUSIVE_PROCESS) ----
+ * As the real NVML documents nvmlDeviceSetComputeMode: root only (NVML_ERROR_NO_PERMISSION
+ * otherwise; FAKE_NVML_ROOT=0/1 overrides the euid test), NVML_ERROR_INVALID_ARGUMENT for a
+ * mode outside DEFAULT(0)/EXCLUSIVE_THREAD(1)/PROHIBITED(2)/EXCLUSIVE_PROCESS(3) and for the
+ * physical handle of a GPU in MIG mode (it takes the MIG device's handle),
+ * NVML_ERROR_NOT_SUPPORTED where the GPU has no compute modes (`compute-mode <dev>
+ * unsupported`); it takes effect at once, contexts already open keep running. */
+#include <unistd.h>
+static int cmode[MAXDEV], cm_unsup[MAXDEV];
+static void cm_config(int dev, const char *mode) {
+    if (dev < 0 || dev >= MAXDEV) return;
+    cm_unsup[dev] = !strcmp(mode, "unsupported");
+    cmode[dev] = !strcmp(mode, "exclusive-process") ? 3 : !strcmp(mode, "prohibited") ? 2 : 0;
+}
+static int cm_root(void) {
+    const char *r = getenv("FAKE_NVML_ROOT");
+    if (r && *r) return atoi(r) != 0;
+    return geteuid() == 0;
+}
+EXPORT nvmlReturn_t nvmlDeviceGetComputeMode(nvmlDevice_t h, int *mode) {
+    struct dev *d;
+    ENTER(h, K_DEV, d);
+    if (cm_unsup[d->h.dev]) RET(E_NOTSUP);
+    if (!mode) RET(E_INVAL);
+    *mode = cmode[d->h.dev];
+    RET(NVML_SUCCESS);
+}
+EXPORT nvmlReturn_t nvmlDeviceSetComputeMode(nvmlDevice_t h, int mode) {
+    struct dev *d;
+    ENTER(h, K_DEV, d);
+    if (cm_unsup[d->h.dev]) RET(E_NOTSUP);
+    if (mode < 0 || mode > 3 || d->mig_mode) RET(E_INVAL);
+    if (!cm_root()) RET(4);  /* NVML_ERROR_NO_PERMISSION */
+    cmode[d->h.dev] = mode;
+    RET(NVML_SUCCESS);
 }
