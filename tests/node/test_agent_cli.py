@@ -31,3 +31,15 @@ def test_bad_mig_config_file_exit_2(tmp_path):
     r = CliRunner().invoke(app, ["node", "agent", "--node-name", "n", "--mig-config", str(cfg)])
     assert r.exit_code == 2
     assert "mig-configs.a[0].mig-enabled: 'maybe'; allowed: true or false" in r.output
+
+
+def test_nvidia_config_errors_name_the_field_and_it_replaces_mode(tmp_path):
+    cfg = tmp_path / "plugin-config.yaml"
+    cfg.write_text("version: v1\nsharing:\n  timeSlicing:\n    resources:\n"
+                   "    - name: example.com/gpu\n      replicas: 2\n")
+    r = CliRunner().invoke(app, ["node", "agent", "--node-name", "n", "--nvidia-config",
+                                 str(cfg)])
+    assert r.exit_code == 2 and "sharing.timeSlicing.resources[0].name" in r.output
+    r = CliRunner().invoke(app, ["node", "agent", "--node-name", "n", "--nvidia-config",
+                                 str(cfg), "--mode", "mps"])
+    assert r.exit_code == 2 and "drop --mode/--replicas" in r.output

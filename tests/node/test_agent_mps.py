@@ -46,3 +46,68 @@ def test_the_agent_starts_the_mps_daemon_for_mps_gpus_and_stops_it_after(agent_s
                     daemon.stop()
 
     asyncio.run(scenario())
+
+
+def test_node_agent_mode_mps_starts_the_daemon_with_exclusive_process_gpus(
+        k8s_control_plane, node, fakes, tmp_path):
+    """`gpugov node agent --mode mps` (not only `node run`) runs the MPS control daemon for
+    the node's GPUs, after setting their compute mode through NVML; a GPU NVML cannot switch
+    (a process already on it) leaves the daemon stopped with a Warning Event naming it."""
+    import os
+    import subprocess
+    import time
+
+    from gpugov.k8s.scheduler.harness import gpugov_argv
+
+    name = f"gpu-agent-mps-{os.getpid()}-{tmp_path.name[-6:]}"
+    k8s_control_plane.create_nodes([{
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": name, "annotations": {"kwok.x-k8s.io/node": "fake"}}}])
+    from nvml_fake import H100_80
+
+    node.gpu(H100_80, "cc 9 0")
+    node.gpu(H100_80, "cc 9 0")
+    env = {**os.environ, **node.write(), "FAKE_NVML_ROOT": "1"}
+    state = tmp_path / "state"
+    daemon = MpsDaemon(state / "mps", control=FAKE)
+    argv = gpugov_argv("node", "agent", "--node-name", name, "--kubeconfig",
+                       str(k8s_control_plane.kubeconfig), "--mode", "mps", "--replicas", "4",
+                       "--mps-control", FAKE, "--state-dir", str(state), "--listen", "",
+                       "--interval", "0.5", "--nvml-library",
+                       str(fakes.current / "libnvidia-ml.so.1"))
+
+    def run_until(check, what: str) -> None:
+        proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.PIPE, text=True)
+        try:
+            for _ in range(300):
+                if check():
+                    return
+                assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+                time.sleep(0.1)
+            raise AssertionError(f"timed out waiting for {what}")
+        finally:
+            proc.terminate()
+            proc.wait(timeout=30)
+
+    async def reasons() -> list[tuple[str, str]]:
+        async with k8s_control_plane.api() as api:
+            return await _events(api, name)
+
+    try:
+        def configured() -> bool:
+            f = daemon.pipe_dir / "fake-state.json"
+            return f.exists() and json.loads(f.read_text()).get("thread_percentage") == 25
+
+        run_until(configured, "the MPS daemon with its per-client defaults")
+        st = json.loads((daemon.pipe_dir / "fake-state.json").read_text())
+        assert len(st["visible"]) == 2 and daemon.alive()
+        assert "MpsDaemonStarted" in {r for r, _ in asyncio.run(reasons())}
+    finally:
+        if daemon.alive():
+            daemon.stop()
+    node.add("proc 1 4242 1073741824")  # a process outside MPS on GPU 1
+    env.update(node.write())
+    run_until(lambda: any(r == "MpsDaemonFailed" and "4242" in m
+                          for r, m in asyncio.run(reasons())), "the refusal event")
+    assert not daemon.alive()

@@ -173,9 +173,18 @@ def node_agent_cmd(
                                              "to load (default: the loader path)"),
     listen: str = typer.Option("0.0.0.0:9403", "--listen", help="HOST:PORT for the agent's "
                                "/metrics (gpugov_node_agent_errors_total); '' = off"),
+    state_dir: Path = typer.Option(Path("/var/lib/gpugov"), "--state-dir",
+                                   help="the node's state folder (the MPS daemon's pipe, log "
+                                   "and shm folders go under <state>/mps)"),
+    mps_control: str = typer.Option("nvidia-cuda-mps-control", "--mps-control",
+                                    help="the MPS control binary (with --mode mps)"),
+    nvidia_config: Path | None = typer.Option(None, "--nvidia-config", help="the NVIDIA "
+                                              "device plugin's config file (version: v1); its "
+                                              "sharing sets --mode/--replicas"),
 ) -> None:
     """Publish GFD labels and the gpugov.io/inventory annotation, apply MIG layouts to idle
-    GPUs, report health and bypass/zombie memory as Events."""
+    GPUs, run the MPS control daemon for GPUs in mps mode, report health and bypass/zombie
+    memory as Events."""
     import asyncio
     import contextlib
     import logging
@@ -186,6 +195,18 @@ def node_agent_cmd(
     from gpugov.node.nvml.library import NvmlUnavailable
     from gpugov.node.nvml.source import SharingPolicy
 
+    shared_product = False
+    if nvidia_config is not None:
+        from gpugov.node.nvidia_config import NvidiaConfigError
+        from gpugov.node.nvidia_config import load as load_nvidia
+
+        if mode != "exclusive" or replicas != 1:
+            raise _fail("--nvidia-config sets the mode and replicas; drop --mode/--replicas")
+        try:
+            nv = load_nvidia(nvidia_config)
+        except NvidiaConfigError as e:
+            raise _fail(f"--nvidia-config {e}") from None
+        mode, replicas, shared_product = nv.mode.value, nv.replicas, nv.serves_gpu_replicas
     try:
         sharing_mode = DeviceMode(mode)
     except ValueError:
@@ -210,7 +231,12 @@ def node_agent_cmd(
         if value < 0:
             raise _fail(f"{name} {value}: must be >= 0")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    cfg = AgentConfig(node_name, mig_config, regions, interval, drain_grace)
+    cfg = AgentConfig(node_name, mig_config, regions, interval, drain_grace,
+                      shared_product=shared_product)
+    if sharing_mode is DeviceMode.MPS:  # the control daemon, as `gpugov node run` runs it
+        from gpugov.node.mps import MpsDaemon, NvmlComputeModes
+
+        cfg.mps = MpsDaemon(state_dir / "mps", control=mps_control, modes=NvmlComputeModes())
     try:
         with contextlib.suppress(KeyboardInterrupt):
             asyncio.run(run_agent(cfg, str(nvml_library) if nvml_library else None, kubeconfig,

@@ -13,9 +13,16 @@ plugin gives each client its own caps (`CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`,
 A client can lower or raise its own limits by changing its environment before CUDA starts,
 and every client shares the server's fault domain: MPS is isolation `none`, with memory and
 SM limits for well-behaved clients. An agent restart adopts a running daemon (its clients keep
-running); the daemon is stopped (`quit`) only when no GPU is in `mps` mode any more. Not done
-(planned): setting the GPUs' compute mode to EXCLUSIVE_PROCESS, which NVIDIA's daemon does so
-that no process bypasses the MPS server.
+running); the daemon is stopped (`quit`) only when no GPU is in `mps` mode any more.
+
+Compute mode: before starting the daemon, the agent sets each MPS GPU's compute mode to
+EXCLUSIVE_PROCESS through NVML (`nvmlDeviceSetComputeMode`, as NVIDIA's `mps-control-daemon`
+does with nvidia-smi), so only the MPS server opens a context there and no process bypasses
+it; after stopping it, DEFAULT again. NVML refuses without root (NO_PERMISSION), on GPUs
+without compute modes (NOT_SUPPORTED) and for a GPU in MIG mode; gpugov itself refuses to
+switch a GPU on which processes already run (their contexts would keep running outside the
+MPS server). Any refusal leaves the daemon stopped and is reported (a Warning Event), so the
+device plugin refuses MPS clients rather than serving them unprotected.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ import os
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from gpugov.k8s.annotations import Inventory
 from gpugov.model.devices import DeviceMode
@@ -32,6 +40,8 @@ from gpugov.model.devices import DeviceMode
 log = logging.getLogger(__name__)
 
 CONTROL = "nvidia-cuda-mps-control"
+#: nvmlComputeMode_t values
+DEFAULT, EXCLUSIVE_PROCESS = 0, 3
 
 
 class MpsError(RuntimeError):
@@ -57,13 +67,48 @@ def mps_devices(inventory: Inventory) -> tuple[MpsDevice, ...]:
     return tuple(out)
 
 
+class ComputeModes(Protocol):
+    """Sets a GPU's compute mode (NVML); raises MpsError with the refusal."""
+
+    def set(self, uuid: str, mode: int) -> None: ...
+
+
+class NvmlComputeModes:
+    """Compute modes through NVML, in the session the agent already holds."""
+
+    def set(self, uuid: str, mode: int) -> None:
+        import pynvml
+
+        name = {DEFAULT: "DEFAULT", EXCLUSIVE_PROCESS: "EXCLUSIVE_PROCESS"}.get(mode, str(mode))
+        try:
+            h = pynvml.nvmlDeviceGetHandleByUUID(uuid)
+            if mode == EXCLUSIVE_PROCESS:
+                procs = pynvml.nvmlDeviceGetComputeRunningProcesses(h)
+                if procs:
+                    pids = ", ".join(str(p.pid) for p in procs[:8])
+                    raise MpsError(f"GPU {uuid}: {len(procs)} process(es) running (PIDs {pids})"
+                                   f"; compute mode not set to {name} (their contexts would "
+                                   "bypass the MPS server); the daemon starts once they end")
+            if pynvml.nvmlDeviceGetComputeMode(h) != mode:
+                pynvml.nvmlDeviceSetComputeMode(h, mode)
+        except pynvml.NVMLError as exc:
+            why = {pynvml.NVML_ERROR_NO_PERMISSION: "no permission (the node agent must run as "
+                   "root, as the chart's privileged node container does)",
+                   pynvml.NVML_ERROR_NOT_SUPPORTED: "this GPU has no compute modes",
+                   pynvml.NVML_ERROR_INVALID_ARGUMENT: "refused (a GPU in MIG mode takes no "
+                   "compute mode; MPS serves whole GPUs)"}.get(exc.value, str(exc))
+            raise MpsError(f"GPU {uuid}: setting compute mode {name}: {why}") from None
+
+
 @dataclass
 class MpsDaemon:
-    """The node's one MPS control daemon (see the module doc)."""
+    """The node's one MPS control daemon (see the module doc). `modes`: how the GPUs'
+    compute mode is set (None: not set, e.g. the tests of the daemon alone)."""
 
     root: Path
     control: str = CONTROL
     timeout_s: float = 10.0
+    modes: ComputeModes | None = None
     #: the GPUs it was started (or adopted) for; None = not running as far as we know
     serving: tuple[MpsDevice, ...] | None = field(default=None)
 
@@ -107,15 +152,35 @@ class MpsDaemon:
             return False
         return True
 
+    def _set_modes(self, devices: tuple[MpsDevice, ...], mode: int) -> None:
+        if self.modes is None:
+            return
+        done: list[MpsDevice] = []
+        try:
+            for d in devices:
+                self.modes.set(d.uuid, mode)
+                done.append(d)
+        except MpsError:
+            if mode == EXCLUSIVE_PROCESS:  # all or none: put back what was switched
+                for d in done:
+                    try:
+                        self.modes.set(d.uuid, DEFAULT)
+                    except MpsError as exc:
+                        log.warning("%s", exc)
+            raise
+
     def start(self, devices: tuple[MpsDevice, ...]) -> None:
         for d in (self.pipe_dir, self.log_dir, self.shm_dir):
             d.mkdir(parents=True, exist_ok=True)
+        self._set_modes(devices, EXCLUSIVE_PROCESS)
         try:
             done = subprocess.run([self.control, "-d"], capture_output=True, text=True,
                                   env=self.env(devices), timeout=self.timeout_s, check=False)
         except (OSError, subprocess.TimeoutExpired) as exc:
+            self._set_modes(devices, DEFAULT)
             raise MpsError(f"{self.control} -d: {exc}") from None
         if done.returncode != 0:
+            self._set_modes(devices, DEFAULT)
             raise MpsError(f"{self.control} -d failed ({done.returncode}): "
                            f"{(done.stderr or done.stdout).strip()[:300]}")
         self.configure(devices)
@@ -131,6 +196,8 @@ class MpsDaemon:
 
     def stop(self) -> None:
         self.command("quit")
+        if self.serving:
+            self._set_modes(self.serving, DEFAULT)
         self.serving = None
 
     def reconcile(self, inventory: Inventory) -> str:

@@ -128,7 +128,7 @@ async def serve_all(opts: RunOptions) -> None:
     from gpugov.node.deviceplugin.pods import ApiPodSource
     from gpugov.node.deviceplugin.response import ResponseConfig
     from gpugov.node.exporter import ExporterConfig, NodeCollector, serve
-    from gpugov.node.mps import MpsDaemon
+    from gpugov.node.mps import MpsDaemon, NvmlComputeModes
     from gpugov.node.nvml.health import HealthTracker
     from gpugov.node.nvml.library import Nvml
     from gpugov.node.nvml.source import NvmlDeviceSource, SharingPolicy
@@ -153,7 +153,8 @@ async def serve_all(opts: RunOptions) -> None:
         async with client.ApiClient(api_cfg) as api:
             agent = NodeAgent(api, source, AgentConfig(
                 opts.node_name, opts.mig_config, regions, opts.interval_s,
-                mps=MpsDaemon(opts.state_dir / "mps", control=cfg.mpsControl),
+                mps=MpsDaemon(opts.state_dir / "mps", control=cfg.mpsControl,
+                              modes=NvmlComputeModes()),
                 shared_product=gpu_replicas))
             plugin = DevicePluginManager(
                 opts.node_name, source, ApiPodSource(api), opts.plugin_dir,
