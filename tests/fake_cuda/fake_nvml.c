@@ -16,6 +16,7 @@
  *   unsupported <dev> <feature>  (utilization power temperature clocks throttle processes
  *                                 events nvlink topology numa)  -> NVML_ERROR_NOT_SUPPORTED
  *   events <file>              lines appended to it later are applied as they appear
+ *   power-range <dev> <min-mW> <max-mW> [default-mW]   (see "power management" below)
  *   compute-mode <dev> default|exclusive-process|prohibited|unsupported   (see "compute mode")
  * MIG geometry comes from the PCI device id (A100-40GB, A100-80GB, H100 80GB, A30), with the
  * real profile IDs, placements, limits and refusals (busy GPU, invalid or taken placement).
@@ -28,6 +29,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 #include "../../native/cuda_types.h"
 
 #define EXPORT __attribute__((visibility("default")))
@@ -112,6 +114,8 @@ static int cuda_version = 12040;
 static long events_off;
 
 static void apply_line(char *line);
+static void power_range(int dev, const char *min, const char *max, const char *def);
+static void power_reset(void);
 static void cm_config(int dev, const char *mode);
 
 /* ---- configuration ---- */
@@ -188,6 +192,7 @@ static void apply_line(char *line) {
         else if (!strcmp(kw, "power") && n >= 4) { d->power = atoi(b); d->power_limit = atoi(c); }
         else if (!strcmp(kw, "clocks") && n >= 4) { d->sm_clock = atoi(b); d->mem_clock = atoi(c); }
         else if (!strcmp(kw, "throttle") && n >= 3) d->throttle = strtoull(b, NULL, 0);
+        else if (!strcmp(kw, "power-range") && n >= 4) power_range(i, b, c, n >= 5 ? d4 : NULL);
         else if (!strcmp(kw, "nvlink") && n >= 4) { d->nvlinks = atoi(b); d->nvgroup = atoi(c); }
         else if (!strcmp(kw, "topo") && n >= 4 && devarg(b) >= 0)
             topo[i][devarg(b)] = topo[devarg(b)][i] = (unsigned char)atoi(c);
@@ -244,6 +249,7 @@ static void configure(void) {
     memset(procs, 0, sizeof procs);
     memset(topo, 0, sizeof topo);
     ndev = nxid = 0;
+    power_reset();
     events_off = 0;
     events_path[0] = 0;
     configured = cfg && *cfg;
@@ -472,7 +478,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t h, unsigned int *mw) {
     struct dev *d;
     ENTER(h, K_DEV, d);
     NEED(d, F_POWER);
-    *mw = d->power;
+    *mw = d->power < d->power_limit ? d->power : d->power_limit;  /* a GPU holds its limit */
     RET(NVML_SUCCESS);
 }
 EXPORT nvmlReturn_t nvmlDeviceGetPowerManagementLimit(nvmlDevice_t h, unsigned int *mw) {
@@ -925,6 +931,68 @@ EXPORT nvmlReturn_t nvmlDeviceGetAttributes_v2(nvmlDevice_t h, fake_attrs_t *a) 
     a->gpuInstanceSliceCount = p->cslices;
     a->computeInstanceSliceCount = p->cslices;
     a->memorySizeMB = p->mib;
+    RET(NVML_SUCCESS);
+}
+
+/* ---- power management: limits, their allowed range, refusals ----
+ * A device's limit may be set within [min, max] (`power-range`; default: limit/4 .. the
+ * limit the `power` statement gave, which is also the default limit). As the real NVML:
+ * setting needs root (NVML_ERROR_NO_PERMISSION otherwise; FAKE_NVML_ROOT=0/1 overrides the
+ * euid test), a value outside the range is NVML_ERROR_INVALID_ARGUMENT, a device without
+ * power management (`unsupported <dev> power`) NVML_ERROR_NOT_SUPPORTED. The reported draw
+ * never exceeds the limit in force. */
+#define E_NOPERM 4
+static unsigned pw_min[MAXDEV], pw_max[MAXDEV], pw_def[MAXDEV];
+static void power_reset(void) {
+    memset(pw_min, 0, sizeof pw_min);
+    memset(pw_max, 0, sizeof pw_max);
+    memset(pw_def, 0, sizeof pw_def);
+}
+static void power_range(int dev, const char *min, const char *max, const char *def) {
+    pw_min[dev] = (unsigned)strtoul(min, NULL, 10);
+    pw_max[dev] = (unsigned)strtoul(max, NULL, 10);
+    pw_def[dev] = def ? (unsigned)strtoul(def, NULL, 10) : pw_max[dev];
+}
+static void power_bounds(struct dev *d, unsigned *min, unsigned *max, unsigned *def) {
+    int i = d->h.dev;
+    if (!pw_max[i]) {  /* first use: the range around the configured limit */
+        pw_max[i] = pw_def[i] = d->power_limit;
+        pw_min[i] = d->power_limit / 4;
+    }
+    *min = pw_min[i]; *max = pw_max[i]; *def = pw_def[i];
+}
+static int as_root(void) {
+    const char *r = getenv("FAKE_NVML_ROOT");
+    if (r && *r) return atoi(r) != 0;
+    return geteuid() == 0;
+}
+EXPORT nvmlReturn_t nvmlDeviceGetPowerManagementLimitConstraints(nvmlDevice_t h,
+                                                                 unsigned int *min,
+                                                                 unsigned int *max) {
+    struct dev *d;
+    unsigned def;
+    ENTER(h, K_DEV, d);
+    NEED(d, F_POWER);
+    power_bounds(d, min, max, &def);
+    RET(NVML_SUCCESS);
+}
+EXPORT nvmlReturn_t nvmlDeviceGetPowerManagementDefaultLimit(nvmlDevice_t h, unsigned int *mw) {
+    struct dev *d;
+    unsigned min, max;
+    ENTER(h, K_DEV, d);
+    NEED(d, F_POWER);
+    power_bounds(d, &min, &max, mw);
+    RET(NVML_SUCCESS);
+}
+EXPORT nvmlReturn_t nvmlDeviceSetPowerManagementLimit(nvmlDevice_t h, unsigned int mw) {
+    struct dev *d;
+    unsigned min, max, def;
+    ENTER(h, K_DEV, d);
+    NEED(d, F_POWER);
+    if (!as_root()) RET(E_NOPERM);
+    power_bounds(d, &min, &max, &def);
+    if (mw < min || mw > max) RET(E_INVAL);
+    d->power_limit = mw;
     RET(NVML_SUCCESS);
 }
 

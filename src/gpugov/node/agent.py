@@ -13,7 +13,9 @@ Each round (every `interval_s`):
 3. MPS: while some GPU is in `mps` mode, the MPS control daemon runs with per-client defaults
    (`gpugov.node.mps`; started, adopted after an agent restart, stopped when no GPU is in
    `mps` mode); a refusal becomes a Warning Event and the device plugin refuses MPS clients.
-4. Bypass and zombie detection (`detect`) against the pods the API says run on this node; a
+4. Power (`node/power.py`): measured draw and energy per GPU -> `gpugov.io/power`; the power
+   limits the node's PowerDomain asks for (`status.caps`) set with NVML, one Event each.
+5. Bypass and zombie detection (`detect`) against the pods the API says run on this node; a
    new finding becomes a Warning Event on the Node.
 Bad input (a corrupt annotation, an unknown MIG profile, a garbage region) is logged, reported
 and counted; the loop goes on.
@@ -35,6 +37,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from gpugov.k8s import annotations as ann
 from gpugov.k8s.annotations import INVENTORY, encode_inventory
+from gpugov.k8s.power.contract import POWER
 from gpugov.node import labels as gfd
 from gpugov.node.detect import detect, nvml_pids
 from gpugov.node.mig_apply import GpuOutcome, apply_change, plan_changes
@@ -43,6 +46,8 @@ from gpugov.node.mps import MpsDaemon, MpsError
 from gpugov.node.nvml.samples import sample_all
 from gpugov.node.nvml.source import NvmlDeviceSource
 from gpugov.node.pod_regions import scan
+from gpugov.node.power import PowerCaps
+from gpugov.node.power import reconcile as reconcile_power
 from gpugov.node.procs import ProcTable
 
 log = logging.getLogger(__name__)
@@ -83,6 +88,9 @@ class NodeAgent:
     reported: set[tuple[str, int, int]] = field(default_factory=set)
     mig_attempted: str | None = None
     mps_problem: str = ""
+    #: the measured draw (`gpugov.io/power`) and the power limits set (node/power.py)
+    power_annotation: str | None = None
+    power_caps: PowerCaps = field(default_factory=PowerCaps)
 
     @property
     def core(self) -> client.CoreV1Api:
@@ -99,6 +107,8 @@ class NodeAgent:
         labels.update({k: None for k in gfd.stale(current, new)})
         labels.update(extra_labels or {})
         annotations: dict[str, Any] = {INVENTORY: encode_inventory(self.source.inventory())}
+        if self.power_annotation is not None:
+            annotations[POWER] = self.power_annotation
         annotations.update(extra_annotations or {})
         body = {"metadata": {"labels": labels, "annotations": annotations}}
         if body == self.published and not force:
@@ -228,6 +238,11 @@ class NodeAgent:
                              f"MPS control daemon {done} ({daemon.pipe_dir})")
         return done
 
+    # -------------------------------------------------------------- power
+    async def reconcile_power(self) -> None:
+        """Publish measured draw and energy; set the power limits the rack asks for."""
+        await reconcile_power(self)
+
     # -------------------------------------------------------------- detection
     async def live_pod_uids(self) -> set[str]:
         pods = await self.core.list_pod_for_all_namespaces(
@@ -264,7 +279,8 @@ class NodeAgent:
     async def round(self) -> None:
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(None, self.source.refresh)
-        for step in (self.publish, self.reconcile_mig, self.reconcile_mps, self.check_memory):
+        for step in (self.publish, self.reconcile_power, self.reconcile_mig, self.reconcile_mps,
+                     self.check_memory):
             try:
                 await step()
             except ApiException as exc:
