@@ -253,7 +253,7 @@ class PodView:
                 for a in e.terms.preferred_anti_affinity:
                     add(a, -a.weight, t.namespace, own, node_labels)
         out = np.zeros(len(nodes), dtype=np.int64)
-        if not topo:
+        if not topo or not len(nodes):
             return out
         raw = [sum(w for (k, v), w in topo.items() if self.labels[int(n)].get(k) == v)
                for n in nodes]
