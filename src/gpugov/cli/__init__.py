@@ -10,6 +10,7 @@ from __future__ import annotations
 from gpugov.cli import (  # each import adds its commands to `app`
     crd,  # noqa: F401  crd generate, convert
     dev,  # noqa: F401  dev build, up, kubectl, demo, down
+    dra,  # noqa: F401  dra publish, governor, classes
     explain,  # noqa: F401  explain
     k8s_control,  # noqa: F401  reconcile, tenants, scheduler, extender, webhook
     mig,  # noqa: F401  mig check, layouts; plan mig
@@ -25,7 +26,7 @@ from gpugov.cli.study import DEFAULT_NODE_LIST, _load_study_inputs, _workload_fi
 # the order `gpugov --help` lists them in: a new user's first commands first
 COMMANDS = ("simulate", "modes", "replay", "openb-jobs", "explain", "reconcile", "tenants",
             "scheduler", "extender", "webhook", "verify", "top", "rightsize", "report")
-GROUPS = ("experiment", "mig", "plan", "native", "dev", "crd", "node")
+GROUPS = ("experiment", "mig", "plan", "native", "dev", "crd", "node", "dra")
 app.registered_commands.sort(key=lambda c: COMMANDS.index(c.name or ""))
 app.registered_groups.sort(key=lambda g: GROUPS.index(g.name or ""))
 
