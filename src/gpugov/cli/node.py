@@ -271,6 +271,9 @@ def node_dra_plugin_cmd(
                                  "gpu.gpugov.io) from the inventory"),
     interval: float = typer.Option(5.0, "--interval", callback=_positive_seconds,
                                    help="seconds between slice checks"),
+    govern: bool = typer.Option(False, "--govern", help="devices carry gpugov's binding "
+                                "conditions: kube-scheduler binds a claim only once `gpugov "
+                                "dra governor` admits it (needs DRADeviceBindingConditions)"),
 ) -> None:
     """Serve the DRA kubelet plugin of driver gpu.gpugov.io and publish the node's slices."""
     import asyncio
@@ -306,7 +309,7 @@ def node_dra_plugin_cmd(
             config.load_incluster_config()
             kube = Kube(client.ApiClient())
         try:
-            features = await probe_features(kube)
+            features = await probe_features(kube, govern)
             opts = DraOptions(node, devices, plugins_dir, registry_dir, cdi_dir, state_dir,
                               kubeconfig, features.consumable_capacity)
 
