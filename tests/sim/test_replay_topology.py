@@ -108,3 +108,13 @@ def test_oversubscription_needs_a_trusted_tenant():
     with pytest.raises(ConfigError, match="oversubscribe needs trust: trusted"):
         parse_config({"queues": [{"name": "a"}], "tenants": [
             {"namespace": "n", "queue": "a", "timeSlicing": {"oversubscribe": True}}]})
+
+
+def test_an_mps_request_where_no_node_serves_mps_says_so(tmp_path):
+    """Bad input (issue 20): an MPS client on a fleet without MPS devices waits with a reason
+    that names MPS and how a node serves it, not only 'no device in its mode'."""
+    jobs, _ = _run(tmp_path, ["m,,,0,10,1,,,1000,1024,ns-a,nvidia.com/gpu.mps=1,"],
+                   [_node("whole", 1)])
+    assert jobs["m"][7] in ("pending", "rejected")
+    assert "gpu-mode" in jobs["m"][8] and "MPS" in jobs["m"][8]
+    assert "defaultMode=mps" in jobs["m"][8]

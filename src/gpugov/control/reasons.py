@@ -65,6 +65,20 @@ NODE_WORDS = {
 assert set(REASONS) <= set(NODE_WORDS), "every placement reason needs words"
 
 
+#: a slice no node serves at all: which nodes would, and how an admin makes one
+_MODE_SERVED = {
+    DeviceMode.MPS: "no node it may use serves MPS clients (nvidia.com/gpu.mps needs GPUs "
+                    "in mps mode, with the MPS control daemon: the chart's "
+                    "node.defaultMode=mps, `gpugov node agent --mode mps`, or the NVIDIA "
+                    "config's sharing.mps); ask for a soft slice (nvidia.com/gpu with "
+                    "gpumem/gpucores) or a whole GPU instead",
+    DeviceMode.TIMESLICE: "no node it may use serves time-slice replicas "
+                          "(nvidia.com/gpu.shared needs GPUs in timeslice mode: "
+                          "node.defaultMode=timeslice or the NVIDIA config's "
+                          "sharing.timeSlicing); ask for a soft slice or a whole GPU",
+}
+
+
 def node_words(code: str, req: PodRequest | None = None) -> str:
     """`code` (a placement reason) as a sentence; with `req`, naming its slice when that is
     what blocked."""
@@ -81,6 +95,8 @@ def node_words(code: str, req: PodRequest | None = None) -> str:
         return (f"it needs {req.min_isolation} isolation (its tenant's trust tier) and a "
                 f"{req.slice_mode} slice gives {req.slice_mode.isolation}; ask for a MIG "
                 "profile or a whole GPU (hard isolation)")
+    if code == "gpu-mode" and req.slice_mode in _MODE_SERVED and not req.mig_profile:
+        return _MODE_SERVED[req.slice_mode]
     if code == "mig-slice" and req.mig_profile:
         return words.replace("its profile", f"profile {req.mig_profile}")
     if code == "gpu-memory" and req.gpu_memory_mib:
