@@ -97,14 +97,20 @@ def test_kube_scheduler_binds_a_claim_only_when_gpugov_admits_it_to_its_queue(
     from gpugov.k8s.devcluster.dev import install_crds
 
     async def main() -> None:
+        from gpugov.k8s.devcluster.rbac import apply_component_rbac
+
         await install_crds(dra_plane.kubeconfig)
         kube = await Kube.from_kubeconfig(dra_plane.kubeconfig)
+        # publisher and governor run as gpugov's scheduler identity, with the chart's RBAC
+        ident = await Kube.from_kubeconfig(await apply_component_rbac(
+            dra_plane.kubeconfig, "scheduler", "gpugov-system",
+            dra_plane.workdir / "scheduler.kubeconfig"))
         stop = asyncio.Event()
         tasks = []
         try:
-            features = await probe_features(kube, governed=True)
-            pub = SlicePublisher(kube, features)
-            gov = Governor(kube, interval=0.3)
+            features = await probe_features(ident, governed=True)
+            pub = SlicePublisher(ident, features)
+            gov = Governor(ident, interval=0.3)
             tasks = [asyncio.create_task(pub.run(stop)), asyncio.create_task(gov.run(stop))]
             await _post(kube, "/api/v1/nodes", kwok_node("gov-n1", inventory(
                 gpu(0), gpu(1), gpu(2, DeviceMode.SOFT))))
@@ -152,6 +158,7 @@ def test_kube_scheduler_binds_a_claim_only_when_gpugov_admits_it_to_its_queue(
             said = await wait_for(lambda: _has(events("gov-stray", "stray"), "no queue"),
                                   "stray refused")
             assert "namespace gov-stray is charged to no queue" in said
+            assert not pub.problems and not gov.errors
             # the first pod leaves: its claim is released and the held one gets its GPU
             await kube.request("DELETE", "/api/v1/namespaces/gov-a/pods/first",
                                {"gracePeriodSeconds": 0})
@@ -161,6 +168,7 @@ def test_kube_scheduler_binds_a_claim_only_when_gpugov_admits_it_to_its_queue(
             stop.set()
             await asyncio.gather(*tasks, return_exceptions=True)
             await kube.close()
+            await ident.close()
 
     asyncio.run(main())
 

@@ -80,6 +80,7 @@ class Governor:
     def __init__(self, kube: Kube, interval: float = 1.0) -> None:
         self.kube, self.interval = kube, interval
         self.decisions: dict[str, str] = {}  # claim uid -> the last reason ("" = admitted)
+        self.errors: list[str] = []  # what failed other than a write conflict (bounded)
 
     async def _list(self, path: str) -> list[dict[str, Any]]:
         items, _ = await self.kube.list_all(path)
@@ -152,6 +153,9 @@ class Governor:
             "PUT", f"/apis/resource.k8s.io/v1/namespaces/{meta['namespace']}/resourceclaims/"
                    f"{meta['name']}/status", body)
         if code != 200:
+            if code != 409:
+                self._error(f"claim {meta['namespace']}/{meta['name']}: HTTP {code}: "
+                            f"{message(doc)}")
             log.info("claim %s/%s: status not written (HTTP %s: %s); next round",
                      meta["namespace"], meta["name"], code, message(doc))
             return False
@@ -159,11 +163,15 @@ class Governor:
         log.info("claim %s/%s: %s", meta["namespace"], meta["name"], why or "admitted")
         return True
 
+    def _error(self, text: str) -> None:
+        self.errors = [*self.errors[-99:], text]
+
     async def run(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
             try:
                 await self.round()
             except (TimeoutError, RuntimeError, OSError) as e:
+                self._error(str(e))
                 log.warning("governor: %s; retrying", e)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), self.interval)
