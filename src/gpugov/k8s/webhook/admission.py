@@ -447,6 +447,13 @@ def mutate(req: Mapping[str, Any], resolve_tenancy, scheduler_name: str = ann.SC
     placement = _placement_refusal(pod)
     if placement:
         return response(uid, False, f"gpugov: {placement}")
+    try:  # what the device plugin will pass as NVIDIA_DRIVER_CAPABILITIES (its own module)
+        from gpugov.k8s.driver_capabilities import CapabilityError, of_pod
+        from gpugov.model.resource_spellings import ALIASES
+
+        of_pod(pod, (*options.names.renamed(), *ALIASES))
+    except CapabilityError as exc:
+        return response(uid, False, f"gpugov: {exc}")
     namespace = req.get("namespace") or meta.get("namespace") or "default"
     try:
         res = resolve_tenancy(namespace)

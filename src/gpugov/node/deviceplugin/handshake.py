@@ -32,6 +32,9 @@ from gpugov.k8s.annotations import (
     decode_allocated,
     decode_allocation,
 )
+from gpugov.k8s.driver_capabilities import DEFAULT as DEFAULT_CAPABILITIES
+from gpugov.k8s.driver_capabilities import CapabilityError
+from gpugov.k8s.driver_capabilities import of_pod as capabilities_of
 from gpugov.model.devices import DeviceMode
 from gpugov.node.deviceplugin.pods import Pod
 from gpugov.node.deviceplugin.resources import GPU, MPS, SHARED, PluginDevice, mig_resource
@@ -54,6 +57,8 @@ class Candidate:
     claimed_ids: tuple[str, ...]  # IDs of this resource it already claimed (kubelet re-Allocate)
     allocated_ids: tuple[str, ...]  # every ID in its gpugov.io/allocated (all resources)
     trust_tier: str | None
+    #: NVIDIA_DRIVER_CAPABILITIES its GPU container asks for (k8s.driver_capabilities)
+    driver_capabilities: str = DEFAULT_CAPABILITIES
 
     @property
     def ref(self) -> str:
@@ -166,6 +171,11 @@ def candidates(pods: Iterable[Pod], node: str, resource: str, inventory: Invento
             continue
         if not slices:
             continue
+        try:
+            caps = capabilities_of(pod)
+        except CapabilityError as exc:
+            rejected.append(Rejected(ref, str(exc)))
+            continue
         allocated: tuple[str, ...] = ()
         if ALLOCATED in ann:
             try:
@@ -179,7 +189,8 @@ def candidates(pods: Iterable[Pod], node: str, resource: str, inventory: Invento
             resource_version=md.get("resourceVersion", ""), order=_order(pod),
             wanted=tuple(k for k, _ in slices), slices=tuple(slices),
             claimed_ids=tuple(sorted(i for i in allocated if i in resource_ids)),
-            allocated_ids=allocated, trust_tier=ann.get("gpugov.io/trust-tier")))
+            allocated_ids=allocated, trust_tier=ann.get("gpugov.io/trust-tier"),
+            driver_capabilities=caps))
     found.sort(key=lambda c: c.order)
     return found, rejected
 

@@ -242,7 +242,8 @@ class ResourcePlugin(pb_grpc.DevicePluginServicer):
     def _response(self, c: Candidate, request: list[PluginDevice]) -> pb.ContainerAllocateResponse:
         try:
             return container_response(request, dict(c.slices), self.cfg,
-                                      (c.namespace, c.name, c.uid), c.trust_tier)
+                                      (c.namespace, c.name, c.uid), c.trust_tier,
+                                      c.driver_capabilities)
         except (ValueError, OSError) as exc:
             raise AllocateError("error", f"pod {c.ref}: {exc}") from None
 

@@ -22,7 +22,9 @@ A memory-only soft slice (record `computeLimited: false`) gets its memory limit 
 `GPUGOV_CORE_LIMIT_<i>`: it shares the device's time (HAMi's `defaultCores: 0`). A record's
 `priority` (HAMi's `nvidia.com/priority`) is passed as `GPUGOV_TASK_PRIORITY` and HAMi's own
 `CUDA_TASK_PRIORITY`; the library does not act on it yet (planned). Every container gets
-`NVIDIA_DRIVER_CAPABILITIES=compute,utility` (Allocate cannot see the container's own env).
+`NVIDIA_DRIVER_CAPABILITIES`: `compute,utility` plus what the pod's GPU container asks in its
+own env (e.g. `video`), or `all` (`k8s.driver_capabilities`; the webhook refused anything
+else at admission).
 
 MPS clients: `CUDA_MPS_PIPE_DIRECTORY` names the node's control daemon's pipe folder (mounted
 from `<state dir>/mps/pipe`), its shm folder is the container's `/dev/shm`, and the client's
@@ -96,9 +98,11 @@ def core_percent(milli: int) -> int:
 def container_response(request: list[PluginDevice],
                        slices: dict[str, AllocatedDevice], cfg: ResponseConfig,
                        pod: tuple[str, str, str], trust_tier: str | None,
+                       capabilities: str = DRIVER_CAPABILITIES,
                        ) -> pb.ContainerAllocateResponse:
     """The answer for one container: `request` are the kubelet's devices, `slices` the
-    scheduler's slice per device key (GPU or MIG UUID)."""
+    scheduler's slice per device key (GPU or MIG UUID); `capabilities` what the pod's GPU
+    container asks in NVIDIA_DRIVER_CAPABILITIES (`k8s.driver_capabilities`)."""
     keys: list[str] = []
     for d in sorted(request, key=lambda d: (d.index, d.mig_start or 0)):
         if d.key not in keys:
@@ -108,9 +112,9 @@ def container_response(request: list[PluginDevice],
     resp.envs["NVIDIA_VISIBLE_DEVICES"] = visible
     resp.envs["CUDA_VISIBLE_DEVICES"] = visible
     resp.envs["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
-    # the toolkit's default ("utility" only) mounts no CUDA library; the container's own
-    # env cannot be seen here, so it is always set (docs/device-plugin.md)
-    resp.envs["NVIDIA_DRIVER_CAPABILITIES"] = DRIVER_CAPABILITIES
+    # the toolkit's default ("utility" only) mounts no CUDA library: always set, to what the
+    # pod's GPU container asks plus compute,utility (docs/device-plugin.md)
+    resp.envs["NVIDIA_DRIVER_CAPABILITIES"] = capabilities
     priorities = {slices[k].priority for k in keys} - {None}
     if priorities:  # HAMi's task priority: the lowest number (highest priority) wins
         resp.envs["GPUGOV_TASK_PRIORITY"] = resp.envs["CUDA_TASK_PRIORITY"] = \
