@@ -229,18 +229,23 @@ def report_cmd(
     step: str = typer.Option("1m", "--step", help="integration step"),
     price: float = typer.Option(1.0, "--gpu-hour-price", callback=_finite_nonnegative,
                                 help="cost of one GPU-hour"),
+    energy_price: float = typer.Option(0.0, "--kwh-price", callback=_finite_nonnegative,
+                                       help="cost of one kWh of GPU energy"),
     out: Path = typer.Option(Path("."), "--out", help="folder for chargeback.csv/.png"),
 ) -> None:
-    """Per-tenant chargeback: GPU-hours allocated vs used and idle cost (CSV + PNG)."""
+    """Per-tenant chargeback: GPU-hours allocated vs used, idle cost, GPU energy (kWh) and
+    its cost (CSV + PNG)."""
     from gpugov.observe import chargeback
 
     for opt, val in (("--period", period), ("--step", step)):
         _prom_duration(opt, val)
     if not 0 <= price <= MAX_PRICE:
         raise _fail(f"--gpu-hour-price must be within 0..{MAX_PRICE:g}, got {price}")
+    if not 0 <= energy_price <= MAX_PRICE:
+        raise _fail(f"--kwh-price must be within 0..{MAX_PRICE:g}, got {energy_price}")
     _check_out_folder(out, [], ("chargeback.csv", "chargeback.png"))  # before asking anyone
     rows = _with_prometheus(prometheus, lambda prom: chargeback.chargeback(
-        prom, period, step, price))
+        prom, period, step, price, energy_price))
     if not rows:  # Prometheus answered with nothing: no data is not an error (exit 0)
         typer.echo(f"no data: no gpugov reconciler series in the last {period} at "
                    f"{prometheus}; is `gpugov reconcile` running and scraped? (nothing written)")

@@ -1,7 +1,9 @@
-"""`gpugov report`: per-tenant chargeback — GPU-hours allocated vs used, idle cost.
+"""`gpugov report`: per-tenant chargeback — GPU-hours allocated vs used, idle cost, energy.
 
 Allocated and used GPU-hours integrate the reconciler's per-pod compute series over the
-period (a subquery at `step`); idle GPU-hours come from its idle counter. Outputs (CSV and
+period (a subquery at `step`); idle GPU-hours come from its idle counter; energy (kWh)
+integrates its per-pod GPU power (`gpugov_pod_gpu_power_watts`, each pod's share of its GPUs'
+measured draw, observe/power.py), priced at `energy_price` per kWh. Outputs (CSV and
 PNG) are written atomically: both appear, or neither changes.
 """
 
@@ -18,7 +20,7 @@ from gpugov.observe.promapi import Prometheus
 
 _UNIT_S = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 COLUMNS = ("tenant", "allocated_gpu_hours", "used_gpu_hours", "idle_gpu_hours",
-           "efficiency", "allocated_cost", "idle_cost")
+           "efficiency", "allocated_cost", "idle_cost", "energy_kwh", "energy_cost")
 
 
 def seconds(duration: str) -> float:
@@ -38,6 +40,8 @@ class TenantRow:
     used_gpu_hours: float
     idle_gpu_hours: float
     price: float
+    energy_kwh: float = 0.0
+    energy_price: float = 0.0
 
     @property
     def efficiency(self) -> float | None:
@@ -48,7 +52,8 @@ class TenantRow:
         return [self.tenant, f"{self.allocated_gpu_hours:.4f}", f"{self.used_gpu_hours:.4f}",
                 f"{self.idle_gpu_hours:.4f}", "" if eff is None else f"{eff:.4f}",
                 f"{self.allocated_gpu_hours * self.price:.2f}",
-                f"{self.idle_gpu_hours * self.price:.2f}"]
+                f"{self.idle_gpu_hours * self.price:.2f}", f"{self.energy_kwh:.6f}",
+                f"{self.energy_kwh * self.energy_price:.2f}"]
 
 
 def queries(period: str, step: str) -> dict[str, str]:
@@ -59,17 +64,20 @@ def queries(period: str, step: str) -> dict[str, str]:
         "used": f"sum_over_time((sum by (tenant) ({m.COMPUTE['used']}))[{period}:{step}])"
                 f" * {step_h!r}",
         "idle": f"sum by (tenant) (increase({m.IDLE_ALLOCATED}[{period}])) / 3600",
+        "energy": f"sum_over_time((sum by (tenant) ({m.POD_GPU_POWER}))[{period}:{step}])"
+                  f" * {seconds(step) / 3.6e6!r}",
     }
 
 
-async def chargeback(prom: Prometheus, period: str, step: str, price: float
-                     ) -> list[TenantRow]:
+async def chargeback(prom: Prometheus, period: str, step: str, price: float,
+                     energy_price: float = 0.0) -> list[TenantRow]:
     got: dict[str, dict[str, float]] = {}
     for name, q in queries(period, step).items():
         for s in await prom.query(q):
             got.setdefault(s.labels.get("tenant", ""), {})[name] = s.value
     return [TenantRow(t, v.get("allocated", 0.0), v.get("used", 0.0), v.get("idle", 0.0),
-                      price) for t, v in sorted(got.items())]
+                      price, v.get("energy", 0.0), energy_price)
+            for t, v in sorted(got.items())]
 
 
 def csv_text(rows: list[TenantRow]) -> str:

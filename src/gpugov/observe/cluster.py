@@ -76,6 +76,11 @@ async def read_queues(api: client.ApiClient) -> list[dict[str, Any]] | None:
     return await _custom(api, QUEUE_PLURAL)
 
 
+async def read_power_domains(api: client.ApiClient) -> list[dict[str, Any]] | None:
+    """The cluster's `PowerDomain` objects, or None when the CRD is absent (docs/power.md)."""
+    return await _custom(api, "powerdomains")
+
+
 @dataclass(frozen=True)
 class Tenancy:
     """Which (tenant, queue) each namespace is charged to, by the Tenant objects alone (the

@@ -69,13 +69,20 @@ NODE_AGENT_MISSING = "gpugov_node_agent_missing"
 RECONCILER_PROBLEMS = "gpugov_reconciler_input_problems"
 RECONCILER_ERRORS = "gpugov_reconciler_errors_total"
 RECONCILER_LAST_SUCCESS = "gpugov_reconciler_last_success_timestamp_seconds"
+# power (observe/power.py, docs/power.md)
+POWER_PANEL = "gpugov_power_domain_panel_watts"
+POWER_BUDGET = "gpugov_power_domain_budget_watts"
+POWER_ADMITTED = "gpugov_power_domain_admitted_watts"
+POWER_MEASURED = "gpugov_power_domain_measured_watts"
+POD_GPU_POWER = "gpugov_pod_gpu_power_watts"
 
 RECONCILER_METRICS = (
     *GPUS.values(), *MEMORY.values(), *COMPUTE.values(), EFFICIENCY, IDLE_ALLOCATED,
     QUEUE_QUOTA, QUEUE_FAIR_SHARE, QUEUE_USAGE, QUEUE_PENDING, QUOTA_REFUSALS,
     TIMESLICE_OVERCOMMIT, DEVICE_ALLOCATED_COMPUTE, DEVICE_ALLOCATED_MEMORY,
     NODE_AGENT_MISSING, RECONCILER_PROBLEMS, RECONCILER_ERRORS,
-    RECONCILER_LAST_SUCCESS,
+    RECONCILER_LAST_SUCCESS, POWER_PANEL, POWER_BUDGET, POWER_ADMITTED, POWER_MEASURED,
+    POD_GPU_POWER,
 )
 
 ALL_METRICS = frozenset(EXPORTER_METRICS + RECONCILER_METRICS)

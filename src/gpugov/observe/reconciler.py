@@ -24,10 +24,12 @@ from gpugov.observe.cluster import (
     Tenancy,
     api_client,
     read_cluster,
+    read_power_domains,
     read_queues,
     read_tenancy,
 )
 from gpugov.observe.metrics import ReconcilerMetrics
+from gpugov.observe.power import PowerMetrics
 from gpugov.observe.promapi import Prometheus, PrometheusError
 from gpugov.observe.usage import read_used
 from gpugov.observe.views import (
@@ -88,6 +90,12 @@ class Reconciler:
         self.metrics = ReconcilerMetrics(opts.max_pods)
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self.metrics)
+        #: per-rack budget/admitted/measured and per-pod GPU power (observe/power.py)
+        self.power = PowerMetrics()
+        self.registry.register(self.power)
+        #: the PowerDomain objects (None: no source, or the CRD is not installed)
+        self.power_source: Callable[[], Awaitable[list[dict[str, Any]] | None]] | None = None
+        self._domains: list[dict[str, Any]] = []
         self._said: set[str] = set()
         self._last_cycle: float | None = None
         self._cluster: tuple[list[dict[str, Any]], list[dict[str, Any]]] | None = None
@@ -136,6 +144,14 @@ class Reconciler:
             rec.nodes_without_agent = []
             rec.problems = [p for p in rec.problems if p[0] != "node-without-agent"]
         rec.problems += [("node-inventory", p) for p in node_problems]
+        if self.power_source is not None:
+            try:
+                self._domains = await self.power_source() or []
+            except ClusterError as e:
+                self.metrics.error("kubernetes-unreachable")
+                self._say(f"{e}; keeping the last PowerDomains")
+        rec.problems += [("node-power", p) for p in self.power.update(self._domains, nodes,
+                                                                         pod_recs)]
         for _, message in rec.problems:
             self._say(message)
         dt = 0.0 if self._last_cycle is None else now - self._last_cycle
@@ -206,6 +222,10 @@ class Reconciler:
                 async def queues() -> list[dict[str, Any]] | None:
                     return await read_queues(api)
                 self.queue_source = queues
+            if self.power_source is None:
+                async def domains() -> list[dict[str, Any]] | None:
+                    return await read_power_domains(api)
+                self.power_source = domains
         try:
             async with Prometheus(self.opts.prometheus) as prom:
                 while not stop.is_set():
