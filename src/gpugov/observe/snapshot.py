@@ -82,6 +82,26 @@ def offenders(pods: list[PodRow], leaks: dict[tuple[str, str], float],
 LEAK_QUERY = ("sum by (namespace, pod) (deriv({metric}[{window}])) > 1024")
 
 
+def per_device(samples: list[Any], scale: float, combine: str = "sum") -> dict[str, float]:
+    """One value per physical GPU (by UUID) from exporter rows.
+
+    A MIG-enabled card's rows carry its parent's UUID plus `GPU_I_ID`; keyed by UUID alone
+    they overwrote each other and the whole-card row. A whole-card row (no `GPU_I_ID`) wins;
+    a card reported only per instance is the sum (memory) or mean (busy) of its instances.
+    """
+    whole: dict[str, float] = {}
+    parts: dict[str, list[float]] = defaultdict(list)
+    for s in samples:
+        uuid = s.labels.get("UUID", "")
+        if s.labels.get("GPU_I_ID", ""):
+            parts[uuid].append(s.value * scale)
+        else:
+            whole[uuid] = s.value * scale
+    out = {u: (sum(v) if combine == "sum" else sum(v) / len(v)) for u, v in parts.items()}
+    out.update(whole)
+    return out
+
+
 def _key(labels: dict[str, str]) -> tuple[str, str]:
     return labels.get("namespace", ""), labels.get("pod", "")
 
@@ -116,9 +136,9 @@ async def from_prometheus(prom: Prometheus, window: str = "5m") -> Snapshot:
             queues[s.labels.get("queue", "")][kind] = s.value
     queue_rows = [QueueRow(q, v.get("quota"), v.get("fair"), v.get("usage", 0.0),
                            int(v.get("pending", 0))) for q, v in sorted(queues.items())]
-    busy = {s.labels.get("UUID", ""): s.value / 100 for s in await prom.query(m.DEV_GPU_UTIL)}
-    used = {s.labels.get("UUID", ""): s.value * MIB for s in await prom.query(m.DEV_FB_USED)}
-    free = {s.labels.get("UUID", ""): s.value * MIB for s in await prom.query(m.DEV_FB_FREE)}
+    busy = per_device(await prom.query(m.DEV_GPU_UTIL), 1 / 100, combine="mean")
+    used = per_device(await prom.query(m.DEV_FB_USED), MIB)
+    free = per_device(await prom.query(m.DEV_FB_FREE), MIB)
     devices = []
     for s in await prom.query(m.DEVICE_ALLOCATED_COMPUTE):
         u = s.labels.get("UUID", "")
