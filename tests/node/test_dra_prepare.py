@@ -155,3 +155,36 @@ def test_protos_keep_the_kubelet_field_numbers() -> None:
     assert f["NodePrepareResourceResponse"] == {"devices": 1, "error": 2}
     assert pb.DESCRIPTOR.package == "k8s.io.kubelet.pkg.apis.dra.v1"
     assert reg_pb.DESCRIPTOR.package == "pluginregistration"
+
+
+def _shape(text: str) -> dict[str, object]:
+    """package, services' methods and messages' (field name, number) pairs of a proto file
+    (comments and options dropped; enough for the kubelet's flat protos)."""
+    import re
+
+    text = re.sub(r"//[^\n]*|/\*.*?\*/", "", text, flags=re.S)
+    text = re.sub(r"\[[^\]]*\]", "", text)  # gogoproto field options
+    text = re.sub(r"\)\s*\{\s*\}", ")", text)  # an rpc's empty option block
+    out: dict[str, object] = {"package": re.search(r"package\s+([\w.]+);", text).group(1)}
+    for kind, name, body in re.findall(r"(service|message)\s+(\w+)\s*\{([^{}]*)\}", text):
+        if kind == "service":
+            out[f"service {name}"] = sorted(re.findall(
+                r"rpc\s+(\w+)\s*\((\w+)\)\s*returns\s*\((\w+)\)", body))
+        else:
+            out[f"message {name}"] = sorted(re.findall(
+                r"(?:repeated\s+)?(?:map<[^>]+>|[\w.]+)\s+(\w+)\s*=\s*(\d+)", body))
+    return out
+
+
+@pytest.mark.parametrize(("ours", "upstream"), [
+    ("dra_v1.proto", "dra_v1_api.proto"),
+    ("pluginregistration.proto", "pluginregistration_v1_api.proto")])
+def test_our_protos_keep_the_upstream_wire_shape(ours: str, upstream: str) -> None:
+    from gpugov.node.proto import generate_dra
+
+    mine = _shape((Path(generate_dra.__file__).parent / ours).read_text())
+    theirs = _shape((Path(__file__).parent / "upstream" / "kubelet-dra" / upstream).read_text())
+    assert mine == theirs
+    assert len(theirs) > 4  # the parser found the services and messages
+    methods = [v for k, v in theirs.items() if k.startswith("service")]
+    assert [len(m) for m in methods] == [2]  # both rpcs of the one service
