@@ -12,6 +12,8 @@ from fractions import Fraction
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gpugov.k8s.dra.governor import Governor
 from gpugov.k8s.dra.ledger import Charge, Ledger, QueueNode
@@ -192,3 +194,24 @@ def test_gpugovs_scheduler_places_no_extended_resource_pod_on_a_dra_node() -> No
     assert not plan.binds
     st.set_node(node("plain", 8))
     assert [b.node for b in st.cycle(T0 + 5).binds] == ["plain"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["a", "b", "c"]),
+                          st.integers(0, 100), st.integers(0, 200)), max_size=40),
+       st.floats(0.5, 4), st.integers(10, 300))
+def test_no_sequence_of_claims_takes_any_queue_over_its_limit(claims, cap, mem_cap) -> None:
+    """Whatever claims arrive, in whatever order: every queue on every path stays within
+    its limit, counting the scheduler's own usage, and each refusal names a queue."""
+    led = Ledger({"root": QueueNode("root", None, {"gpu": cap}, {"gpu": 0.25}),
+                  "a": QueueNode("a", "root", {"gpumem": mem_cap}),
+                  "b": QueueNode("b", "root", {"gpu": cap / 2}),
+                  "c": QueueNode("c", "b", None)})
+    for i, (leaf, pct, gib) in enumerate(claims):
+        why = led.admit(f"u{i}", leaf, Charge(Fraction(pct, 100), Fraction(gib)))
+        assert why == "" or why.startswith("queue ")
+    for q in led.queues.values():
+        used = led.used(q.name)
+        for r in ("gpu", "gpumem"):
+            limit = (q.limit or {}).get(r)
+            assert limit is None or used.get(r) <= Fraction(str(limit))

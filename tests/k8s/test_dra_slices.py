@@ -179,3 +179,51 @@ def test_published_slices_are_allocated_by_kube_scheduler_by_cel_and_capacity(
             await kube.close()
 
     asyncio.run(main())
+
+
+def test_claims_no_device_can_serve_stay_pending_with_a_reason(dra_plane) -> None:
+    """Bad claims on gpugov's devices: an unknown DeviceClass, capacity above any device, a
+    selector no device matches, a CEL selector naming an attribute gpugov does not publish —
+    each pod stays pending with kube-scheduler's reason and no claim is allocated."""
+    async def main() -> None:
+        kube = await _kube(dra_plane)
+        try:
+            pub = SlicePublisher(kube, await probe_features(kube))
+            await pub.ensure_classes()
+            await _nodes(kube, kwok_node("dra-bad", inventory(gpu(0, DeviceMode.SOFT))))
+            _, node = await kube.request("GET", "/api/v1/nodes/dra-bad")
+            await pub.sync_node(node)
+            ns = "dra-bad-input"
+            await _create(kube, "/api/v1/namespaces", {"metadata": {"name": ns}})
+            base = f"/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaims"
+            cases = {
+                "noclass": request("g", "nope.gpugov.io"),
+                "toobig": request("g", SLICE_CLASS, capacity={"memory": "200Gi"}),
+                "nomatch": request("g", "gpu.gpugov.io", selector=(
+                    f'device.attributes["{DRIVER}"].model == "B300"')),
+                "noattr": request("g", "gpu.gpugov.io", selector=(
+                    f'device.attributes["{DRIVER}"].flavour == "x"')),
+            }
+            for name, req in cases.items():
+                await _create(kube, base, claim(name, ns, [req]))
+                await _create(kube, f"/api/v1/namespaces/{ns}/pods",
+                              claim_pod(name, ns, {"gpu": name}))
+
+            async def reasons() -> dict[str, str]:
+                _, doc = await kube.request("GET", f"/api/v1/namespaces/{ns}/events")
+                got = {e["involvedObject"]["name"]: e.get("message", "") for e in doc["items"]
+                       if e.get("reason") == "FailedScheduling"}
+                return got if set(got) >= set(cases) else {}
+
+            said = await wait_for(reasons, "FailedScheduling for every bad claim")
+            assert "nope.gpugov.io" in said["noclass"], said["noclass"]
+            for name in ("toobig", "nomatch"):
+                assert "cannot allocate all claims" in said[name], said[name]
+            assert "flavour" in said["noattr"] or "cannot allocate" in said["noattr"], said
+            for name in cases:
+                _, c = await kube.request("GET", f"{base}/{name}")
+                assert not (c.get("status") or {}).get("allocation"), name
+        finally:
+            await kube.close()
+
+    asyncio.run(main())
