@@ -127,6 +127,9 @@ class _Allocator:
         self.quota_ok: set[tuple] = set()  # (leaf, shape, pinned) that passed the quota check
         self.quota_words: dict[tuple, tuple[str, str, str]] = {}  # reason, detail, blocked_by
         self.no_reservation: set[tuple] = set()  # (shape, k) pick_reservation found no nodes for
+        # (leaf, shape, pinned, k) placed but refused by the charge of the devices it got: the
+        # same placement and ledger give the same refusal until a start or a reservation change
+        self.charge_words: dict[tuple, tuple[str, str, str]] = {}
 
     def _sync(self) -> None:
         cp = self.cp
@@ -144,6 +147,7 @@ class _Allocator:
         # answers below depend on which nodes are closed to whom
         self.fail_cache.clear()
         self.no_reservation.clear()
+        self.charge_words.clear()
 
     def ahead(self, job: Job) -> int:
         """How many reservation owners are ahead of `job` in job order."""
@@ -179,17 +183,25 @@ class _Allocator:
         if cached is not None:
             job.reason, job.detail, job.blocked_by = cached
             return False
+        ckey = (*qkey, k)
+        words = self.charge_words.get(ckey) if self.fast else None
+        if words is not None:
+            job.reason, job.detail, job.blocked_by = words
+            return False
         res = place_job(cp.placer, job, self.closed[k - 1] if k else None)
         if res.allocations is not None:
             charged, verdict = cp.check_charge(job, res.allocations)
             if verdict is not None:  # the card it got costs more than its queue may hold
                 release_allocations(cp.state, job.request, res.allocations)
                 set_quota_reason(cp, job, verdict)
+                if self.fast:
+                    self.charge_words[ckey] = (job.reason, job.detail, job.blocked_by)
                 return False
             cp._start(job, res.allocations, self.now, charged)
             self.result.started.append(job)
             self.quota_ok.clear()
             self.quota_words.clear()
+            self.charge_words.clear()
             self.no_reservation.clear()
             return True
         set_placement_reason(cp, job, res.placed, res.reason, self.owner_names[:k])

@@ -8,6 +8,7 @@ starve it; only the owner and jobs ahead of it may place there (see cycle.py).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from weakref import WeakKeyDictionary
 
@@ -114,7 +115,8 @@ def empty_twin(state: ClusterState) -> ClusterState:
 def empty_cluster_fit(state: ClusterState, job: Job) -> tuple[int, str]:
     """(pods of `job` the empty cluster holds at once, up to all; the `REASONS` code of the
     first that does not fit, "" when all do). Whole GPUs and soft slices on soft devices:
-    exact; other modes: first fit on an empty copy of the cluster."""
+    exact; other modes: first fit on an empty copy of the cluster, answered from a cache per
+    request shape (`_EmptyFit`: the same answers, without a first fit per submitted job)."""
     req = job.request
     if state.fast_path(req):
         fit = int(pods_per_node(state, req, free=False).sum())
@@ -123,17 +125,66 @@ def empty_cluster_fit(state: ClusterState, job: Job) -> tuple[int, str]:
         if fit == 0:
             return 0, empty_twin(state).failure_reason(req)
         return fit, "gpu" if req.is_gpu else "cpu"
+    fits = _FITS.get(state)
+    if fits is None:
+        fits = _FITS[state] = {}
+    shape = dataclasses.replace(req, name="") if req.name else req  # all but the name
+    known = fits.get(shape)
+    if known is None:
+        if len(fits) >= MAX_SHAPES:  # bounded: a flood of distinct shapes starts over
+            fits.clear()
+        known = fits[shape] = _EmptyFit()
+    return known.answer(state, req, job.pods)
+
+
+#: most request shapes whose empty-cluster answer is kept per state
+MAX_SHAPES = 4096
+
+
+class _EmptyFit:
+    """What first fit on the empty cluster has shown for one request: `fit` pods placed
+    without a failure, and once a pod failed, `limit` = (pods placed before it, its reason).
+    First fit places pods in the same order whatever their number, so the answer for n
+    pods is (n, "") up to the first failure and (limit) past it."""
+
+    __slots__ = ("fit", "limit")
+
+    def __init__(self) -> None:
+        self.fit = 0
+        self.limit: tuple[int, str] | None = None
+
+    def answer(self, state: ClusterState, req: PodRequest, pods: int) -> tuple[int, str]:
+        if self.limit is not None:
+            placed, why = self.limit
+            return (pods, "") if pods <= placed else (placed, why)
+        if pods <= self.fit:
+            return pods, ""
+        placed, why = first_fit_empty(state, req, pods)
+        if why:
+            self.limit = (placed, why)
+        else:
+            self.fit = pods
+        return placed, why
+
+
+#: per state: request -> what first fit on its empty twin has shown
+_FITS: WeakKeyDictionary[ClusterState, dict[PodRequest, _EmptyFit]] = WeakKeyDictionary()
+
+
+def first_fit_empty(state: ClusterState, req: PodRequest, pods: int) -> tuple[int, str]:
+    """First fit of `pods` pods of `req` on the empty twin (uncached): (placed, reason of the
+    first that did not fit or "")."""
     empty = empty_twin(state)
     snap = empty.snapshot()
     try:
-        for placed in range(job.pods):
+        for placed in range(pods):
             nodes = np.flatnonzero(empty.feasible(req))
             if not len(nodes):
                 return placed, empty.failure_reason(req)
             n = int(nodes[0])
             devs = np.flatnonzero(empty.device_fits(req, np.array([n]))[0])[:req.gpu_count]
             empty.allocate(req, allocation_for(empty, req, n, tuple(int(d) for d in devs)))
-        return job.pods, ""
+        return pods, ""
     finally:
         empty.restore(snap)
 
