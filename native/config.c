@@ -115,6 +115,7 @@ int gg_config_parse(char *const *envp, struct gg_config *cfg, char *err, size_t 
     int mem_set[GG_MAX_DEVICES] = {0}, core_set[GG_MAX_DEVICES] = {0};
     memset(cfg, 0, sizeof(*cfg));
     cfg->scrub = 1;
+    cfg->priority = 1; /* HAMi's default: low */
     cfg->log_level = GG_LOG_WARN;
     for (char *const *e = envp; e && *e; e++) {
         const char *kv = *e, *eq = strchr(kv, '=');
@@ -185,6 +186,19 @@ int gg_config_parse(char *const *envp, struct gg_config *cfg, char *err, size_t 
                 return -1;
             }
             strcpy(cfg->region_path, val);
+        } else if (name_is(kv, n, "GPUGOV_TASK_PRIORITY")) {
+            if (strcmp(val, "0") != 0 && strcmp(val, "1") != 0) {
+                snprintf(err, errlen, "GPUGOV_TASK_PRIORITY='%.40s': expected 0 (high) or 1 (low)", val);
+                return -1;
+            }
+            cfg->priority = val[0] - '0';
+        } else if (name_is(kv, n, "GPUGOV_QOS_DIR")) {
+            if (val[0] != '/' || strlen(val) >= sizeof(cfg->qos_dir) - 16) {
+                snprintf(err, errlen, "GPUGOV_QOS_DIR='%.200s': expected an absolute folder path "
+                         "shorter than %zu bytes", val, sizeof(cfg->qos_dir) - 16);
+                return -1;
+            }
+            strcpy(cfg->qos_dir, val);
         } else if (name_is(kv, n, "GPUGOV_DEVICE_UUIDS")) {
             if (parse_uuids(val, cfg) != 0) {
                 snprintf(err, errlen, "GPUGOV_DEVICE_UUIDS='%.300s': expected at most %d comma-separated "

@@ -148,6 +148,8 @@ struct gg_config {
     int scrub;
     int log_level;
     char region_path[4096];
+    int priority;                          /* GPUGOV_TASK_PRIORITY: 0 high, 1 low (default) */
+    char qos_dir[4096];                    /* GPUGOV_QOS_DIR: the devices' QoS boards, or "" */
     int n_uuids;                           /* 0: device index = CUDA ordinal */
     char uuids[GG_MAX_DEVICES][33];        /* GPUGOV_DEVICE_UUIDS, 32 lowercase hex digits */
 };
@@ -243,6 +245,39 @@ void gg_track_reset(void);
 int gg_throttle_before(int dev, CUstream stream);
 void gg_throttle_after(int dev, int rec, CUstream stream, CUresult rc);
 void gg_throttle_after_fork(void);
+
+/* Settles this process's completed launches on dev without waiting; returns how many are
+ * still in flight on the device, or -1 if another thread holds its state (qos watcher). */
+int gg_throttle_poll(int dev);
+
+/* ---- QoS floor and in-GPU priority (qos.c) ---- */
+/* One entry of a device's QoS board (GPUGOV_QOS_DIR/<device index>): GG_QOS_ENTRIES entries
+ * of 64 bytes for high-priority processes, then as many for low-priority ones. */
+#define GG_QOS_MAGIC 0x31534f51474755ULL /* "UGGQOS1" */
+#define GG_QOS_ENTRIES 64
+struct gg_qos_entry {
+    uint64_t magic;
+    uint64_t heartbeat_ns;  /* CLOCK_MONOTONIC of the last write */
+    uint64_t next_ns;       /* high: when it launches next (sleeping on its quota), or 0 */
+    uint32_t inflight;      /* high: its launches in flight on the device */
+    uint32_t pid;           /* informative only */
+    uint64_t until_ns;      /* low: when the work it has just launched should end */
+    uint64_t reserved[3];
+};
+_Static_assert(sizeof(struct gg_qos_entry) == 64, "QoS entry is 64 bytes");
+enum { GG_QOS_NONE = 0, GG_QOS_HIGH = 1, GG_QOS_LOW = 2 };
+int gg_qos_configured(void);
+/* This process's role on dev (opens the device's board at first use). */
+int gg_qos_role(int dev);
+/* High priority: publishes launches in flight and the next planned launch (0: none,
+ * GG_QOS_KEEP: the one published before). */
+#define GG_QOS_KEEP UINT64_MAX
+void gg_qos_publish(int dev, uint32_t inflight, uint64_t next_ns);
+/* Low priority: 1 while a high-priority process is registered on dev. */
+int gg_qos_present(int dev); /* 0 absent, 1 present, 2 present with a planned launch */
+/* Low priority: waits (bounded) while high-priority work is in flight or about to start. */
+uint64_t gg_qos_yield(int dev, int64_t expect_ns);
+void gg_qos_after_fork(void);
 
 /* ---- test-only hooks, compiled in with -DGPUGOV_TEST_HOOKS ---- */
 void gg_test_hold_lock(void);

@@ -40,6 +40,7 @@ static void after_fork_child(void) {
     gg_track_reset();
     gg_vmm_after_fork();
     gg_throttle_after_fork();
+    gg_qos_after_fork();
 }
 
 static void core_init(void) {

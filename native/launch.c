@@ -9,7 +9,7 @@ static int any_core_limit = -1;
 static int throttling(void) {
     int v = __atomic_load_n(&any_core_limit, __ATOMIC_RELAXED);
     if (v >= 0) return v;
-    v = 0;
+    v = gg_qos_configured(); /* launches on a device with a QoS board are metered too */
     for (int d = 0; d < GG_MAX_DEVICES; d++) v |= gg_device_core_limit(d) != 0;
     __atomic_store_n(&any_core_limit, v, __ATOMIC_RELAXED);
     return v;

@@ -20,6 +20,8 @@
 #define RING 64                 /* launches in flight per device and process */
 #define INFLIGHT_NS 20000000LL  /* device time that may be in flight before it is measured */
 #define EXIT_WAIT_NS 2000000000LL /* at exit, wait at most this long for launches in flight */
+#define LOW_INFLIGHT_NS 2000000LL /* low priority, a high-priority process present: in flight */
+#define QUANTUM_NS 16000000LL     /* high priority: debt run up before sleeping it off */
 
 enum { REC_FREE = 0, REC_STARTED, REC_PENDING };
 struct rec {
@@ -32,8 +34,11 @@ struct rec {
 struct dev_state {
     struct rec ring[RING];
     int64_t mean;        /* running mean of measured launches (ns): the advance debit */
+    int64_t alone;       /* lower envelope of the measurements: a launch's time on an unshared
+                          * device (others' time slices inflate a measurement, never shrink it) */
     int64_t peak;        /* largest recent measurement, decaying: bounds the work in flight */
     int pending;         /* launches started or pending */
+    int launched;        /* of which pending: on the device, not yet settled */
     uint64_t seq;
     pthread_mutex_t mu;
 };
@@ -84,6 +89,7 @@ static void debit(int dev, int64_t ns) {
  * holds d->mu. Returns 1 if the record is free again. */
 static int collect(int dev, struct dev_state *d, struct rec *r, int wait, uint64_t deadline) {
     if (r->state != REC_PENDING) return r->state == REC_FREE;
+    int limited = gg_device_core_limit(dev) != 0; /* else metered for QoS only: no debits */
     CUresult q;
     while ((q = gg_real.cuEventQuery(r->stop)) == CUDA_ERROR_NOT_READY && wait
            && (!deadline || gg_now_ns() < deadline))
@@ -92,17 +98,21 @@ static int collect(int dev, struct dev_state *d, struct rec *r, int wait, uint64
     float ms = 0;
     if (q == CUDA_SUCCESS && gg_real.cuEventElapsedTime(&ms, r->start, r->stop) == CUDA_SUCCESS && ms >= 0) {
         int64_t ns = (int64_t)((double)ms * 1e6);
-        debit(dev, ns - r->debited); /* the launch pays exactly what it used */
-        gg_count_device_ns(dev, ns);
+        if (limited) {
+            debit(dev, ns - r->debited); /* the launch pays exactly what it used */
+            gg_count_device_ns(dev, ns);
+        }
         d->mean = d->mean ? d->mean + (ns - d->mean) / 8 : (ns ? ns : 1);
+        d->alone = !d->alone || ns < d->alone ? (ns ? ns : 1) : d->alone + (ns - d->alone) / 32;
         int64_t decayed = d->peak - d->peak / 64;
         d->peak = ns > decayed ? ns : decayed;
         if (d->peak < 1) d->peak = 1;
-    } else {
+    } else if (limited) {
         gg_count_device_ns(dev, r->debited); /* no timing: it keeps its advance debit */
     }
     r->state = REC_FREE;
     d->pending--;
+    d->launched--;
     return 1;
 }
 
@@ -150,16 +160,38 @@ static int remake_events(struct rec *r, CUstream stream) {
     return 0;
 }
 
+/* Low priority while a high-priority process is present: two launches in flight, or
+ * LOW_INFLIGHT_NS of device time if that is more (short kernels), so the high one finds
+ * little in front of it while the second hides the first's completion. */
+static int low_in_flight(const struct dev_state *d) {
+    int64_t n = d->peak ? LOW_INFLIGHT_NS / d->peak : 1;
+    return n < 2 ? 2 : n > RING ? RING : (int)n;
+}
+
+int gg_throttle_poll(int dev) {
+    pthread_once(&st_once, st_init);
+    struct dev_state *d = &st[dev];
+    if (pthread_mutex_trylock(&d->mu) != 0) return -1;
+    collect_ready(dev, d);
+    int n = d->launched;
+    pthread_mutex_unlock(&d->mu);
+    return n;
+}
+
 int gg_throttle_before(int dev, CUstream stream) {
     struct gg_header *h = &gg_region_ptr()->header;
     uint32_t pct = gg_device_core_limit(dev);
-    if (!pct) return -1;
+    int role = gg_qos_role(dev);
+    if (!pct && !role) return -1;
     pthread_once(&st_once, st_init);
     struct dev_state *d = &st[dev];
-    gg_count_launch(dev);
+    if (pct) gg_count_launch(dev);
+    int yield = role == GG_QOS_LOW ? gg_qos_present(dev) : 0;
     pthread_mutex_lock(&d->mu);
     collect_ready(dev, d);
-    while (d->pending >= allowed_in_flight(d)) {
+    int cap = allowed_in_flight(d);
+    if (yield && low_in_flight(d) < cap) cap = low_in_flight(d);
+    while (d->pending >= cap) {
         int before = d->pending;
         wait_oldest(dev, d);
         if (d->pending >= before) break; /* only launches still being started: go on */
@@ -180,13 +212,28 @@ int gg_throttle_before(int dev, CUstream stream) {
         r->debited = cost;
         d->pending++;
     }
-    int64_t burst = d->peak;
+    int64_t burst = d->peak, expect = d->alone ? d->alone : d->peak;
     pthread_mutex_unlock(&d->mu);
-    refill(h, dev, pct, burst);
-    if (cost) debit(dev, cost);
-    if (!r) gg_count_device_ns(dev, cost);
-    int64_t t = __atomic_load_n(&h->tokens_ns[dev], __ATOMIC_ACQUIRE);
-    if (t < 0) wait_tokens(dev, -t * 100 / (int64_t)pct); /* until refills repay the debt */
+    /* low priority: wait while high-priority work is in flight or about to start */
+    if (yield) gg_qos_yield(dev, expect);
+    if (pct) {
+        refill(h, dev, pct, burst);
+        if (cost) debit(dev, cost);
+        if (!r) gg_count_device_ns(dev, cost);
+        int64_t t = __atomic_load_n(&h->tokens_ns[dev], __ATOMIC_ACQUIRE);
+        if (t < 0 && role == GG_QOS_HIGH) {
+            /* high priority: run up a quantum of debt, then sleep it off in one piece and
+             * say when it launches again, so low-priority work can fill the gap */
+            if (-t >= QUANTUM_NS) {
+                int64_t ns = -t * 100 / (int64_t)pct;
+                gg_qos_publish(dev, (uint32_t)__atomic_load_n(&d->launched, __ATOMIC_RELAXED),
+                               gg_now_ns() + (uint64_t)ns);
+                wait_tokens(dev, ns);
+            }
+        } else if (t < 0) {
+            wait_tokens(dev, -t * 100 / (int64_t)pct); /* until refills repay the debt */
+        }
+    }
     if (!r) return -1;
     /* the start event goes in after any wait, so a timing measures the work, not our sleep;
      * events belong to a context: if the stream's is another, make them again in it */
@@ -197,8 +244,8 @@ int gg_throttle_before(int dev, CUstream stream) {
         d->pending--;
         int64_t worst = d->peak ? d->peak : BURST_NS;
         pthread_mutex_unlock(&d->mu);
-        if (worst > cost) debit(dev, worst - cost); /* untimed: the most it could be, never free */
-        gg_count_device_ns(dev, worst > cost ? worst : cost);
+        if (pct && worst > cost) debit(dev, worst - cost); /* untimed: the most it could be */
+        if (pct) gg_count_device_ns(dev, worst > cost ? worst : cost);
         return -1;
     }
     return (int)(r - d->ring);
@@ -209,19 +256,23 @@ void gg_throttle_after(int dev, int rec, CUstream stream, CUresult rc) {
     struct dev_state *d = &st[dev];
     struct rec *r = &d->ring[rec];
     int ok = rc == CUDA_SUCCESS && gg_real.cuEventRecord(r->stop, stream) == CUDA_SUCCESS;
+    uint32_t limit = gg_device_core_limit(dev);
     pthread_mutex_lock(&d->mu);
-    int first = !d->peak;
+    int first = !d->peak && limit;
     if (!ok) {
-        gg_count_device_ns(dev, rc == CUDA_SUCCESS ? r->debited : 0);
-        if (rc != CUDA_SUCCESS) debit(dev, -r->debited); /* nothing ran: give the advance back */
+        if (limit) gg_count_device_ns(dev, rc == CUDA_SUCCESS ? r->debited : 0);
+        if (limit && rc != CUDA_SUCCESS) debit(dev, -r->debited); /* nothing ran: give it back */
         r->state = REC_FREE;
         d->pending--;
     } else {
         r->state = REC_PENDING;
+        d->launched++;
         if (first) collect(dev, d, r, 1, 0); /* the process's first: settled before returning */
     }
     int64_t burst = d->peak;
+    int launched = d->launched;
     pthread_mutex_unlock(&d->mu);
+    if (gg_qos_role(dev) == GG_QOS_HIGH) gg_qos_publish(dev, (uint32_t)launched, 0);
     if (ok && first) {
         uint32_t pct = gg_device_core_limit(dev);
         if (pct) refill(&gg_region_ptr()->header, dev, pct, burst); /* credit the wait */
@@ -240,8 +291,8 @@ void gg_throttle_after_fork(void) {
             d->ring[i].state = REC_FREE;
             d->ring[i].start = d->ring[i].stop = NULL;
         }
-        d->pending = 0;
-        d->mean = d->peak = 0;
+        d->pending = d->launched = 0;
+        d->mean = d->peak = d->alone = 0;
     }
 }
 
@@ -252,7 +303,8 @@ __attribute__((destructor)) static void settle_at_exit(void) {
     uint64_t deadline = gg_now_ns() + EXIT_WAIT_NS;
     for (int dev = 0; dev < GG_MAX_DEVICES; dev++) {
         struct dev_state *d = &st[dev];
-        if (!d->pending || pthread_mutex_trylock(&d->mu) != 0) continue;
+        /* devices metered only for QoS have no debt to settle */
+        if (!d->pending || !gg_device_core_limit(dev) || pthread_mutex_trylock(&d->mu) != 0) continue;
         for (int i = 0; i < RING; i++) collect(dev, d, &d->ring[i], 1, deadline);
         pthread_mutex_unlock(&d->mu);
     }

@@ -29,6 +29,7 @@
  *   this process on device I with B bytes)
  *   stream (a stream of the current context) asyncon:B:S (cuMemAllocAsync on stream S)
  *   exitfree:I / exitalloc:B (free handle I / allocate B bytes after the library's destructor)
+ *   load:US:SECONDS[:ON_MS:OFF_MS] (US-microsecond kernels flat out, in on/off phases if given)
  * free:I releases whatever I is (cuMemFree, cuMemFreeAsync, cuArrayDestroy, cuMemRelease,
  * cuMemUnmap for a mapping, cuIpcCloseMemHandle); exported handles go through files.
  * Sizes accept Ki/Mi/Gi suffixes. */
@@ -735,6 +736,24 @@ static int run(char *cmd) {
         while (now_ns() < end) launch(a[1], f, g);
         uint64_t b1 = busy_ns(0), t1 = now_ns();
         printf("util rc=0 util=%.4f\n", (double)(b1 - b0) / (double)(t1 - t0));
+    } else if (strcmp(a[0], "load") == 0) {
+        /* load:US:SECONDS[:ON_MS:OFF_MS]: kernels of US us flat out for SECONDS (a contention
+         * workload), in phases of ON_MS launching and OFF_MS idle when given */
+        CUfunction f = make_function(strtoull(a[1], NULL, 10) * 1000ULL);
+        uint64_t t0 = now_ns(), end = t0 + (uint64_t)(atof(a[2]) * 1e9), launches = 0;
+        uint64_t on = a[3] ? strtoull(a[3], NULL, 10) * 1000000ULL : 0;
+        uint64_t off = a[4] ? strtoull(a[4], NULL, 10) * 1000000ULL : 0;
+        for (uint64_t t = t0; t < end; t = now_ns()) {
+            if (on && (t - t0) % (on + off) >= on) {
+                uint64_t wake = t0 + ((t - t0) / (on + off) + 1) * (on + off);
+                usleep((useconds_t)((wake < end ? wake : end) - t) / 1000);
+                continue;
+            }
+            rc = api.cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL);
+            if (rc) break;
+            launches++;
+        }
+        printf("load rc=%d launches=%llu\n", rc, (unsigned long long)launches);
     } else if (strcmp(a[0], "fillup") == 0) {
         int count = 0;
         CUdeviceptr p;

@@ -10,11 +10,24 @@
  * Kernels are simulated: each function has a duration (a kernel whose first parameter
  * points to a uint64_t of 1 takes the duration in its second parameter instead: a
  * data-dependent kernel); a device runs one at a time.
+ * FAKECUDA_SHARED_TIMELINE=<path>: the devices are shared by every process naming the same
+ * file (several containers on one physical GPU). Each process is a context with its own
+ * queue (its kernels run in order); the device time-slices between the contexts that have
+ * work queued, as the driver's time-slicing does, modelled as processor sharing: k busy
+ * contexts each progress at 1/k (a kernel cannot be preempted by its own process, but
+ * another context's work shares the device with it). Events complete when their context's
+ * work before them is done, so an event pair around a launch measures wall time on the
+ * device, other contexts' slices included, as on a real GPU. FAKECUDA_CLIENT=<n> labels the
+ * process's contexts in the file; fakegpu_timeline_clients() reports each context's device
+ * time so far (the fake's own accounting, for benches and tests).
  * Where libgpugov's correctness depends on it, the fake refuses what the real driver
  * refuses: sizes that cannot fit (2^64-byte requests fail with CUDA_ERROR_OUT_OF_MEMORY,
  * never wrap), destroying a pool with live allocations defers its release until the last
  * one is freed, cuMemFree / cuMemFreeAsync accept each other's pointers. */
+#include <errno.h>
 #include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <sys/mman.h>
@@ -41,7 +54,7 @@ struct pool;
 struct alloc { uint64_t base, size; unsigned char *mem; int dev, kind, live; struct pool *pool; void *graph; };
 struct pool { int dev; uint64_t reserved, live; int destroyed; };
 struct ctx { int dev; uint64_t limits[3]; }; /* physical device index; cuCtxSetLimit values */
-struct ev { int dev, recorded; uint64_t t; };
+struct ev { int dev, recorded, resolved; uint64_t t, marker; }; /* marker: shared timeline */
 struct func { uint64_t ns; };
 struct graph { uint64_t ns, bytes; int dev; }; /* an executable graph: kernels' time, memory nodes */
 
@@ -65,6 +78,7 @@ EXPORT uint64_t fakegpu_now_ns(void) {
     return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
 }
 
+static void tl_setup(void);
 static void setup(void) {
     const char *e = getenv("FAKECUDA_DEVICES");
     ndev = e ? atoi(e) : 1;
@@ -81,6 +95,7 @@ static void setup(void) {
         if (fd >= 0) close(fd);
         device_file = m == MAP_FAILED ? NULL : m;
     }
+    tl_setup();
     e = getenv("FAKECUDA_QUEUE_US");
     if (e) queue_ns = strtoull(e, NULL, 10) * 1000ULL;
     e = getenv("CUDA_VISIBLE_DEVICES");
@@ -734,6 +749,191 @@ EXPORT CUresult cuCtxGetDevice(CUdevice *d) { ENTER(); if (!current) return ERR_
 
 /* ---- simulated execution: one timeline per device ---- */
 
+/* Shared timeline (FAKECUDA_SHARED_TIMELINE): processor sharing between the processes'
+ * contexts, advanced lazily to "now" by whichever process calls in. Every context keeps a
+ * history of (time, work done) points where its progress rate changed, so an event's
+ * completion time can be found after the fact. */
+#define TL_MAGIC 0x31454e494c454d54ULL /* "TMELINE1" */
+#define TL_CTX 64
+#define TL_HIST 1024
+struct tl_point { uint64_t t, done; };
+struct tl_ctx {
+    uint32_t used, pid, client, dev;
+    uint64_t submitted, done;  /* device time of work queued / executed (ns) */
+    uint64_t nhist, rate_k;    /* points written; busy contexts when the last point was made */
+    struct tl_point hist[TL_HIST];
+};
+struct tl_file {
+    uint64_t magic;
+    union { pthread_mutex_t mu; char pad[64]; };
+    uint64_t sim_t[MAX_DEV];   /* the simulation has advanced up to here (per device) */
+    struct tl_ctx ctx[TL_CTX];
+};
+static struct tl_file *tl;     /* NULL: each process has its own devices (default) */
+static int tl_slot[MAX_DEV];   /* this process's context per device, -1 none yet */
+static uint32_t tl_client;
+
+static void tl_setup(void) {
+    for (int d = 0; d < MAX_DEV; d++) tl_slot[d] = -1;
+    const char *e = getenv("FAKECUDA_SHARED_TIMELINE");
+    if (!e || !*e) return;
+    const char *c = getenv("FAKECUDA_CLIENT");
+    tl_client = c ? (uint32_t)strtoul(c, NULL, 10) : (uint32_t)getpid();
+    int fd = open(e, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (fd < 0) return;
+    flock(fd, LOCK_EX);
+    struct stat sb;
+    void *m = MAP_FAILED;
+    if (fstat(fd, &sb) == 0 && (sb.st_size == (off_t)sizeof(struct tl_file)
+                                || ftruncate(fd, sizeof(struct tl_file)) == 0))
+        m = mmap(NULL, sizeof(struct tl_file), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (m != MAP_FAILED) {
+        struct tl_file *f = m;
+        if (f->magic != TL_MAGIC) {
+            pthread_mutexattr_t a;
+            pthread_mutexattr_init(&a);
+            pthread_mutexattr_setpshared(&a, PTHREAD_PROCESS_SHARED);
+            pthread_mutexattr_setrobust(&a, PTHREAD_MUTEX_ROBUST);
+            pthread_mutex_init(&f->mu, &a);
+            f->magic = TL_MAGIC;
+        }
+        tl = f;
+    }
+    flock(fd, LOCK_UN);
+    close(fd);
+}
+
+static void tl_lock(void) {
+    if (pthread_mutex_lock(&tl->mu) == EOWNERDEAD) pthread_mutex_consistent(&tl->mu);
+}
+
+static void tl_point_add(struct tl_ctx *c, uint64_t t, uint64_t k) {
+    struct tl_point *last = c->nhist ? &c->hist[(c->nhist - 1) % TL_HIST] : NULL;
+    /* same rate since the last point: move the point instead of adding one */
+    if (last && c->rate_k == k && c->nhist > 1) { last->t = t; last->done = c->done; return; }
+    c->hist[c->nhist % TL_HIST] = (struct tl_point){t, c->done};
+    c->nhist++;
+    c->rate_k = k;
+}
+
+/* Advances device d's simulation to now; caller holds the lock. */
+static void tl_advance(int d, uint64_t now) {
+    uint64_t t = tl->sim_t[d];
+    if (!t || t > now) t = now;
+    while (t < now) {
+        uint64_t k = 0, rmin = UINT64_MAX;
+        for (int i = 0; i < TL_CTX; i++) {
+            struct tl_ctx *c = &tl->ctx[i];
+            if (!c->used || (int)c->dev != d || c->done >= c->submitted) continue;
+            k++;
+            if (c->submitted - c->done < rmin) rmin = c->submitted - c->done;
+        }
+        if (!k) { t = now; break; }
+        uint64_t span = now - t, step = rmin * k <= span ? rmin : span / k;
+        if (!step) { t = now; break; }
+        t += step * k;
+        for (int i = 0; i < TL_CTX; i++) {
+            struct tl_ctx *c = &tl->ctx[i];
+            if (!c->used || (int)c->dev != d || c->done >= c->submitted) continue;
+            c->done += step;
+            tl_point_add(c, t, c->done >= c->submitted ? 0 : k);
+        }
+    }
+    tl->sim_t[d] = now;
+}
+
+/* This process's context on device d (made at its first use); caller holds the lock. */
+static struct tl_ctx *tl_mine(int d) {
+    if (tl_slot[d] < 0)
+        for (int i = 0; i < TL_CTX; i++)
+            if (!tl->ctx[i].used) {
+                tl->ctx[i] = (struct tl_ctx){.used = 1, .pid = (uint32_t)getpid(), .client = tl_client,
+                                             .dev = (uint32_t)d};
+                tl_slot[d] = i;
+                break;
+            }
+    return tl_slot[d] < 0 ? NULL : &tl->ctx[tl_slot[d]];
+}
+
+/* When context c's executed work reached `marker` (c->done >= marker). */
+static uint64_t tl_when(struct tl_ctx *c, uint64_t marker) {
+    uint64_t n = c->nhist, lo = n > TL_HIST ? n - TL_HIST : 0;
+    for (uint64_t i = n; i-- > lo;) {
+        struct tl_point *p = &c->hist[i % TL_HIST];
+        if (p->done < marker) {
+            if (i + 1 >= n) return p->t;
+            struct tl_point *q = &c->hist[(i + 1) % TL_HIST];
+            return p->t + (uint64_t)((double)(q->t - p->t) * (double)(marker - p->done)
+                                     / (double)(q->done - p->done));
+        }
+        if (i == lo) return p->t; /* older than the history: its oldest point */
+    }
+    return 0;
+}
+
+/* Queues ns of work for this process on device d; returns the work still queued. */
+static uint64_t tl_submit(int d, uint64_t ns) {
+    tl_lock();
+    uint64_t now = fakegpu_now_ns();
+    tl_advance(d, now);
+    struct tl_ctx *c = tl_mine(d);
+    uint64_t pending = 0;
+    if (c) {
+        if (c->done >= c->submitted) tl_point_add(c, now, UINT64_MAX); /* starts now */
+        c->submitted += ns;
+        pending = c->submitted - c->done;
+    }
+    pthread_mutex_unlock(&tl->mu);
+    return pending;
+}
+
+/* Work of this process still queued on d, and how many contexts share the device now. */
+static uint64_t tl_pending(int d, uint64_t *busy) {
+    tl_lock();
+    tl_advance(d, fakegpu_now_ns());
+    struct tl_ctx *c = tl_mine(d);
+    uint64_t k = 0;
+    for (int i = 0; i < TL_CTX; i++)
+        k += tl->ctx[i].used && (int)tl->ctx[i].dev == d && tl->ctx[i].done < tl->ctx[i].submitted;
+    uint64_t r = c ? c->submitted - c->done : 0;
+    pthread_mutex_unlock(&tl->mu);
+    if (busy) *busy = k ? k : 1;
+    return r;
+}
+
+/* Waits until this process's queued work on d drops to `left` ns. */
+static void tl_wait(int d, uint64_t left) {
+    uint64_t k, r;
+    while ((r = tl_pending(d, &k)) > left) {
+        uint64_t ns = (r - left) * k;
+        if (ns > 1000000) ns = 1000000;
+        if (ns < 20000) ns = 20000;
+        struct timespec ts = {0, (long)ns};
+        nanosleep(&ts, NULL);
+    }
+}
+
+/* Device time each context of device d executed so far: fills up to max entries of clients
+ * (FAKECUDA_CLIENT) and done (ns); returns the number of contexts. Also the device's total in
+ * *total. For benches and tests: the fake's own accounting. */
+EXPORT int fakegpu_timeline_clients(int d, uint32_t *clients, uint64_t *done, int max, uint64_t *now) {
+    pthread_once(&once, setup);
+    if (!tl || d < 0 || d >= MAX_DEV) return -1;
+    tl_lock();
+    uint64_t t = fakegpu_now_ns();
+    tl_advance(d, t);
+    int n = 0;
+    for (int i = 0; i < TL_CTX && n < max; i++)
+        if (tl->ctx[i].used && (int)tl->ctx[i].dev == d) {
+            clients[n] = tl->ctx[i].client;
+            done[n++] = tl->ctx[i].done;
+        }
+    pthread_mutex_unlock(&tl->mu);
+    if (now) *now = t;
+    return n;
+}
+
+
 static void sleep_until(uint64_t t) {
     uint64_t now = fakegpu_now_ns();
     if (t <= now) return;
@@ -743,6 +943,14 @@ static void sleep_until(uint64_t t) {
 
 static CUresult run_on(int d, uint64_t ns) {
     if (d < 0) return ERR_INVALID_CONTEXT;
+    if (tl) { /* a full launch queue blocks */
+        pthread_mutex_lock(&mu);
+        devs[d].busy_total += ns;
+        devs[d].launches++;
+        pthread_mutex_unlock(&mu);
+        if (tl_submit(d, ns) > queue_ns) tl_wait(d, queue_ns);
+        return 0;
+    }
     pthread_mutex_lock(&mu);
     uint64_t now = fakegpu_now_ns();
     uint64_t start = devs[d].busy_until > now ? devs[d].busy_until : now;
@@ -769,6 +977,7 @@ EXPORT CUgraphExec fakegpu_make_graph(unsigned int kernels, uint64_t duration_ns
 }
 /* Device time spent on finished or running work up to now. */
 EXPORT uint64_t fakegpu_busy_ns(int d) {
+    if (tl) return devs[d].busy_total - tl_pending(d, NULL); /* this process's own work */
     pthread_mutex_lock(&mu);
     uint64_t now = fakegpu_now_ns(), pending = devs[d].busy_until > now ? devs[d].busy_until - now : 0;
     uint64_t r = devs[d].busy_total - pending;
@@ -826,8 +1035,9 @@ EXPORT CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *c, CUfunction f, voi
 static void exec_memory(struct graph *g);
 EXPORT CUresult cuGraphLaunch(CUgraphExec g, CUstream s) { ENTER(); if (!g) return 1; exec_memory((struct graph *)g); return run_on(stream_dev(s), ((struct graph *)g)->ns); }
 EXPORT CUresult cuGraphLaunch_ptsz(CUgraphExec g, CUstream s) { ENTER(); if (!g) return 1; exec_memory((struct graph *)g); return run_on(stream_dev(s), ((struct graph *)g)->ns); }
-EXPORT CUresult cuCtxSynchronize(void) { ENTER(); int d = cur_dev(); if (d < 0) return ERR_INVALID_CONTEXT; sleep_until(devs[d].busy_until); return 0; }
-EXPORT CUresult cuStreamSynchronize(CUstream s) { ENTER(); int d = stream_dev(s); if (d < 0) return ERR_INVALID_CONTEXT; sleep_until(devs[d].busy_until); return 0; }
+static void sync_dev(int d) { if (tl) tl_wait(d, 0); else sleep_until(devs[d].busy_until); }
+EXPORT CUresult cuCtxSynchronize(void) { ENTER(); int d = cur_dev(); if (d < 0) return ERR_INVALID_CONTEXT; sync_dev(d); return 0; }
+EXPORT CUresult cuStreamSynchronize(CUstream s) { ENTER(); int d = stream_dev(s); if (d < 0) return ERR_INVALID_CONTEXT; sync_dev(d); return 0; }
 EXPORT CUresult cuStreamCreate(CUstream *s, unsigned int f) {
     (void)f; ENTER();
     if (cur_dev() < 0) return ERR_INVALID_CONTEXT;
@@ -857,6 +1067,18 @@ EXPORT CUresult cuEventRecord(CUevent e, CUstream s) {
     int d = stream_dev(s);
     if (!v || d < 0) return ERR_INVALID_HANDLE;
     if (v->dev != d) return ERR_INVALID_HANDLE; /* an event and its stream share a context */
+    if (tl) { /* completes when this context's work queued so far is done */
+        tl_lock();
+        uint64_t now = fakegpu_now_ns();
+        tl_advance(d, now);
+        struct tl_ctx *c = tl_mine(d);
+        v->marker = c ? c->submitted : 0;
+        v->resolved = !c || c->done >= c->submitted;
+        v->t = now;
+        v->recorded = 1;
+        pthread_mutex_unlock(&tl->mu);
+        return 0;
+    }
     pthread_mutex_lock(&mu);
     uint64_t now = fakegpu_now_ns();
     v->t = devs[d].busy_until > now ? devs[d].busy_until : now;
@@ -864,12 +1086,39 @@ EXPORT CUresult cuEventRecord(CUevent e, CUstream s) {
     pthread_mutex_unlock(&mu);
     return 0;
 }
-EXPORT CUresult cuEventQuery(CUevent e) { ENTER(); struct ev *v = (struct ev *)e; return v->recorded && fakegpu_now_ns() >= v->t ? 0 : CUDA_ERROR_NOT_READY; }
-EXPORT CUresult cuEventSynchronize(CUevent e) { ENTER(); sleep_until(((struct ev *)e)->t); return 0; }
+/* Shared timeline: 1 once the event's context executed its work before the event (its
+ * completion time then in v->t). */
+static int tl_event_done(struct ev *v) {
+    if (v->resolved) return 1;
+    tl_lock();
+    tl_advance(v->dev, fakegpu_now_ns());
+    struct tl_ctx *c = tl_mine(v->dev);
+    if (c && c->done >= v->marker) {
+        v->t = tl_when(c, v->marker);
+        v->resolved = 1;
+    }
+    pthread_mutex_unlock(&tl->mu);
+    return v->resolved;
+}
+EXPORT CUresult cuEventQuery(CUevent e) {
+    ENTER();
+    struct ev *v = (struct ev *)e;
+    if (!v->recorded) return CUDA_ERROR_NOT_READY;
+    if (tl) return tl_event_done(v) ? 0 : CUDA_ERROR_NOT_READY;
+    return fakegpu_now_ns() >= v->t ? 0 : CUDA_ERROR_NOT_READY;
+}
+EXPORT CUresult cuEventSynchronize(CUevent e) {
+    ENTER();
+    struct ev *v = (struct ev *)e;
+    if (!tl) { sleep_until(v->t); return 0; }
+    while (v->recorded && !tl_event_done(v)) { struct timespec ts = {0, 50000}; nanosleep(&ts, NULL); }
+    return 0;
+}
 EXPORT CUresult cuEventElapsedTime(float *ms, CUevent a, CUevent b) {
     ENTER();
     struct ev *x = (struct ev *)a, *y = (struct ev *)b;
     if (!x->recorded || !y->recorded) return CUDA_ERROR_NOT_READY;
+    if (tl && (!tl_event_done(x) || !tl_event_done(y))) return CUDA_ERROR_NOT_READY;
     *ms = (float)((double)((int64_t)(y->t - x->t)) / 1e6);
     return 0;
 }

@@ -1,0 +1,347 @@
+/* QoS floor and in-GPU priority between containers sharing one physical device.
+ *
+ * The device plugin mounts one small board file per shared device into every container on
+ * it (GPUGOV_QOS_DIR/<device index>). A high-priority process (GPUGOV_TASK_PRIORITY=0)
+ * claims one entry of the board and publishes in it: a heartbeat, how many of its launches
+ * are in flight on the device, and when it will launch next while it sleeps on its own
+ * compute quota. A low-priority process (1, or unset: HAMi's default) reads the board before
+ * each launch and yields: it waits while a high-priority process has work in flight, or will
+ * launch before the low one's kernel (its running mean) would finish; while a high-priority
+ * process is present it keeps at most LOW_INFLIGHT_NS of device time in flight, so that what
+ * the high one finds in front of it when it starts is small. When no high-priority process
+ * has work, low ones use the device freely (work-conserving). Low-priority processes also
+ * announce, in entries of their own, when the kernel they are about to launch should end, and
+ * check again after announcing, so that several of them do not fill the same gap at once.
+ *
+ * The board is writable by every container on the device, so nothing in it is trusted:
+ * high-priority processes only write their own entry and never read the board (a forged
+ * entry cannot slow them), every value read is bounded, an entry whose heartbeat is stale
+ * or in the future counts for nothing, and a low-priority launch waits at most HOLD_MAX_NS
+ * whatever the board says. The file is read and written with pread/pwrite, never mapped:
+ * a neighbour truncating it cannot fault (SIGBUS) anyone, a short read is an empty board. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* F_OFD_SETLK */
+#endif
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+#include "gg.h"
+
+#define PRESENT_NS 500000000ULL   /* an entry with an older heartbeat is gone */
+#define BUSY_STALE_NS 20000000ULL /* "work in flight" older than this is not believed */
+#define FUTURE_NS 1000000ULL      /* heartbeats further ahead than this are garbage */
+#define HOLD_MAX_NS 200000000ULL  /* a low-priority launch waits at most this long */
+#define POLL_NS 100000LL          /* low-priority launches re-read the board this often */
+#define FIT_MAX_NS 1000000000ULL  /* planned launches further ahead than this are garbage */
+#define FIT_MARGIN_NS 500000ULL   /* and must end this long before it (a late start) */
+#define WAKE_GRACE_NS 10000000ULL /* a planned launch this late is still about to happen */
+#define MAX_INFLIGHT 4096u        /* larger in-flight counts are garbage */
+#define WATCH_BUSY_NS 50000LL     /* the watcher polls completions this often while busy */
+#define WATCH_IDLE_NS 100000000LL /* and refreshes the heartbeat this often while idle */
+
+enum { BOARD_UNKNOWN = 0, BOARD_NONE, BOARD_OPEN };
+
+struct board {
+    int state, fd, slot, role; /* role: GG_QOS_* */
+    uint32_t last_inflight;
+    uint64_t last_next, last_publish;
+    pthread_mutex_t mu; /* serialises this process's writes of its entry */
+};
+
+static struct board boards[GG_MAX_DEVICES];
+static pthread_once_t boards_once = PTHREAD_ONCE_INIT;
+static pthread_mutex_t open_mu = PTHREAD_MUTEX_INITIALIZER;
+static int warned_open, warned_slot;
+
+static void boards_init(void) {
+    for (int i = 0; i < GG_MAX_DEVICES; i++) {
+        boards[i].fd = -1;
+        boards[i].slot = -1;
+        pthread_mutex_init(&boards[i].mu, NULL);
+    }
+}
+
+int gg_qos_configured(void) { return gg_cfg.qos_dir[0] != '\0'; }
+
+/* A high-priority process claims an entry by an open-file-description lock on its byte:
+ * the kernel drops it when the process exits, so entries are reused without trusting the
+ * file's contents. */
+static int claim_slot(int fd, int base) {
+    for (int i = base; i < base + GG_QOS_ENTRIES; i++) {
+        struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = i, .l_len = 1};
+        if (fcntl(fd, F_OFD_SETLK, &fl) == 0) return i;
+    }
+    return -1;
+}
+
+static void open_board(int dev, struct board *b) {
+    char path[sizeof(gg_cfg.qos_dir) + 16];
+    snprintf(path, sizeof(path), "%s/%d", gg_cfg.qos_dir, dev);
+    /* O_NONBLOCK: a FIFO put there cannot hang the open; only a regular file is used */
+    int fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+    struct stat st;
+    if (fd >= 0 && (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))) {
+        close(fd);
+        fd = -1;
+        errno = EINVAL;
+    }
+    if (fd < 0) {
+        if (errno != ENOENT && !__atomic_exchange_n(&warned_open, 1, __ATOMIC_RELAXED))
+            gg_log(GG_LOG_WARN, "QoS board %s unusable (%s): device %d runs without priority",
+                   path, errno == EINVAL ? "not a regular file" : strerror(errno), dev);
+        b->state = BOARD_NONE;
+        return;
+    }
+    int role = gg_cfg.priority == 0 ? GG_QOS_HIGH : GG_QOS_LOW;
+    b->slot = claim_slot(fd, role == GG_QOS_HIGH ? 0 : GG_QOS_ENTRIES);
+    if (b->slot < 0 && role == GG_QOS_HIGH) {
+        if (!__atomic_exchange_n(&warned_slot, 1, __ATOMIC_RELAXED))
+            gg_log(GG_LOG_WARN, "QoS board %s has no free entry (%d high-priority processes "
+                   "at most): this process's priority is not published", path, GG_QOS_ENTRIES);
+        close(fd);
+        b->state = BOARD_NONE;
+        return;
+    } /* a low-priority process without an entry still yields, it just cannot announce */
+    b->fd = fd;
+    b->role = role;
+    b->state = BOARD_OPEN;
+}
+
+int gg_qos_role(int dev) {
+    if (!gg_cfg.qos_dir[0] || dev < 0 || dev >= GG_MAX_DEVICES) return GG_QOS_NONE;
+    pthread_once(&boards_once, boards_init);
+    struct board *b = &boards[dev];
+    int s = __atomic_load_n(&b->state, __ATOMIC_ACQUIRE);
+    if (s == BOARD_UNKNOWN) {
+        pthread_mutex_lock(&open_mu);
+        if (b->state == BOARD_UNKNOWN) open_board(dev, b);
+        s = b->state;
+        pthread_mutex_unlock(&open_mu);
+    }
+    return s == BOARD_OPEN ? b->role : GG_QOS_NONE;
+}
+
+/* ---- high priority: publish ---- */
+
+static void write_entry(struct board *b, const struct gg_qos_entry *e) {
+    if (b->slot >= 0)
+        (void)!pwrite(b->fd, e, sizeof(*e), (off_t)b->slot * (off_t)sizeof(*e));
+}
+
+static void write_high(struct board *b, uint32_t inflight, uint64_t next_ns, uint64_t now) {
+    struct gg_qos_entry e = {
+        .magic = GG_QOS_MAGIC, .pid = (uint32_t)getpid(), .heartbeat_ns = now,
+        .inflight = inflight, .next_ns = next_ns,
+    };
+    write_entry(b, &e);
+    b->last_inflight = inflight;
+    b->last_next = next_ns;
+    b->last_publish = now;
+}
+
+static void start_watcher(void);
+
+void gg_qos_publish(int dev, uint32_t inflight, uint64_t next_ns) {
+    struct board *b = &boards[dev];
+    if (b->state != BOARD_OPEN || b->role != GG_QOS_HIGH) return;
+    uint64_t now = gg_now_ns();
+    pthread_mutex_lock(&b->mu);
+    if (next_ns == GG_QOS_KEEP) next_ns = b->last_next; /* the watcher keeps the plan */
+    /* a write when something a reader decides on changed, else a heartbeat now and then */
+    if (inflight != b->last_inflight || next_ns != b->last_next
+        || now - b->last_publish > (inflight ? 1000000ULL : (uint64_t)WATCH_IDLE_NS / 2))
+        write_high(b, inflight, next_ns, now);
+    pthread_mutex_unlock(&b->mu);
+    if (inflight) start_watcher();
+}
+
+/* The watcher thread: while the process has launches in flight on a board device, it
+ * polls their completion every WATCH_BUSY_NS and publishes the count, so that low-priority
+ * processes see the device free soon after the work is done, whether or not this process
+ * calls the driver again (it may be sleeping on its quota or doing host work). */
+static pthread_mutex_t watch_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t watch_cv = PTHREAD_COND_INITIALIZER;
+static int watch_started, watch_stop, watch_idle;
+static pthread_t watch_thread;
+
+static void *watch(void *arg) {
+    (void)arg;
+    for (;;) {
+        int busy = 0;
+        for (int dev = 0; dev < GG_MAX_DEVICES; dev++) {
+            struct board *b = &boards[dev];
+            if (__atomic_load_n(&b->state, __ATOMIC_ACQUIRE) != BOARD_OPEN || b->role != GG_QOS_HIGH)
+                continue;
+            int n = gg_throttle_poll(dev);
+            if (n < 0) { busy = 1; continue; } /* a launcher holds the device: look again soon */
+            gg_qos_publish(dev, (uint32_t)n, GG_QOS_KEEP);
+            busy |= n > 0;
+        }
+        pthread_mutex_lock(&watch_mu);
+        if (watch_stop) {
+            pthread_mutex_unlock(&watch_mu);
+            return NULL;
+        }
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        long long add = busy ? WATCH_BUSY_NS : WATCH_IDLE_NS;
+        ts.tv_nsec += add % 1000000000LL;
+        ts.tv_sec += add / 1000000000LL + ts.tv_nsec / 1000000000L;
+        ts.tv_nsec %= 1000000000L;
+        watch_idle = !busy;
+        pthread_cond_timedwait(&watch_cv, &watch_mu, &ts);
+        watch_idle = 0;
+        pthread_mutex_unlock(&watch_mu);
+    }
+}
+
+static void start_watcher(void) {
+    if (__atomic_load_n(&watch_started, __ATOMIC_ACQUIRE)) {
+        if (__atomic_load_n(&watch_idle, __ATOMIC_RELAXED)) pthread_cond_signal(&watch_cv);
+        return;
+    }
+    pthread_mutex_lock(&watch_mu);
+    if (!watch_started && !watch_stop) {
+        pthread_condattr_t a;
+        pthread_condattr_init(&a);
+        pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
+        pthread_cond_init(&watch_cv, &a);
+        if (pthread_create(&watch_thread, NULL, watch, NULL) == 0)
+            __atomic_store_n(&watch_started, 1, __ATOMIC_RELEASE);
+        else
+            watch_stop = 1; /* no thread: completions are published at the next launch */
+    }
+    pthread_mutex_unlock(&watch_mu);
+}
+
+/* ---- low priority: read and yield ---- */
+
+struct verdict {
+    int present;       /* a live high-priority process is registered on the device */
+    int busy;          /* one has work in flight */
+    uint64_t next_min; /* earliest announced next launch after now (0: none) */
+    uint64_t backlog;  /* low-priority work announced and still to run (ns), ours included */
+};
+
+/* Reads the board; every value is bounded, a short or failed read is an empty board. */
+static void read_board(struct board *b, uint64_t now, struct verdict *v) {
+    struct gg_qos_entry e[2 * GG_QOS_ENTRIES];
+    memset(v, 0, sizeof(*v));
+    ssize_t n = pread(b->fd, e, sizeof(e), 0);
+    if (n <= 0) return;
+    int count = (int)((size_t)n / sizeof(e[0]));
+    for (int i = 0; i < count; i++) {
+        if (e[i].magic != GG_QOS_MAGIC || e[i].heartbeat_ns > now + FUTURE_NS
+            || now - (e[i].heartbeat_ns < now ? e[i].heartbeat_ns : now) > PRESENT_NS)
+            continue;
+        uint64_t age = e[i].heartbeat_ns < now ? now - e[i].heartbeat_ns : 0;
+        if (i >= GG_QOS_ENTRIES) { /* another low-priority process's announced kernel */
+            if (age <= BUSY_STALE_NS && e[i].until_ns > now)
+                v->backlog += e[i].until_ns - now < FIT_MAX_NS ? e[i].until_ns - now : FIT_MAX_NS;
+            continue;
+        }
+        v->present = 1;
+        if (e[i].inflight && e[i].inflight <= MAX_INFLIGHT && age <= BUSY_STALE_NS) v->busy = 1;
+        /* it planned to launch by now and has not said it did: it is waking up (a loaded
+         * host delays the wake-up), so it counts as busy for a short grace */
+        if (e[i].next_ns && e[i].next_ns <= now && now - e[i].next_ns <= WAKE_GRACE_NS) v->busy = 1;
+        if (e[i].next_ns > now && e[i].next_ns - now <= FIT_MAX_NS
+            && (!v->next_min || e[i].next_ns < v->next_min))
+            v->next_min = e[i].next_ns;
+    }
+}
+
+int gg_qos_present(int dev) {
+    struct board *b = &boards[dev];
+    struct verdict v;
+    read_board(b, gg_now_ns(), &v);
+    return !v.present ? 0 : v.next_min ? 2 : 1;
+}
+
+static void sleep_ns(int64_t ns) {
+    struct timespec ts = {ns / 1000000000LL, ns % 1000000000LL};
+    nanosleep(&ts, NULL);
+}
+
+static void announce(struct board *b, uint64_t until, uint64_t now) {
+    struct gg_qos_entry e = {.magic = GG_QOS_MAGIC, .pid = (uint32_t)getpid(), .heartbeat_ns = now,
+                             .until_ns = until};
+    write_entry(b, &e);
+    b->last_next = until; /* what this process has announced (its own work in flight) */
+}
+
+/* 1 if a kernel of `expect` ns started now, behind the other low-priority work announced,
+ * ends before the next announced high-priority launch (or none is announced). */
+static int fits(const struct verdict *v, uint64_t now, int64_t expect) {
+    return !v->next_min || now + v->backlog + (uint64_t)expect + FIT_MARGIN_NS <= v->next_min;
+}
+
+/* Waits (at most HOLD_MAX_NS) while a high-priority process has work in flight or will
+ * launch before a kernel of `expect` ns started now would end. Returns the time waited. */
+uint64_t gg_qos_yield(int dev, int64_t expect) {
+    struct board *b = &boards[dev];
+    uint64_t t0 = gg_now_ns(), now = t0;
+    unsigned int seed = (unsigned int)(t0 ^ (uint64_t)getpid());
+    if (expect <= 0) expect = 1000000;
+    for (;;) {
+        struct verdict v;
+        read_board(b, now, &v);
+        if (now - t0 >= HOLD_MAX_NS) break;
+        if (!v.busy && fits(&v, now, expect)) {
+            if (!v.next_min || b->slot < 0) break;
+            /* announce, then look again: two processes that saw the same gap both see each
+             * other now, and the later one backs off */
+            uint64_t mine = b->last_next > now ? b->last_next : now, before = b->last_next;
+            announce(b, mine + (uint64_t)expect, now);
+            read_board(b, now, &v);
+            /* the backlog now holds this kernel too */
+            if (!v.busy && fits(&v, now, 0)) break;
+            announce(b, before, now);
+        }
+        int64_t nap = POLL_NS / 2 + (int64_t)(rand_r(&seed) % (POLL_NS / 2));
+        if (!v.busy && v.next_min > now && (int64_t)(v.next_min - now) < nap) nap = (int64_t)(v.next_min - now);
+        sleep_ns(nap);
+        now = gg_now_ns();
+    }
+    return now - t0;
+}
+
+/* ---- lifecycle ---- */
+
+/* A forked child has no watcher and must not share its parent's entries (the OFD locks
+ * belong to the parent's open file descriptions): it opens the boards again when it uses
+ * the device. */
+void gg_qos_after_fork(void) {
+    for (int i = 0; i < GG_MAX_DEVICES; i++) {
+        if (boards[i].fd >= 0) close(boards[i].fd);
+        boards[i] = (struct board){.fd = -1, .slot = -1};
+        pthread_mutex_init(&boards[i].mu, NULL);
+    }
+    pthread_mutex_init(&open_mu, NULL);
+    pthread_mutex_init(&watch_mu, NULL);
+    watch_started = watch_stop = watch_idle = 0;
+}
+
+/* At exit the watcher stops (before the driver is torn down) and the entries are cleared, so
+ * low-priority processes do not wait for the heartbeat to go stale. */
+__attribute__((destructor)) static void qos_at_exit(void) {
+    pthread_mutex_lock(&watch_mu);
+    int started = watch_started;
+    watch_stop = 1;
+    pthread_cond_signal(&watch_cv);
+    pthread_mutex_unlock(&watch_mu);
+    if (started) pthread_join(watch_thread, NULL);
+    for (int i = 0; i < GG_MAX_DEVICES; i++) {
+        struct board *b = &boards[i];
+        if (b->state != BOARD_OPEN) continue;
+        struct gg_qos_entry e;
+        memset(&e, 0, sizeof(e));
+        write_entry(b, &e);
+    }
+}
