@@ -127,10 +127,32 @@ def _give_back(cp: ControlPlane, v: Job) -> None:
 
 def find_victims(cp: ControlPlane, job: Job, cands: list[Job], reclaim: bool,
                  exclude: np.ndarray | None) -> list[Job] | None:
-    """A minimal victim set after which `job` fits, or None. The state is left unchanged."""
+    """A minimal victim set after which `job` fits, or None. The state is left unchanged.
+
+    The greedy pass takes victims in policy order (lowest priority, newest first). Small
+    victims taken first (fractions, MPS clients) can free no whole device yet push their
+    queue down to its quota or fair share, so a victim that alone would do is refused by
+    rules (c)/(d) and reclaim gave up. When that pass fails, a second one tries the same
+    candidates biggest first (most of what `job` needs freed), policy order breaking ties.
+    """
+    cands = cands[: cp.cfg.preemption.max_victim_candidates]
+    found = _greedy_victims(cp, job, cands, reclaim, exclude)
+    if found is None:
+        need = (job.demand > 0) & cp.tree.governed
+        if need.any():
+            order = {id(v): i for i, v in enumerate(cands)}
+            biggest = sorted(cands, key=lambda v: (-float(v.charged[need].sum()), order[id(v)]))
+            if biggest != cands:
+                found = _greedy_victims(cp, job, biggest, reclaim, exclude)
+    return found
+
+
+def _greedy_victims(cp: ControlPlane, job: Job, cands: list[Job], reclaim: bool,
+                    exclude: np.ndarray | None) -> list[Job] | None:
+    """Take candidates in order until `job` fits, then spare any it can do without."""
     victims: list[Job] = []
     found = False
-    for v in cands[: cp.cfg.preemption.max_victim_candidates]:
+    for v in cands:
         if reclaim and not _reclaim_allowed(cp, job, v):
             continue
         _take(cp, v)
