@@ -198,7 +198,9 @@ def test_a_slice_claim_is_prepared_as_a_slice_and_survives_a_kubelet_restart(nod
     assert mounts["/usr/local/gpugov/lib/libgpugov.so"]["hostPath"] == \
         str(node["paths"].library)
     assert "ro" in mounts["/etc/ld.so.preload"]["options"]
-    assert Path(mounts["/var/run/gpugov"]["hostPath"]).is_dir()
+    region = Path(mounts["/var/run/gpugov"]["hostPath"])
+    assert region.parent.name == "claim-regions" and region.name == f"{ns}_s_{uid}"
+    assert (region / "devices").read_text() == "GPU-a100-0001\n"  # ordinal -> UUID
     # the kubelet restarts and lost its checkpoint: it prepares again, the plugin answers
     # the same devices and the same spec (idempotent), and it re-registers on its own
     peer, short = node["peer"], node["short"]

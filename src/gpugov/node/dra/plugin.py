@@ -134,7 +134,9 @@ class DraPlugin(pb_grpc.DRAPluginServicer):
                                    f"{uid}, not {claim.uid} (deleted and created again)")
             prepared = build(obj, self.node, self.inventory(), self.features, self.paths)
             if "mounts" in prepared.spec["devices"][0]["containerEdits"]:
-                self.paths.region_dir(claim.uid).mkdir(parents=True, exist_ok=True)
+                region = self.paths.region_dir(claim.namespace, claim.name, claim.uid)
+                region.mkdir(parents=True, exist_ok=True)
+                (region / "devices").write_text("".join(u + "\n" for u in prepared.uuids))
             self._write_spec(prepared)
             _atomic_write(record, prepared.to_json())
             return self._answer(prepared)
@@ -173,7 +175,8 @@ class DraPlugin(pb_grpc.DRAPluginServicer):
                 async with self._locks.setdefault(claim.uid, asyncio.Lock()):
                     with contextlib.suppress(FileNotFoundError):
                         self.paths.spec_file(claim.uid).unlink()
-                    shutil.rmtree(self.paths.region_dir(claim.uid), ignore_errors=True)
+                    shutil.rmtree(self.paths.region_dir(claim.namespace, claim.name, claim.uid),
+                                  ignore_errors=True)
                     with contextlib.suppress(FileNotFoundError):
                         self._record(claim.uid).unlink()
                 self._locks.pop(claim.uid, None)

@@ -47,15 +47,18 @@ class NodePaths:
     """Host paths the CDI spec points at."""
 
     cdi_dir: Path  # where the runtime reads CDI specs (/var/run/cdi)
-    state_dir: Path  # <state>/regions/claim_<uid>, <state>/ld.so.preload
+    state_dir: Path  # <state>/claim-regions/<ns>_<claim>_<uid>, <state>/ld.so.preload
     library: Path | None  # host path of libgpugov.so; None = slices are refused
 
     @property
     def preload_file(self) -> Path:
         return self.state_dir / "ld.so.preload"
 
-    def region_dir(self, claim_uid: str) -> Path:
-        return self.state_dir / "regions" / f"claim_{_safe(claim_uid)}"
+    def region_dir(self, namespace: str, name: str, claim_uid: str) -> Path:
+        """The claim's accounting region folder: `<ns>_<claim>_<uid>` (the pod regions'
+        pattern, names cannot hold `_`) beside, not inside, the device plugin's `regions/`,
+        which the exporter reads as pods."""
+        return self.state_dir / "claim-regions" / _safe(f"{namespace}_{name}_{claim_uid}")
 
     def spec_file(self, claim_uid: str) -> Path:
         return self.cdi_dir / f"gpugov.io-claim_{_safe(claim_uid)}.json"
@@ -88,15 +91,19 @@ class Prepared:
     name: str
     devices: list[dict[str, Any]] = field(default_factory=list)  # request/pool/device/cdi
     spec: dict[str, Any] = field(default_factory=dict)
+    #: the devices' UUIDs in CUDA ordinal order (the region's `devices` file, as for pods)
+    uuids: list[str] = field(default_factory=list)
 
     def to_json(self) -> str:
         return json.dumps({"uid": self.uid, "namespace": self.namespace, "name": self.name,
-                           "devices": self.devices, "spec": self.spec}, sort_keys=True)
+                           "devices": self.devices, "spec": self.spec, "uuids": self.uuids},
+                          sort_keys=True)
 
     @classmethod
     def from_json(cls, text: str) -> Prepared:
         d = json.loads(text)
-        return cls(d["uid"], d["namespace"], d["name"], list(d["devices"]), dict(d["spec"]))
+        return cls(d["uid"], d["namespace"], d["name"], list(d["devices"]), dict(d["spec"]),
+                   list(d.get("uuids") or []))
 
 
 def cdi_id(claim_uid: str) -> str:
@@ -217,7 +224,8 @@ def build(claim: dict[str, Any], node: str, inv: Inventory, features: Features,
             {"hostPath": str(paths.library), "containerPath": CONTAINER_LIBRARY,
              "options": ro},
             {"hostPath": str(paths.preload_file), "containerPath": PRELOAD, "options": ro},
-            {"hostPath": str(paths.region_dir(uid)), "containerPath": CONTAINER_REGION_DIR,
+            {"hostPath": str(paths.region_dir(str(meta.get("namespace")), str(meta.get("name")),
+                                              uid)), "containerPath": CONTAINER_REGION_DIR,
              "options": ["rw", "nosuid", "nodev", "bind"]},
         ]
     edits: dict[str, Any] = {"env": env, "deviceNodes": nodes}
@@ -228,4 +236,4 @@ def build(claim: dict[str, Any], node: str, inv: Inventory, features: Features,
     devices = [{"request": t.request, "pool": t.pool, "device": t.name,
                 "cdi": [cdi_id(uid)] if i == 0 else []} for i, t in enumerate(targets)]
     return Prepared(uid, str(meta.get("namespace") or ""), str(meta.get("name") or ""),
-                    devices, spec)
+                    devices, spec, list(dict.fromkeys(uuids)))
