@@ -9,7 +9,7 @@ split them. Every JSON value carries `"v"`; a reader refuses a version it does n
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,6 +32,10 @@ INVENTORY = "gpugov.io/inventory"
 UNSCHEDULABLE_GPUS = "gpugov.io/unschedulable-gpus"
 #: node annotation: JSON outcome of the agent's last MIG apply
 MIG_CONFIG_STATE = "gpugov.io/mig-config-state"
+#: node annotation the scheduler writes: the MIG instances it wants created on demand
+MIG_REQUESTS = "gpugov.io/mig-requests"
+#: node annotation the agent writes: what became of each of those requests
+MIG_REQUESTS_STATE = "gpugov.io/mig-requests-state"
 #: the schedulerName the webhook sets on GPU pods
 SCHEDULER_NAME = "gpugov"
 #: pod label the webhook sets on GPU pods (lets tools select them cheaply)
@@ -201,6 +205,9 @@ class InventoryDevice:
     pcie_switch: int | None = None
     healthy: bool = True
     mig: tuple[MigInstance, ...] = ()
+    #: the agent creates MIG instances on this GPU when the scheduler asks (free slices only;
+    #: `migOnDemand`, written only when true, within v1)
+    mig_on_demand: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,6 +227,8 @@ def encode_inventory(inv: Inventory) -> str:
             "mig": [{"profile": m.profile, "start": m.start, "uuid": m.uuid}
                     | ({"replicas": m.replicas} if m.replicas > 1 else {}) for m in d.mig],
         }
+        if d.mig_on_demand:
+            item["migOnDemand"] = True
         devs.append(item)
     out: dict[str, Any] = {"v": VERSION, "devices": devs}
     if inv.power_budget_w is not None:
@@ -268,7 +277,8 @@ def decode_inventory(text: str | bytes | None) -> Inventory:
             mode=mode, replicas=replicas, numa=_get(a, item, "numa", int, 0, where=w),
             nvlink_domain=_get(a, item, "nvlinkDomain", int, None, where=w),
             pcie_switch=_get(a, item, "pcieSwitch", int, None, where=w),
-            healthy=_get(a, item, "healthy", bool, True, where=w), mig=tuple(mig)))
+            healthy=_get(a, item, "healthy", bool, True, where=w), mig=tuple(mig),
+            mig_on_demand=_get(a, item, "migOnDemand", bool, False, where=w)))
     power = _get(a, d, "powerBudgetW", (int, float), None)
     return Inventory(tuple(devices), None if power is None else float(power))
 
@@ -378,6 +388,66 @@ def decode_allocation(text: str | bytes | None) -> Allocation:
         if len(set(starts)) != len(starts):
             raise AnnotationError(a, "devices: the same MIG instance is named twice")
     return Allocation(node, isolation, tuple(devices))
+
+
+# ------------------------------------------- gpugov.io/mig-requests (and -state)
+
+#: the most on-demand MIG instances one node's request annotation may name
+MAX_MIG_REQUESTS = 64
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class MigRequest:
+    """One MIG instance the scheduler wants the node agent to create (for `pod`)."""
+
+    gpu: int
+    profile: str
+    start: int
+    pod: str = ""  # namespace/name of the pod it is for (for people and Events)
+
+    @property
+    def key(self) -> str:
+        """`<gpu>/<profile>@<start>`: how the agent's outcome names it."""
+        return f"{self.gpu}/{self.profile}@{self.start}"
+
+
+def encode_mig_requests(reqs: Sequence[MigRequest]) -> str:
+    return json.dumps({"v": VERSION, "instances": [
+        {"gpu": r.gpu, "profile": r.profile, "start": r.start, "pod": r.pod}
+        for r in sorted(reqs)]}, separators=(",", ":"))
+
+
+def decode_mig_requests(text: str | bytes | None) -> tuple[MigRequest, ...]:
+    a = MIG_REQUESTS
+    d = _load(a, text)
+    raw = _get(a, d, "instances", list)
+    if len(raw) > MAX_MIG_REQUESTS:
+        raise AnnotationError(a, f"instances: {len(raw)}; allowed: at most {MAX_MIG_REQUESTS}")
+    out = []
+    for i, item in enumerate(raw):
+        w = f"instances[{i}]."
+        if not isinstance(item, dict):
+            raise AnnotationError(a, f"instances[{i}]: expected an object")
+        out.append(MigRequest(_nonneg(a, _get(a, item, "gpu", int, where=w), w + "gpu"),
+                              _get(a, item, "profile", str, where=w)[:64],
+                              _nonneg(a, _get(a, item, "start", int, where=w), w + "start"),
+                              _get(a, item, "pod", str, "", where=w)[:256]))
+    return tuple(out)
+
+
+def encode_mig_requests_state(results: Mapping[str, str], time_rfc3339: str) -> str:
+    """The agent's outcome per request key: `created` or `refused: <why>`."""
+    return json.dumps({"v": VERSION, "time": time_rfc3339, "results": dict(sorted(
+        results.items()))}, separators=(",", ":"))
+
+
+def decode_mig_requests_state(text: str | bytes | None) -> dict[str, str]:
+    a = MIG_REQUESTS_STATE
+    d = _load(a, text)
+    res = _get(a, d, "results", dict)
+    if not all(isinstance(k, str) and isinstance(v, str) for k, v in res.items()):
+        raise AnnotationError(a, "results: every key and value must be a string")
+    return {k[:128]: v[:1024] for k, v in list(res.items())[:MAX_MIG_REQUESTS * 4]}
 
 
 # ---------------------------------------------------------------- gpugov.io/allocated

@@ -11,7 +11,7 @@ namespace), requires that claim and compares it with the object:
 
 - a Node may be updated only when it is the token's node, and only its node-owned annotations
   (`gpugov.io/inventory`, `gpugov.io/unschedulable-gpus`, `gpugov.io/mig-config-state`,
-  `gpugov.io/power`) and
+  `gpugov.io/power`, `gpugov.io/mig-requests-state`) and
   GPU feature discovery labels (`NODE_LABELS`, the per-profile MIG labels, and
   `nvidia.com/mig.config.state`) may change; spec, other labels and annotations may not;
 - a pod may be updated only when it is bound to the token's node, and only its
@@ -35,7 +35,8 @@ NAME = "gpugov-node-scope"
 #: the token claim the apiserver sets for node-bound and pod-bound ServiceAccount tokens
 NODE_NAME_EXTRA = "authentication.kubernetes.io/node-name"
 #: Node annotations the node agent writes (`gpugov.io/power`: measured draw, docs/power.md)
-NODE_ANNOTATIONS = (ann.INVENTORY, ann.UNSCHEDULABLE_GPUS, ann.MIG_CONFIG_STATE, POWER)
+NODE_ANNOTATIONS = (ann.INVENTORY, ann.UNSCHEDULABLE_GPUS, ann.MIG_CONFIG_STATE, POWER,
+                    ann.MIG_REQUESTS_STATE)
 #: Node labels the node agent writes (GFD's convention; `gpugov.node.labels.OWNED_KEYS` plus
 #: the MIG outcome label; a test keeps them in step)
 NODE_LABELS = (

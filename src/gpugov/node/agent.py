@@ -10,6 +10,10 @@ Each round (every `interval_s`):
    `healthy: false` in the inventory), waits `drain_grace_s`, changes the idle ones, refuses the
    busy ones untouched, then reports: `nvidia.com/mig.config.state` (success / failed),
    `gpugov.io/mig-config-state` (per-GPU outcome) and one Event per GPU.
+2b. On-demand MIG (`node/mig_on_demand.py`, when the node takes instances on demand): the
+   instances gpugov's scheduler asks for in `gpugov.io/mig-requests` are created in free
+   slices only, the inventory re-published, each outcome written to
+   `gpugov.io/mig-requests-state` and an Event.
 3. MPS: while some GPU is in `mps` mode, the MPS control daemon runs with per-client defaults
    (`gpugov.node.mps`; started, adopted after an agent restart, stopped when no GPU is in
    `mps` mode); a refusal becomes a Warning Event and the device plugin refuses MPS clients.
@@ -216,6 +220,13 @@ class NodeAgent:
         await self.event("MigConfigInvalid", f"{want}: {'; '.join(errors)}", warning=True)
         return []
 
+    async def reconcile_mig_requests(self) -> dict[str, str] | None:
+        """Create the MIG instances the scheduler asks for (on-demand nodes only)."""
+        if not self.source.sharing.mig_on_demand:
+            return None
+        from gpugov.node.mig_on_demand import reconcile_requests
+        return await reconcile_requests(self)
+
     # -------------------------------------------------------------- MPS
     async def reconcile_mps(self) -> str | None:
         """Start, adopt or stop the MPS control daemon as the inventory says (what was done)."""
@@ -279,8 +290,8 @@ class NodeAgent:
     async def round(self) -> None:
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(None, self.source.refresh)
-        for step in (self.publish, self.reconcile_power, self.reconcile_mig, self.reconcile_mps,
-                     self.check_memory):
+        for step in (self.publish, self.reconcile_power, self.reconcile_mig,
+                     self.reconcile_mig_requests, self.reconcile_mps, self.check_memory):
             try:
                 await step()
             except ApiException as exc:

@@ -25,6 +25,9 @@ class SharingPolicy:
     mode: DeviceMode = DeviceMode.EXCLUSIVE
     replicas: int = 1
     mig_replicas: tuple[tuple[str, int], ...] = ()
+    #: MIG GPUs take new instances in free slices when gpugov's scheduler asks
+    #: (`node/mig_on_demand.py`); published as `migOnDemand` in the inventory
+    mig_on_demand: bool = False
 
 
 def inventory_from(node: NodeGpus, healthy: dict[int, bool] | None = None,
@@ -44,7 +47,7 @@ def inventory_from(node: NodeGpus, healthy: dict[int, bool] | None = None,
             nvlink_domain=g.nvlink_domain, pcie_switch=g.pcie_switch,
             healthy=healthy.get(g.index, True) and g.index not in draining,
             mig=tuple(MigInstance(m.profile, m.start, m.uuid, shared.get(m.profile, 1))
-                      for m in g.mig)))
+                      for m in g.mig), mig_on_demand=sharing.mig_on_demand and g.mig_enabled))
     limits = [g.power_limit_w for g in node.gpus if g.power_limit_w is not None]
     power = sum(limits) if limits and len(limits) == len(node.gpus) else None
     return Inventory(tuple(devices), power)
