@@ -166,8 +166,9 @@ def replay_cmd(
                                "(--no-plots removes plots an earlier run left in --out)"),
     scenario: str | None = typer.Option(None, "--scenario", metavar="NAME",
                                         help="built-in scenario: tenants (the default with no "
-                                        "files) or mixed (MIG, memory slices, time-slice, "
-                                        "gangs, taints, power, untrusted)"),
+                                        "files), mixed (MIG, memory slices, time-slice, "
+                                        "gangs, taints, power, untrusted) or power (racks "
+                                        "whose panels cannot feed every GPU)"),
 ) -> None:
     """Replay jobs through queues over time; no arguments runs the built-in scenario."""
     nodes_file = _renamed(nodes_file, cluster_old, "--cluster", "--nodes")

@@ -38,6 +38,7 @@ from gpugov.model.devices import DeviceMode
 from gpugov.placement.registry import get_policy
 from gpugov.sim.jobs import JobSpec, to_jobs
 from gpugov.sim.numbers import csv_number
+from gpugov.sim.replay_power import PowerTrace
 
 FINISH, ARRIVE, TICK = 0, 1, 2
 ALLOCATION_COLUMNS = ("job", "pod", "namespace", "node", "device", "mode", "mig_profile",
@@ -149,6 +150,8 @@ class ReplayResult:
     warnings: list[str] = field(default_factory=list)  # config vs cluster (see cluster_fit)
     #: allocations.csv rows (ALLOCATION_COLUMNS); end_s None while the pod still runs
     allocations: list[list] = field(default_factory=list)
+    #: admitted power per domain and the fleet's energy (sim/replay_power.py)
+    power: dict = field(default_factory=dict)
 
     def queue_names(self) -> list[str]:
         return [self.cp.tree.names[q] for q in self.leaves]
@@ -214,6 +217,8 @@ def replay(cfg: ControlConfig, nodes: Sequence[NodeSpec], specs: Sequence[JobSpe
     if errors:
         raise ConfigError(config_source, errors)
     cp.fast = opts.fast
+    power = PowerTrace(cp.state)
+    power.record(0.0)
     events: list[tuple[float, int, int, Job | None, int]] = []
     for i, j in enumerate(sorted(jobs, key=lambda j: (j.submit, j.name))):
         events.append((j.submit, ARRIVE, i, j, 0))
@@ -276,6 +281,7 @@ def replay(cfg: ControlConfig, nodes: Sequence[NodeSpec], specs: Sequence[JobSpe
                 tick_at = float("inf") if tick_at <= now else tick_at
         if not any(cp.backlog):
             cp.refresh_fair_share(now)  # demand fell: keep the reported fair share current
+            power.record(now)
             continue
         result = cp.cycle(now)
         cycles += 1
@@ -296,6 +302,7 @@ def replay(cfg: ControlConfig, nodes: Sequence[NodeSpec], specs: Sequence[JobSpe
             heapq.heappush(events, (now + j.duration, FINISH, seq, j, j.attempt))
             seq += 1
             live += 1
+        power.record(now)
         wake = []
         if opts.period > 0 and any(cp.backlog) and live > 0:
             wake.append(now + opts.period)
@@ -326,6 +333,7 @@ def replay(cfg: ControlConfig, nodes: Sequence[NodeSpec], specs: Sequence[JobSpe
         pending=np.array(pend).reshape(len(times), len(leaves)), leaves=leaves,
         preemptions=preemptions, cycles=cycles, skipped_cycles=cp.skipped, snapshot=snap,
         episodes=episodes, warnings=warnings, allocations=held.rows,
+        power=power.summary(end),
     )
 
 

@@ -24,6 +24,7 @@ from gpugov.sim.replay import (
     job_rows,
     replay,
 )
+from gpugov.sim.replay_power import objective_terms
 
 JOBS_HEADER = ["name", "queue", "submit_s", "start_s", "end_s", "wait_s", "preemptions",
                "status", "reason"]
@@ -57,6 +58,8 @@ def queue_rows(res: ReplayResult) -> list[list]:
 
 
 def summary(res: ReplayResult) -> dict:
+    """summary.json: allocation, fairness, the objective's terms, power per domain (p99 and
+    max of admitted draw vs budget, energy; sim/replay_power.py), per-queue rows."""
     alloc = res.gpu_allocation()
     total = res.cp.state.total_gpu_milli / 1000
     return {
@@ -68,6 +71,8 @@ def summary(res: ReplayResult) -> dict:
         "gpu_allocated_p95": float(np.percentile(alloc, 95)) if len(alloc) else 0.0,
         "gpu_allocated_max": float(alloc.max()) if len(alloc) else 0.0,
         "jain_usage_over_fair_share": res.jain_index(),
+        **objective_terms(res),
+        "power": res.power,
         "queues": res.summary(),
     }
 
@@ -153,7 +158,7 @@ class InputError(ValueError):
     """Bad replay input (config, nodes, jobs): the CLI prints it and exits 2."""
 
 
-SCENARIOS = ("tenants", "mixed")
+SCENARIOS = ("tenants", "mixed", "power")
 
 
 def run_from_files(cluster: Path | None, jobs: Path | None, queues: Path | None,
@@ -188,6 +193,11 @@ def run_from_files(cluster: Path | None, jobs: Path | None, queues: Path | None,
 
             return replay(mixed_config(), mixed_nodes(), mixed_jobs(), opts,
                           "<built-in mixed scenario>")
+        if scenario == "power":  # racks whose panels cannot feed every GPU (docs/power.md)
+            from gpugov.sim.power_scenario import power_config, power_jobs, power_nodes
+
+            return replay(power_config(), power_nodes(), power_jobs(), opts,
+                          "<built-in power scenario>")
     if not given:
         return replay(scenario_config(), scenario_nodes(), scenario_jobs(), opts,
                       "<built-in scenario>")
