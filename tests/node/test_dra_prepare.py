@@ -55,7 +55,14 @@ def _paths(tmp_path: Path, library: bool = True) -> NodePaths:
     (_claim([_r("gpu-0", "a"), _r("gpu-1", "b")]), "one gpu.gpugov.io request per claim"),
     (_claim([_r("gpu-2-mps-0")]), "MPS over DRA is not built yet"),
     (_claim([_r("gpu-0")], [{"opaque": {"driver": "gpu.gpugov.io", "parameters": {}}}]),
-     "config: opaque parameters for gpu.gpugov.io are not supported yet"),
+     "config[0].opaque.parameters: apiVersion/kind None/None; allowed: "
+     "gpu.gpugov.io/v1alpha1/GpuConfig"),
+    (_claim([_r("gpu-0")], [{"opaque": {"driver": "gpu.gpugov.io", "parameters": {
+        "apiVersion": "gpu.gpugov.io/v1alpha1", "kind": "GpuConfig", "qos": "gold"}}}]),
+     "parameters.qos: not a GpuConfig field; allowed: priority"),
+    (_claim([_r("gpu-0")], [{"opaque": {"driver": "gpu.gpugov.io", "parameters": {
+        "apiVersion": "gpu.gpugov.io/v1alpha1", "kind": "GpuConfig", "priority": 7}}}]),
+     "parameters.priority: 7; allowed: 0 (high), 1 (low)"),
     (_claim([_r("gpu-1", consumedCapacity={"memory": "1e400"})]),
      "consumedCapacity.memory"),
     (_claim([_r("gpu-1", consumedCapacity={"compute": "250"})]),
@@ -65,6 +72,17 @@ def test_what_cannot_be_served_is_refused_naming_the_field(tmp_path, claim, says
     with pytest.raises(PrepareError, match=None) as e:
         build(claim, "n", INV, ON, _paths(tmp_path))
     assert says in str(e.value), str(e.value)
+
+
+def test_a_claims_gpuconfig_priority_reaches_the_container(tmp_path) -> None:
+    cfg = {"opaque": {"driver": "gpu.gpugov.io", "parameters": {
+        "apiVersion": "gpu.gpugov.io/v1alpha1", "kind": "GpuConfig", "priority": 1}},
+        "source": "FromClaim"}
+    other = {"opaque": {"driver": "other.example.com", "parameters": {"anything": 1}},
+             "source": "FromClass"}  # another driver's config is not ours to judge
+    got = build(_claim([_r("gpu-0")], [other, cfg]), "n", INV, ON, _paths(tmp_path))
+    env = got.spec["devices"][0]["containerEdits"]["env"]
+    assert "GPUGOV_TASK_PRIORITY=1" in env and "CUDA_TASK_PRIORITY=1" in env
 
 
 def test_a_slice_without_the_library_is_refused_and_a_whole_gpu_is_not(tmp_path) -> None:

@@ -11,9 +11,11 @@ slice is a slice on the node. The id is attached to the claim's first device onl
 kubelet collects every device's ids, and applying one CDI device twice would create its device
 nodes twice.
 
-Refused, with the field named (the kubelet shows it on the pod): a claim not allocated, a
-device of another pool (node), a device the node does not have, several requests for this
-driver in one claim, opaque config, MPS clients (planned).
+Opaque config of this driver (`GpuConfig`, `claim_config`) sets the task priority
+(`GPUGOV_TASK_PRIORITY`, `CUDA_TASK_PRIORITY`). Refused, with the field named (the kubelet
+shows it on the pod): a claim not allocated, a device of another pool (node), a device the
+node does not have, several requests for this driver in one claim, a config field or value
+`GpuConfig` does not have, MPS clients (planned).
 """
 
 from __future__ import annotations
@@ -138,10 +140,6 @@ def resolve(claim: dict[str, Any], node: str, inv: Inventory, features: Features
                if isinstance(r, dict) and r.get("driver") == DRIVER]
     if not results:
         raise PrepareError(f"{ref}: status.allocation.devices.results: no {DRIVER} device")
-    for c in (alloc.get("devices") or {}).get("config") or []:
-        if isinstance(c, dict) and (c.get("opaque") or {}).get("driver") == DRIVER:
-            raise PrepareError(f"{ref}: config: opaque parameters for {DRIVER} are not "
-                               "supported yet (planned); remove them")
     requests = sorted({str(r.get("request")) for r in results})
     if len(requests) > 1:
         raise PrepareError(f"{ref}: spec.devices.requests: {requests} — one {DRIVER} request "
@@ -189,13 +187,53 @@ def resolve(claim: dict[str, Any], node: str, inv: Inventory, features: Features
     return sorted(out, key=lambda t: (t.gpu.index, t.mig.start if t.mig else 0, t.name))
 
 
+CONFIG_API = "gpu.gpugov.io/v1alpha1"
+CONFIG_KIND = "GpuConfig"
+
+
+def claim_config(claim: dict[str, Any]) -> dict[str, Any]:
+    """The driver's opaque config of the allocation (from the class and the claim, the
+    claim's last): `{"apiVersion": "gpu.gpugov.io/v1alpha1", "kind": "GpuConfig",
+    "priority": 0|1}` — HAMi's task priority (0 high, 1 low). PrepareError names any other
+    field or value."""
+    meta = claim.get("metadata") or {}
+    ref = f"ResourceClaim {meta.get('namespace')}/{meta.get('name')}"
+    alloc = (claim.get("status") or {}).get("allocation") or {}
+    out: dict[str, Any] = {}
+    for i, c in enumerate((alloc.get("devices") or {}).get("config") or []):
+        opaque = c.get("opaque") if isinstance(c, dict) else None
+        if not isinstance(opaque, dict) or opaque.get("driver") != DRIVER:
+            continue
+        where = f"{ref}: status.allocation.devices.config[{i}].opaque.parameters"
+        params = opaque.get("parameters")
+        if not isinstance(params, dict):
+            raise PrepareError(f"{where}: expected an object")
+        if (params.get("apiVersion"), params.get("kind")) != (CONFIG_API, CONFIG_KIND):
+            raise PrepareError(f"{where}: apiVersion/kind {params.get('apiVersion')!r}/"
+                               f"{params.get('kind')!r}; allowed: {CONFIG_API}/{CONFIG_KIND}")
+        for key, value in params.items():
+            if key in ("apiVersion", "kind"):
+                continue
+            if key != "priority":
+                raise PrepareError(f"{where}.{key}: not a {CONFIG_KIND} field; allowed: "
+                                   "priority")
+            if isinstance(value, bool) or value not in (0, 1):
+                raise PrepareError(f"{where}.priority: {value!r}; allowed: 0 (high), 1 (low)")
+            out["priority"] = value
+    return out
+
+
 def build(claim: dict[str, Any], node: str, inv: Inventory, features: Features,
           paths: NodePaths) -> Prepared:
     """The prepared claim (devices and CDI spec); PrepareError when it cannot be served."""
     meta = claim.get("metadata") or {}
     uid = str(meta.get("uid") or "")
     targets = resolve(claim, node, inv, features)
+    config = claim_config(claim)
     env: list[str] = []
+    if "priority" in config:  # read by images built for HAMi too (docs/device-plugin.md)
+        env += [f"GPUGOV_TASK_PRIORITY={config['priority']}",
+                f"CUDA_TASK_PRIORITY={config['priority']}"]
     uuids = [t.mig.uuid if t.mig is not None else t.gpu.uuid for t in targets]
     if any(not u for u in uuids):
         raise PrepareError(f"ResourceClaim {meta.get('namespace')}/{meta.get('name')}: a "
