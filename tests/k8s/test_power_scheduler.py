@@ -125,3 +125,35 @@ def test_the_power_annotation_is_bounded_and_refused_naming_the_field():
     st.set_node({**rack_node("n0"), "metadata": {**rack_node("n0")["metadata"],
                                                   "annotations": {POWER: "nope"}}})
     assert "not JSON" in st.power.errors["n0"]
+
+
+def test_dev_up_turns_cluster_yaml_power_domains_into_labelled_nodes_and_objects():
+    from gpugov.k8s.devcluster.cluster_file import node_objects
+    from gpugov.k8s.power.devcluster import with_domains
+    from gpugov.model.cluster_spec import parse_cluster_yaml
+
+    pool = {"count": 2, "model": "H100-SXM5-80GB", "gpus": 8, "cpuMilli": 64000,
+            "memoryMiB": 262144}
+    cluster = parse_cluster_yaml({
+        "nodePools": [dict(pool, name="a", labels={"row": "r1"}), dict(pool, name="b")],
+        "powerDomainLabel": "row",
+        "powerDomains": [{"name": "r1", "panelWatts": 30000},
+                         {"name": "r2", "panelWatts": 9000, "ratio": 0.5, "nodes": ["b-1"]}]},
+        "c.yaml")
+    nodes, objs = with_domains(cluster, node_objects(cluster))
+    assert [n["metadata"]["labels"].get("row") for n in nodes] == ["r1", "r1", None, "r2"]
+    assert [(o["metadata"]["name"], o["spec"]) for o in objs] == [
+        ("r1", {"panelWatts": 30000.0, "ratio": 0.8,
+                "nodeSelector": {"matchLabels": {"row": "r1"}}}),
+        ("r2", {"panelWatts": 9000.0, "ratio": 0.5,
+                "nodeSelector": {"matchLabels": {"row": "r2"}}})]
+    # the scheduler reads them back to the same membership
+    st = make(nodes=0)
+    for n in nodes:
+        n["status"] = node("x")["status"]
+        st.set_node(n)
+    for o in objs:
+        st.set_object("powerdomain", o)
+    st.set_pod(pod("p"))
+    plan = st.cycle(T0)
+    assert plan.power_status["r1"]["nodes"] == 2 and plan.power_status["r2"]["nodes"] == 1

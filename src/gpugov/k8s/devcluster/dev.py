@@ -32,6 +32,7 @@ from gpugov.k8s.devcluster.cluster_file import builtin_fleet, load_cluster_file,
 from gpugov.k8s.devcluster.plane import LocalControlPlane, StartError, probe
 from gpugov.k8s.devcluster.processes import STATE_FILE, ProcessSet, free_port
 from gpugov.k8s.devcluster.rbac import RulesError, apply_component_rbac, load_rules
+from gpugov.k8s.power import devcluster as power_dev
 from gpugov.k8s.webhook import registration
 
 DEFAULT_QUEUE = "default"
@@ -246,13 +247,18 @@ def up(workdir: Path, nodes: Path | None = None,
         tenants_kc = _component_kubeconfig(plane, "tenants", say)
         plane.start_process("gpugov-tenants", gpugov_argv(
             "tenants", "--kubeconfig", str(tenants_kc), "--system-namespace", SYSTEM_NAMESPACE))
-        objs = node_objects(cluster)
+        objs, domains = power_dev.with_domains(cluster, node_objects(cluster))
         say(f"creating {len(objs)} fake GPU nodes")
 
         async def make() -> None:
+            from kubernetes_asyncio import client
+
             async with api_client(plane.kubeconfig) as api:
                 names = await create_nodes(api, objs)
                 await wait_nodes_ready(api, names, timeout=120)
+                for d in domains:  # cluster.yaml powerDomains: the racks' budgets
+                    await client.CustomObjectsApi(api).create_cluster_custom_object(
+                        "gpugov.io", "v1alpha1", "powerdomains", d)
         asyncio.run(make())
     except BaseException:
         plane.stop(grace=3)
