@@ -283,3 +283,20 @@ def test_a_bound_pod_leaving_frees_its_domain() -> None:
     st.set_pod(gone)
     (b,) = st.cycle(T0 + 2).binds
     assert b.name == "r1"
+
+
+def test_the_extender_leaves_inter_pod_terms_to_kube_scheduler_and_refuses_bad_ones() -> None:
+    """In extender mode kube-scheduler's own plugins evaluate pod (anti-)affinity and
+    spread: gpugov's filter neither refuses such a pod nor second-guesses them; a malformed
+    term is refused naming its field."""
+    from tests.k8s.test_scheduler_modes import extender
+
+    ext = extender(*fleet(("a", "b")))
+    req, why = ext.request_of(labelled("p", {"app": "w"}, affinity=anti(app="w")))
+    assert req is not None and not why
+    assert ext.filter(req, ["n0-0", "n1-0"])[0] == ["n0-0", "n1-0"]
+    bad = anti(app="w")
+    bad["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][0][
+        "topologyKey"] = ""
+    req, why = ext.request_of(labelled("q", {}, affinity=bad))
+    assert req is None and "topologyKey" in why
