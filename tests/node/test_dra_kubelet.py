@@ -278,22 +278,28 @@ def test_a_claim_for_a_device_the_node_does_not_have_is_refused(node) -> None:
 
 def test_the_command_publishes_its_nodes_slices_and_serves_the_kubelet_with_node_rbac(
         node) -> None:
-    """`gpugov node dra-plugin` as a process, with the chart's node RBAC only: it publishes
-    its node's slices (again after the kubelet wipes them at start), registers, and the
-    kubelet prepares a kube-scheduler-allocated slice claim through it."""
+    """`gpugov node dra-plugin` as a process, with the chart's node RBAC and a token bound to
+    its node under the node-scoped slice policy: it publishes its node's slices (again after
+    the kubelet wipes them at start), registers, and the kubelet prepares a
+    kube-scheduler-allocated slice claim through it; it cannot write another node's."""
     import signal
     import subprocess
 
     from gpugov.k8s.devcluster.dev import gpugov_argv
-    from gpugov.k8s.devcluster.rbac import apply_component_rbac
+    from gpugov.k8s.devcluster.rbac import node_token_kubeconfig
+    from gpugov.k8s.dra.slice_policy import policies as slice_policies
+    from gpugov.k8s.webhook.policy import apply_policies
 
     loop, kube, plane = node["loop"], node["kube"], node["plane"]
     name = "dra-cli-node"
     short = Path(tempfile.mkdtemp(prefix="dracli", dir="/tmp"))
     loop.run(kube.request("POST", "/api/v1/nodes", kwok_node(name, inventory(
         gpu(0, DeviceMode.SOFT, model="H100-SXM5-80GB")))))
-    kc = loop.run(apply_component_rbac(plane.kubeconfig, "node", "gpugov-system",
-                                       short / "node.kubeconfig"))
+    # the node identity as the DaemonSet has it: a token bound to its node, under the
+    # node-scoped slice policy
+    loop.run(apply_policies(plane.kubeconfig, slice_policies("gpugov-system")))
+    kc = loop.run(node_token_kubeconfig(plane.kubeconfig, name, "gpugov-system",
+                                        short / "node.kubeconfig"))
     log = open(short / "plugin.log", "w")  # noqa: SIM115 - closed below
     proc = subprocess.Popen(gpugov_argv(
         "node", "dra-plugin", "--node-name", name, "--kubeconfig", str(kc),
@@ -333,6 +339,24 @@ def test_the_command_publishes_its_nodes_slices_and_serves_the_kubelet_with_node
         lib = next(m for m in spec["devices"][0]["containerEdits"]["mounts"]
                    if m["containerPath"] == "/usr/local/gpugov/lib/libgpugov.so")
         assert lib["hostPath"] == str(short / "state" / "lib" / "libgpugov.so")
+        # the same identity cannot write another node's slices
+        other = loop.run(Kube.from_kubeconfig(kc))
+        try:
+            forged = slices()[0]
+            forged["metadata"] = {"name": "forged"}
+            forged["spec"]["nodeName"] = forged["spec"]["pool"]["name"] = NODE
+            status, doc = loop.run(other.request(
+                "POST", "/apis/resource.k8s.io/v1/resourceslices", forged))
+            assert status == 403 and "only its own node's" in doc["message"], (status, doc)
+            theirs = next(s for s in loop.run(kube.request(
+                "GET", "/apis/resource.k8s.io/v1/resourceslices"))[1]["items"]
+                if s["spec"]["nodeName"] == NODE)
+            status, doc = loop.run(other.request(
+                "DELETE", f"/apis/resource.k8s.io/v1/resourceslices/"
+                          f"{theirs['metadata']['name']}"))
+            assert status == 403 and "only its own node's" in doc["message"], (status, doc)
+        finally:
+            loop.run(other.close())
     finally:
         peer.stop()
         proc.send_signal(signal.SIGTERM)

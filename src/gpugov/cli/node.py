@@ -31,6 +31,11 @@ def node_exporter_cmd(
                                      help="a GPU is healthy again this long after its last XID"),
     nvml_library: Path | None = typer.Option(None, "--nvml-library", help="libnvidia-ml.so.1 "
                                              "to load (default: the loader path)"),
+    simulate: bool = typer.Option(False, "--simulate", help="dev clusters only: serve "
+                                  "SIMULATED series for the kwok nodes, from their pods' "
+                                  "allocations (no NVML; every series labelled simulated)"),
+    kubeconfig: Path | None = typer.Option(None, "--kubeconfig", help="with --simulate: the "
+                                           "cluster to read (default: in-cluster)"),
 ) -> None:
     """GPU, pod and bypass/zombie metrics from NVML and the pod regions, read at scrape time."""
     import logging
@@ -39,9 +44,25 @@ def node_exporter_cmd(
     from gpugov.node.nvml.library import NvmlUnavailable
 
     try:
-        parse_listen(listen)
+        host, port = parse_listen(listen)
     except ValueError as e:
         raise _fail(str(e)) from None
+    if kubeconfig is not None and not simulate:
+        raise _fail("--kubeconfig is read only with --simulate (the exporter reads NVML)")
+    if simulate:
+        import asyncio
+        import contextlib
+
+        from gpugov.node.synthetic import serve
+
+        if regions is not None or nvml_library is not None:
+            raise _fail("--simulate reads no NVML and no regions; drop --regions and "
+                        "--nvml-library")
+        _kubeconfig_file(kubeconfig)
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+        with contextlib.suppress(KeyboardInterrupt):
+            asyncio.run(serve(host, port, kubeconfig))
+        return
     if regions is not None and not regions.is_dir():
         raise _fail(f"--regions {regions}: not a folder")
     if recovery_s < 0:
@@ -74,7 +95,7 @@ def node_device_plugin_cmd(
                              "(exclusive, soft, timeslice; as `gpugov node agent --mode`)"),
     replicas: int = typer.Option(1, "--replicas", min=1, max=1024,
                                  help="NVML: replicas per GPU (timeslice)"),
-    soft_replicas: int = typer.Option(10, "--soft-replicas", min=1, max=1024,
+    soft_replicas: int = typer.Option(10, "--soft-replicas", max=1024,
                                       help="soft-slice pods the kubelet admits per GPU"),
     refresh_s: float = typer.Option(5.0, "--refresh-seconds", callback=_positive_seconds,
                                     help="NVML: seconds between discovery/health rounds"),
@@ -309,7 +330,7 @@ def node_dra_plugin_cmd(
             config.load_incluster_config()
             kube = Kube(client.ApiClient())
         try:
-            features = await probe_features(kube, govern)
+            features = await probe_features(kube, govern, node)
             opts = DraOptions(node, devices, plugins_dir, registry_dir, cdi_dir, state_dir,
                               kubeconfig, features.consumable_capacity)
 

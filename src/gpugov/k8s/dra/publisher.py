@@ -37,16 +37,19 @@ CLASSES = "/apis/resource.k8s.io/v1/deviceclasses"
 DIGEST = "gpugov.io/dra-digest"
 
 
-async def probe_features(kube: Kube, governed: bool = False) -> Features:
+async def probe_features(kube: Kube, governed: bool = False, node: str | None = None
+                         ) -> Features:
     """What the API server keeps of the alpha fields gpugov uses (a dry-run create: a
     disabled gate drops the field silently, so the answer shows whether it is on).
 
     `governed`: the operator wants kube-scheduler's allocations governed (binding
-    conditions); RuntimeError naming the gate when the API server drops them."""
+    conditions); RuntimeError naming the gate when the API server drops them. `node`: probe
+    as that node's slice (what a node-scoped identity may write, `slice_policy.py`)."""
+    where = node or "gpugov-feature-probe"
     probe = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
              "metadata": {"name": "gpugov-feature-probe"},
-             "spec": {"driver": DRIVER, "nodeName": "gpugov-feature-probe",
-                      "pool": {"name": "probe", "generation": 0, "resourceSliceCount": 1},
+             "spec": {"driver": DRIVER, "nodeName": where,
+                      "pool": {"name": where, "generation": 0, "resourceSliceCount": 1},
                       "devices": [{"name": "probe", "allowMultipleAllocations": True,
                                    "bindingConditions": [ADMITTED],
                                    "bindingFailureConditions": [REFUSED],
