@@ -47,11 +47,23 @@ class Snapshot:
     problems: list[str] = field(default_factory=list)
     #: why the used view (busy, memory) is empty, when it is: `top` says it once
     used_note: str = ""
+    #: the nodes whose used view is SIMULATED (a dev cluster's kwok nodes,
+    #: `gpugov node exporter --simulate`): `top` says so beside the numbers
+    simulated: list[str] = field(default_factory=list)
 
 
 NO_PROMETHEUS = ("used (busy, memory) not measured: no --prometheus given; the used view comes "
                  "from `gpugov node exporter` on each GPU node, scraped by Prometheus (a "
-                 "`gpugov dev up` cluster's kwok nodes run no exporter)")
+                 "`gpugov dev up` cluster simulates it for its kwok nodes: pass the "
+                 "--prometheus URL `dev up` printed; without Debian's prometheus binary it "
+                 "started none)")
+SIMULATED_QUERY = "count by (Hostname) (gpugov_exporter_simulated)"
+
+
+async def simulated_nodes(prom: Prometheus) -> list[str]:
+    """Nodes whose exporter series are simulated (`gpugov.node.synthetic`), not measured."""
+    return sorted({s.labels.get("Hostname", "") for s in await prom.query(SIMULATED_QUERY)}
+                  - {""})
 NO_EXPORTER = ("used (busy, memory) not measured: Prometheus has no exporter series for these "
                "devices; is `gpugov node exporter` running on the GPU nodes and scraped?")
 
@@ -152,6 +164,7 @@ async def from_prometheus(prom: Prometheus, window: str = "5m") -> Snapshot:
         LEAK_QUERY.format(metric=m.POD_MEMORY_USED, window=window))}
     snap = Snapshot(f"Prometheus {prom.url}", queue_rows, devices, pods,
                     offenders(pods, leaks))
+    snap.simulated = await simulated_nodes(prom)
     if unmeasured:
         snap.used_note = NO_EXPORTER
     if not pods and not queue_rows:
@@ -190,12 +203,14 @@ async def from_cluster(api: Any, prom: Prometheus | None, tree: Any | None,
             tree, queue_problems = tree_from_queues(objs)
             problems += queue_problems
     uses, agents, note, leaks, devices = [], set(), None, {}, None
+    simulated: list[str] = []
     if prom is not None:
         try:
             used = await read_used(prom, window)
             uses, agents, devices = used.uses, used.nodes_with_agent, used.devices
             leaks = {_key(s.labels): s.value for s in await prom.query(
                 LEAK_QUERY.format(metric=m.POD_MEMORY_USED, window=window))}
+            simulated = await simulated_nodes(prom)
         except PrometheusError as e:
             note = f"{e}; showing declared and allocated only"
     rec = reconcile(pod_recs, node_recs, uses, agents, tree, devices=devices)
@@ -205,6 +220,7 @@ async def from_cluster(api: Any, prom: Prometheus | None, tree: Any | None,
     snap = from_reconciliation(rec, "cluster" + (f" + Prometheus {prom.url}" if prom else ""),
                                leaks)
     snap.problems = problems + snap.problems + ([note] if note else [])
+    snap.simulated = simulated
     if devices:  # the exporter's own device fields: busy and framebuffer used
         snap.devices = [DeviceView(d.node, d.gpu, d.uuid, d.mode, d.allocated,
                                    *devices.get(d.uuid, (None, None)), None)

@@ -52,7 +52,8 @@ def render(snap: Snapshot, max_rows: int = 10, width: int | None = None) -> Rend
         q.add_row(r.queue, _num(r.quota_gpus), _num(r.fair_share_gpus), _num(r.usage_gpus),
                   str(r.pending_pods), style=style)
     measured = any(d.busy is not None or d.memory_used is not None for d in snap.devices)
-    d = Table(title="Devices", title_justify="left", expand=True)
+    d = Table(title="Devices" + (" (used: SIMULATED)" if snap.simulated else ""),
+              title_justify="left", expand=True)
     cols = ["node", "gpu", "mode", "alloc" if narrow else "allocated"]
     if measured or not snap.used_note:
         cols += ["busy", "mem GiB" if narrow else "memory used / total GiB"]
@@ -82,6 +83,11 @@ def render(snap: Snapshot, max_rows: int = 10, width: int | None = None) -> Rend
                           "are listed)", style="dim"))
     if snap.used_note and not measured:
         parts.append(Text(f"  {snap.used_note}", style="dim"))
+    if snap.simulated and measured:
+        nodes = ", ".join(snap.simulated[:4]) + ("…" if len(snap.simulated) > 4 else "")
+        parts.append(Text(f"  busy and memory are SIMULATED from allocations on {nodes} "
+                          "(a dev cluster's kwok nodes have no GPU: `gpugov node exporter "
+                          "--simulate`), not measured", style="yellow"))
     parts.append(o)
     if not snap.offenders:
         why = ("idle, leaking and oversized pods are found from the used view"

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from gpugov.k8s import crds
-from gpugov.k8s.devcluster import build
+from gpugov.k8s.devcluster import build, used_view
 from gpugov.k8s.devcluster.client import api_client, create_nodes, wait_nodes_ready
 from gpugov.k8s.devcluster.cluster_file import builtin_fleet, load_cluster_file, node_objects
 from gpugov.k8s.devcluster.plane import LocalControlPlane, StartError, probe
@@ -260,6 +260,9 @@ def up(workdir: Path, nodes: Path | None = None,
                     await client.CustomObjectsApi(api).create_cluster_custom_object(
                         "gpugov.io", "v1alpha1", "powerdomains", d)
         asyncio.run(make())
+        # the used view: SIMULATED series of the kwok nodes (+ Prometheus when installed)
+        used_view.start(plane, gpugov_argv, _component_kubeconfig(plane, "reconciler", say),
+                        say)
     except BaseException:
         plane.stop(grace=3)
         raise
@@ -291,7 +294,18 @@ def next_steps(workdir: Path) -> list[str]:
             "next, with the export line below:",
             "  kubectl get nodes -L gpugov.io/pool   # the fleet: built-in, or your --nodes",
             f"  gpugov dev demo{d}   # three teams: borrowing, reclaim, preemption, a summary",
-            "  gpugov top --kubeconfig $KUBECONFIG   # queues, devices, offenders"]
+            "  gpugov top --kubeconfig $KUBECONFIG" + _prometheus_option(workdir)
+            + "   # queues, devices, offenders"]
+
+
+def _prometheus_option(workdir: Path) -> str:
+    """` --prometheus URL` of the dev cluster's Prometheus (simulated used view), or ""."""
+    try:
+        url = ProcessSet.load(workdir).extra.get(used_view.PROMETHEUS_URL)
+    except Exception:  # no state yet, or damaged: `dev down` names it
+        return ""
+    # a short rate window: the simulated series are young (rate() divides by the window)
+    return f" --prometheus {url} --window 30s" if isinstance(url, str) else ""
 
 
 def down(workdir: Path, grace: float = 10.0) -> list[str]:

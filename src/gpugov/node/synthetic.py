@@ -1,0 +1,227 @@
+"""SIMULATED exporter series for a `gpugov dev up` cluster, whose kwok nodes have no GPU.
+
+`gpugov node exporter --simulate` serves, for every kwok node (annotation
+`kwok.x-k8s.io/node`) that carries gpugov's inventory, the series `gpugov top` and the
+reconciler read from the real exporter (`DCGM_FI_DEV_GPU_UTIL`, `DCGM_FI_DEV_FB_USED` / `_FREE`,
+`gpugov_node_gpus`, `gpugov_pod_memory_used_bytes`, `gpugov_pod_device_time_seconds_total`),
+so the used view of a dev cluster has numbers. Every series carries `simulated="true"` and
+the node has `gpugov_exporter_simulated 1`, which `top` reads to say the numbers are
+simulated. A node without the kwok annotation (a real node) is never simulated.
+
+The numbers come from the allocation records (`gpugov.io/allocation`) of the pods bound to
+each node, at each scrape: a pod uses a fixed share of what it holds, 55-95 % of its compute
+and 60-90 % of its memory (a whole GPU or MIG instance without a memory figure: of the
+card's share its compute gives), chosen per pod from a hash of its UID so pods differ and a
+pod's numbers stay put. Device time is integrated between scrapes. This is not a measurement
+and never runs on a GPU node: the real exporter (`gpugov node exporter`) reads NVML.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+import zlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gpugov.k8s.annotations import (
+    ALLOCATION,
+    INVENTORY,
+    AnnotationError,
+    decode_allocation,
+    decode_inventory,
+)
+from gpugov.node import metric_names as mn
+
+log = logging.getLogger("gpugov.synthetic")
+
+KWOK = "kwok.x-k8s.io/node"
+SIMULATED = "gpugov_exporter_simulated"
+MILLI = 1000
+_TERMINAL = ("Succeeded", "Failed")
+
+
+@dataclass(frozen=True)
+class Use:
+    """One pod on one device: what it holds and what the model says it uses."""
+
+    namespace: str
+    pod: str
+    uid: str
+    milli: int
+    memory_mib: int
+
+    def factors(self) -> tuple[float, float]:
+        """(compute share used, memory share used), fixed per pod."""
+        h = zlib.crc32(self.uid.encode())
+        return 0.55 + (h % 41) / 100, 0.60 + (h // 41 % 31) / 100
+
+
+@dataclass
+class Device:
+    node: str
+    index: int
+    uuid: str
+    model: str
+    memory_mib: int
+    uses: list[Use] = field(default_factory=list)
+
+    def busy_percent(self) -> float:
+        return min(100.0, sum(u.milli * u.factors()[0] for u in self.uses) / MILLI * 100)
+
+    def used_mib(self, u: Use) -> float:
+        held = u.memory_mib or self.memory_mib * u.milli / MILLI
+        return held * u.factors()[1]
+
+    def fb_used_mib(self) -> float:
+        return min(float(self.memory_mib), sum(self.used_mib(u) for u in self.uses))
+
+
+def devices(nodes: list[Mapping[str, Any]], pods: list[Mapping[str, Any]]) -> list[Device]:
+    """The simulated devices of the kwok nodes, with the bound pods' allocations (pure)."""
+    out: dict[tuple[str, int], Device] = {}
+    for n in nodes:
+        meta = n.get("metadata") or {}
+        ann = meta.get("annotations") or {}
+        if KWOK not in ann or INVENTORY not in ann:
+            continue
+        try:
+            inv = decode_inventory(ann[INVENTORY])
+        except AnnotationError as exc:
+            log.warning("node %s: %s; not simulated", meta.get("name"), exc)
+            continue
+        for d in inv.devices:
+            out[(meta["name"], d.index)] = Device(meta["name"], d.index, d.uuid, d.model,
+                                                  d.memory_mib)
+    for p in pods:
+        meta = p.get("metadata") or {}
+        node = (p.get("spec") or {}).get("nodeName")
+        text = (meta.get("annotations") or {}).get(ALLOCATION)
+        if not node or not text or (p.get("status") or {}).get("phase") in _TERMINAL:
+            continue
+        try:
+            alloc = decode_allocation(text)
+        except AnnotationError:
+            continue
+        for d in alloc.devices:
+            dev = out.get((node, d.index))
+            if dev is not None and alloc.node == node:
+                dev.uses.append(Use(meta.get("namespace", ""), meta.get("name", ""),
+                                    meta.get("uid", ""), d.milli, d.memory_mib))
+    return sorted(out.values(), key=lambda d: (d.node, d.index))
+
+
+class Simulation:
+    """The series of one scrape, with device time integrated across scrapes."""
+
+    def __init__(self) -> None:
+        self.device_time: dict[tuple[str, str], float] = {}
+        self.last: float | None = None
+
+    def render(self, devs: list[Device], now: float | None = None) -> bytes:
+        from prometheus_client import CollectorRegistry, generate_latest
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        now = time.monotonic() if now is None else now
+        dt = 0.0 if self.last is None else max(0.0, now - self.last)
+        self.last = now
+        dev_labels = ["gpu", "UUID", "device", "modelName", "Hostname", "hostname",
+                      "namespace", "pod", "pod_uid", "simulated"]
+        pod_labels = ["namespace", "pod", "container", "gpu", "UUID", "simulated"]
+        util = GaugeMetricFamily(mn.DEV_GPU_UTIL, "GPU utilisation (%), SIMULATED",
+                                 labels=dev_labels)
+        used = GaugeMetricFamily(mn.DEV_FB_USED, "framebuffer used (MiB), SIMULATED",
+                                 labels=dev_labels)
+        free = GaugeMetricFamily(mn.DEV_FB_FREE, "framebuffer free (MiB), SIMULATED",
+                                 labels=dev_labels)
+        gpus = GaugeMetricFamily(mn.NODE_GPUS, "GPUs on the node (SIMULATED node)",
+                                 labels=["modelName", "Hostname", "simulated"])
+        sim = GaugeMetricFamily(SIMULATED, "1: this node's GPU series are simulated from "
+                                "allocations (a dev cluster's kwok node), not measured",
+                                labels=["Hostname"])
+        pod_mem = GaugeMetricFamily(mn.POD_MEMORY_USED, "pod GPU memory (bytes), SIMULATED",
+                                    labels=pod_labels)
+        pod_time = CounterMetricFamily(mn.POD_DEVICE_TIME, "pod device time (s), SIMULATED",
+                                       labels=pod_labels)
+        per_node: dict[tuple[str, str], int] = {}
+        for d in devs:
+            per_node[(d.node, d.model)] = per_node.get((d.node, d.model), 0) + 1
+            one = d.uses[0] if len(d.uses) == 1 else None
+            labels = [str(d.index), d.uuid, f"nvidia{d.index}", d.model, d.node, d.node,
+                      one.namespace if one else "", one.pod if one else "",
+                      one.uid if one else "", "true"]
+            util.add_metric(labels, round(d.busy_percent(), 1))
+            fb = d.fb_used_mib()
+            used.add_metric(labels, round(fb))
+            free.add_metric(labels, round(max(0.0, d.memory_mib - fb)))
+            for u in d.uses:
+                pl = [u.namespace, u.pod, "", str(d.index), d.uuid, "true"]
+                pod_mem.add_metric(pl, round(d.used_mib(u) * 2**20))
+                key = (u.uid, d.uuid)
+                self.device_time[key] = self.device_time.get(key, 0.0) + \
+                    dt * u.milli / MILLI * u.factors()[0]
+                pod_time.add_metric(pl, self.device_time[key])
+        for (node, model), count in sorted(per_node.items()):
+            gpus.add_metric([model, node, "true"], count)
+        for node in sorted({d.node for d in devs}):
+            sim.add_metric([node], 1)
+        families = [util, used, free, gpus, sim, pod_mem, pod_time]
+
+        class _Once:
+            def collect(self):  # type: ignore[no-untyped-def]
+                return iter(families)
+
+        registry = CollectorRegistry()
+        registry.register(_Once())
+        return generate_latest(registry)
+
+
+async def _read(api: Any) -> tuple[list[dict], list[dict]]:
+    from kubernetes_asyncio import client
+
+    core = client.CoreV1Api(api)
+    nodes = await core.list_node(_preload_content=False)
+    pods = await core.list_pod_for_all_namespaces(_preload_content=False)
+    return (json.loads(await nodes.read()).get("items") or [],
+            json.loads(await pods.read()).get("items") or [])
+
+
+async def serve(host: str, port: int, kubeconfig: Path | None,
+                ready: asyncio.Event | None = None) -> None:
+    """Serve the simulated /metrics until cancelled (reads the API at each scrape)."""
+    from aiohttp import web
+    from kubernetes_asyncio import client, config
+
+    cfg = client.Configuration()
+    if kubeconfig is not None:
+        await config.load_kube_config(config_file=str(kubeconfig), client_configuration=cfg)
+    else:
+        config.load_incluster_config(client_configuration=cfg)
+    sim = Simulation()
+    async with client.ApiClient(cfg) as api:
+        async def metrics(_: web.Request) -> web.Response:
+            nodes, pods = await _read(api)
+            body = sim.render(devices(nodes, pods))
+            return web.Response(body=body, headers={
+                "Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
+
+        async def healthz(_: web.Request) -> web.Response:
+            return web.Response(text="ok\n")
+
+        app = web.Application()
+        app.router.add_get("/metrics", metrics)
+        app.router.add_get("/healthz", healthz)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        await web.TCPSite(runner, host, port).start()
+        log.info("serving SIMULATED GPU metrics for kwok nodes on %s:%d", host, port)
+        if ready is not None:
+            ready.set()
+        try:
+            await asyncio.Event().wait()
+        finally:
+            await runner.cleanup()
