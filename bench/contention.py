@@ -8,8 +8,9 @@ than S) next to 1, 3 or 7 best-effort pods launching 2 ms kernels flat out. Thre
 - soft: soft slices without priority: the library caps the Guaranteed pod at S and each
   neighbour at (100 - S) / n percent;
 - priority: gpugov's QoS floor: the Guaranteed pod has priority 0 and its cap S, the
-  neighbours priority 1 and no compute cap (time-slice replicas / memory-only slices); all
-  share the device's QoS board (native/qos.c).
+  neighbours priority 1 and no compute cap (time-slice replicas / memory-only slices); each
+  pod has its board file in the device's QoS folder, as the device plugin mounts it
+  (native/qos.c).
 Measured by the fake driver's own accounting of each process's device time, sampled every
 WINDOW seconds: the Guaranteed pod's share per window as a fraction of S (p50, and p99 = the
 share 99 % of windows reach), the device's utilisation (all pods, mean over windows) while
@@ -47,7 +48,9 @@ def pod_env(setup: str, tmp: Path, client: int, share: int, neighbours: int,
         limit = share if client == 0 else max(1, (100 - share) // neighbours)
         env["GPUGOV_CORE_LIMIT"] = str(limit)
         return env, True
-    env["GPUGOV_QOS_DIR"] = str(tmp / "qos")
+    # the device plugin's layout: qos/<device index>/<pod>, one file per pod
+    (tmp / "qos" / "0" / f"pod-{client}").touch()
+    env.update(GPUGOV_QOS_DIR=str(tmp / "qos"), GPUGOV_QOS_SELF=f"pod-{client}")
     env["GPUGOV_MEMORY_LIMIT"] = "256Mi"
     if client == 0:
         env.update(GPUGOV_TASK_PRIORITY="0", GPUGOV_CORE_LIMIT=str(share))
@@ -61,8 +64,7 @@ def run(build: Build, setup: str, neighbours: int, share: int, seconds: float, w
     """One run: per-window Guaranteed share (fraction of the device) and utilisation."""
     with tempfile.TemporaryDirectory(prefix="gg-contention-") as d:
         tmp = Path(d)
-        (tmp / "qos").mkdir()
-        (tmp / "qos" / "0").touch()
+        (tmp / "qos" / "0").mkdir(parents=True)
         tl = Timeline(build, tmp / "timeline")
         total = WARMUP + seconds + 0.3
         procs = []

@@ -199,6 +199,18 @@ int gg_config_parse(char *const *envp, struct gg_config *cfg, char *err, size_t 
                 return -1;
             }
             strcpy(cfg->qos_dir, val);
+        } else if (name_is(kv, n, "GPUGOV_QOS_SELF")) {
+            int ok = val[0] && val[0] != '.' && strlen(val) < sizeof(cfg->qos_self);
+            for (const char *c = val; ok && *c; c++)
+                ok = (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9')
+                     || *c == '-' || *c == '_' || *c == '.';
+            if (!ok) {
+                snprintf(err, errlen, "GPUGOV_QOS_SELF='%.300s': expected a file name (letters, "
+                         "digits, '-', '_', '.', not starting with '.') shorter than %zu bytes",
+                         val, sizeof(cfg->qos_self));
+                return -1;
+            }
+            strcpy(cfg->qos_self, val);
         } else if (name_is(kv, n, "GPUGOV_DEVICE_UUIDS")) {
             if (parse_uuids(val, cfg) != 0) {
                 snprintf(err, errlen, "GPUGOV_DEVICE_UUIDS='%.300s': expected at most %d comma-separated "

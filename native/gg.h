@@ -150,6 +150,7 @@ struct gg_config {
     char region_path[4096];
     int priority;                          /* GPUGOV_TASK_PRIORITY: 0 high, 1 low (default) */
     char qos_dir[4096];                    /* GPUGOV_QOS_DIR: the devices' QoS boards, or "" */
+    char qos_self[256];                    /* GPUGOV_QOS_SELF: this pod's file in each */
     int n_uuids;                           /* 0: device index = CUDA ordinal */
     char uuids[GG_MAX_DEVICES][33];        /* GPUGOV_DEVICE_UUIDS, 32 lowercase hex digits */
 };
@@ -251,8 +252,8 @@ void gg_throttle_after_fork(void);
 int gg_throttle_poll(int dev);
 
 /* ---- QoS floor and in-GPU priority (qos.c) ---- */
-/* One entry of a device's QoS board (GPUGOV_QOS_DIR/<device index>): GG_QOS_ENTRIES entries
- * of 64 bytes for high-priority processes, then as many for low-priority ones. */
+/* One entry of a pod's QoS board file (GPUGOV_QOS_DIR/<device index>/<pod>): up to
+ * GG_QOS_ENTRIES of 64 bytes, one per process of the pod (claimed by an OFD lock on its byte). */
 #define GG_QOS_MAGIC 0x31534f51474755ULL /* "UGGQOS1" */
 #define GG_QOS_ENTRIES 64
 struct gg_qos_entry {
@@ -260,9 +261,11 @@ struct gg_qos_entry {
     uint64_t heartbeat_ns;  /* CLOCK_MONOTONIC of the last write */
     uint64_t next_ns;       /* high: when it launches next (sleeping on its quota), or 0 */
     uint32_t inflight;      /* high: its launches in flight on the device */
-    uint32_t pid;           /* informative only */
+    uint32_t kind;          /* GG_QOS_HIGH or GG_QOS_LOW */
     uint64_t until_ns;      /* low: when the work it has just launched should end */
-    uint64_t reserved[3];
+    uint32_t pid;           /* informative only */
+    uint32_t reserved0;
+    uint64_t reserved[2];
 };
 _Static_assert(sizeof(struct gg_qos_entry) == 64, "QoS entry is 64 bytes");
 enum { GG_QOS_NONE = 0, GG_QOS_HIGH = 1, GG_QOS_LOW = 2 };

@@ -1,27 +1,31 @@
 /* QoS floor and in-GPU priority between containers sharing one physical device.
  *
- * The device plugin mounts one small board file per shared device into every container on
- * it (GPUGOV_QOS_DIR/<device index>). A high-priority process (GPUGOV_TASK_PRIORITY=0)
- * claims one entry of the board and publishes in it: a heartbeat, how many of its launches
- * are in flight on the device, and when it will launch next while it sleeps on its own
- * compute quota. A low-priority process (1, or unset: HAMi's default) reads the board before
- * each launch and yields: it waits while a high-priority process has work in flight, or will
- * launch before the low one's kernel (its running mean) would finish; while a high-priority
- * process is present it keeps at most LOW_INFLIGHT_NS of device time in flight, so that what
- * the high one finds in front of it when it starts is small. When no high-priority process
- * has work, low ones use the device freely (work-conserving). Low-priority processes also
- * announce, in entries of their own, when the kernel they are about to launch should end, and
- * check again after announcing, so that several of them do not fill the same gap at once.
+ * For each shared device the device plugin mounts a folder into every container on it
+ * (GPUGOV_QOS_DIR/<device index>/), read-only, holding one board file per pod on the
+ * device; the pod's own file (GPUGOV_QOS_SELF) is mounted writable over it. So a container
+ * writes only its own pod's file and reads everyone's. A high-priority process
+ * (GPUGOV_TASK_PRIORITY=0) claims an entry of its pod's file and publishes there: a
+ * heartbeat, how many of its launches are in flight on the device, and when it will launch
+ * next while it sleeps on its own compute quota. A low-priority process (1, or unset: HAMi's
+ * default) reads all files before each launch and yields: it waits while a high-priority
+ * process has work in flight, or will launch before the low one's kernel would end; while a
+ * high-priority process is present it keeps at most two launches (or LOW_INFLIGHT_NS) in
+ * flight, so the high one finds little in front of it. When no high-priority process has
+ * work, low ones use the device freely (work-conserving). Low-priority processes announce,
+ * in their own entries, when the kernel they are about to launch should end, and check
+ * again after announcing, so several of them do not fill the same gap at once.
  *
- * The board is writable by every container on the device, so nothing in it is trusted:
- * high-priority processes only write their own entry and never read the board (a forged
- * entry cannot slow them), every value read is bounded, an entry whose heartbeat is stale
- * or in the future counts for nothing, and a low-priority launch waits at most HOLD_MAX_NS
- * whatever the board says. The file is read and written with pread/pwrite, never mapped:
- * a neighbour truncating it cannot fault (SIGBUS) anyone, a short read is an empty board. */
+ * Nothing read from the files is trusted: high-priority processes never read them (nothing
+ * written there can slow them), every value read is bounded, an entry whose heartbeat is
+ * stale or in the future counts for nothing, and a low-priority launch waits at most
+ * HOLD_MAX_NS whatever the files say. A container can forge entries only in its own pod's
+ * file: at worst it slows the best-effort work on its device. Files are read and written with
+ * pread/pwrite, never mapped: a truncated file cannot fault (SIGBUS) anyone, a short read is
+ * fewer entries. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* F_OFD_SETLK */
 #endif
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -44,11 +48,15 @@
 #define MAX_INFLIGHT 4096u        /* larger in-flight counts are garbage */
 #define WATCH_BUSY_NS 50000LL     /* the watcher polls completions this often while busy */
 #define WATCH_IDLE_NS 100000000LL /* and refreshes the heartbeat this often while idle */
+#define RESCAN_NS 100000000ULL    /* low priority: looks for new pods' files this often */
+#define MAX_FILES 64              /* pods' files read per device (the freshest first found) */
 
 enum { BOARD_UNKNOWN = 0, BOARD_NONE, BOARD_OPEN };
 
 struct board {
-    int state, fd, slot, role; /* role: GG_QOS_* */
+    int state, fd, slot, role; /* fd, slot: this pod's file and our entry; role: GG_QOS_* */
+    int nfiles, files[MAX_FILES]; /* low priority: the device's other pods' files */
+    uint64_t scanned;
     uint32_t last_inflight;
     uint64_t last_next, last_publish;
     pthread_mutex_t mu; /* serialises this process's writes of its entry */
@@ -62,18 +70,19 @@ static int warned_open, warned_slot;
 static void boards_init(void) {
     for (int i = 0; i < GG_MAX_DEVICES; i++) {
         boards[i].fd = -1;
+        boards[i].nfiles = 0;
         boards[i].slot = -1;
         pthread_mutex_init(&boards[i].mu, NULL);
     }
 }
 
-int gg_qos_configured(void) { return gg_cfg.qos_dir[0] != '\0'; }
+int gg_qos_configured(void) { return gg_cfg.qos_dir[0] != '\0' && gg_cfg.qos_self[0] != '\0'; }
 
-/* A high-priority process claims an entry by an open-file-description lock on its byte:
+/* A process claims an entry of its pod's file by an open-file-description lock on its byte:
  * the kernel drops it when the process exits, so entries are reused without trusting the
  * file's contents. */
-static int claim_slot(int fd, int base) {
-    for (int i = base; i < base + GG_QOS_ENTRIES; i++) {
+static int claim_slot(int fd) {
+    for (int i = 0; i < GG_QOS_ENTRIES; i++) {
         struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = i, .l_len = 1};
         if (fcntl(fd, F_OFD_SETLK, &fl) == 0) return i;
     }
@@ -81,8 +90,8 @@ static int claim_slot(int fd, int base) {
 }
 
 static void open_board(int dev, struct board *b) {
-    char path[sizeof(gg_cfg.qos_dir) + 16];
-    snprintf(path, sizeof(path), "%s/%d", gg_cfg.qos_dir, dev);
+    char path[sizeof(gg_cfg.qos_dir) + sizeof(gg_cfg.qos_self) + 16];
+    snprintf(path, sizeof(path), "%s/%d/%s", gg_cfg.qos_dir, dev, gg_cfg.qos_self);
     /* O_NONBLOCK: a FIFO put there cannot hang the open; only a regular file is used */
     int fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
     struct stat st;
@@ -99,11 +108,11 @@ static void open_board(int dev, struct board *b) {
         return;
     }
     int role = gg_cfg.priority == 0 ? GG_QOS_HIGH : GG_QOS_LOW;
-    b->slot = claim_slot(fd, role == GG_QOS_HIGH ? 0 : GG_QOS_ENTRIES);
+    b->slot = claim_slot(fd);
     if (b->slot < 0 && role == GG_QOS_HIGH) {
         if (!__atomic_exchange_n(&warned_slot, 1, __ATOMIC_RELAXED))
-            gg_log(GG_LOG_WARN, "QoS board %s has no free entry (%d high-priority processes "
-                   "at most): this process's priority is not published", path, GG_QOS_ENTRIES);
+            gg_log(GG_LOG_WARN, "QoS board %s has no free entry (%d processes per pod at "
+                   "most): this process's priority is not published", path, GG_QOS_ENTRIES);
         close(fd);
         b->state = BOARD_NONE;
         return;
@@ -114,7 +123,7 @@ static void open_board(int dev, struct board *b) {
 }
 
 int gg_qos_role(int dev) {
-    if (!gg_cfg.qos_dir[0] || dev < 0 || dev >= GG_MAX_DEVICES) return GG_QOS_NONE;
+    if (!gg_qos_configured() || dev < 0 || dev >= GG_MAX_DEVICES) return GG_QOS_NONE;
     pthread_once(&boards_once, boards_init);
     struct board *b = &boards[dev];
     int s = __atomic_load_n(&b->state, __ATOMIC_ACQUIRE);
@@ -136,8 +145,8 @@ static void write_entry(struct board *b, const struct gg_qos_entry *e) {
 
 static void write_high(struct board *b, uint32_t inflight, uint64_t next_ns, uint64_t now) {
     struct gg_qos_entry e = {
-        .magic = GG_QOS_MAGIC, .pid = (uint32_t)getpid(), .heartbeat_ns = now,
-        .inflight = inflight, .next_ns = next_ns,
+        .magic = GG_QOS_MAGIC, .kind = GG_QOS_HIGH, .pid = (uint32_t)getpid(),
+        .heartbeat_ns = now, .inflight = inflight, .next_ns = next_ns,
     };
     write_entry(b, &e);
     b->last_inflight = inflight;
@@ -229,23 +238,59 @@ struct verdict {
     uint64_t backlog;  /* low-priority work announced and still to run (ns), ours included */
 };
 
-/* Reads the board; every value is bounded, a short or failed read is an empty board. */
-static void read_board(struct board *b, uint64_t now, struct verdict *v) {
-    struct gg_qos_entry e[2 * GG_QOS_ENTRIES];
-    memset(v, 0, sizeof(*v));
-    ssize_t n = pread(b->fd, e, sizeof(e), 0);
+/* Opens the device's other pods' files again (every RESCAN_NS): pods come and go. Only
+ * regular files written within PRESENT_NS count; at most MAX_FILES. Caller holds b->mu. */
+static void rescan(int dev, struct board *b, uint64_t now) {
+    if (b->scanned && now - b->scanned < RESCAN_NS) return;
+    b->scanned = now;
+    for (int i = 0; i < b->nfiles; i++) close(b->files[i]);
+    b->nfiles = 0;
+    char path[sizeof(gg_cfg.qos_dir) + 16];
+    snprintf(path, sizeof(path), "%s/%d", gg_cfg.qos_dir, dev);
+    int dfd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+    DIR *dir = dfd >= 0 ? fdopendir(dfd) : NULL;
+    if (!dir) {
+        if (dfd >= 0) close(dfd);
+        return;
+    }
+    struct stat own;
+    int have_own = fstat(b->fd, &own) == 0;
+    struct timespec wall;
+    clock_gettime(CLOCK_REALTIME, &wall);
+    struct dirent *de;
+    int seen = 0;
+    while ((de = readdir(dir)) && b->nfiles < MAX_FILES && seen++ < 4 * MAX_FILES) {
+        if (de->d_name[0] == '.') continue;
+        int fd = openat(dfd, de->d_name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+        struct stat st;
+        if (fd < 0) continue;
+        if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)
+            || (have_own && st.st_ino == own.st_ino && st.st_dev == own.st_dev)
+            || wall.tv_sec - st.st_mtim.tv_sec > 2) { /* our own, or a gone pod's */
+            close(fd);
+            continue;
+        }
+        b->files[b->nfiles++] = fd;
+    }
+    closedir(dir);
+}
+
+/* Adds one file's entries to the verdict; every value is bounded. */
+static void read_file(int fd, uint64_t now, struct verdict *v) {
+    struct gg_qos_entry e[GG_QOS_ENTRIES];
+    ssize_t n = pread(fd, e, sizeof(e), 0);
     if (n <= 0) return;
     int count = (int)((size_t)n / sizeof(e[0]));
     for (int i = 0; i < count; i++) {
-        if (e[i].magic != GG_QOS_MAGIC || e[i].heartbeat_ns > now + FUTURE_NS
-            || now - (e[i].heartbeat_ns < now ? e[i].heartbeat_ns : now) > PRESENT_NS)
-            continue;
         uint64_t age = e[i].heartbeat_ns < now ? now - e[i].heartbeat_ns : 0;
-        if (i >= GG_QOS_ENTRIES) { /* another low-priority process's announced kernel */
+        if (e[i].magic != GG_QOS_MAGIC || e[i].heartbeat_ns > now + FUTURE_NS || age > PRESENT_NS)
+            continue;
+        if (e[i].kind == GG_QOS_LOW) { /* a low-priority process's announced kernel */
             if (age <= BUSY_STALE_NS && e[i].until_ns > now)
                 v->backlog += e[i].until_ns - now < FIT_MAX_NS ? e[i].until_ns - now : FIT_MAX_NS;
             continue;
         }
+        if (e[i].kind != GG_QOS_HIGH) continue;
         v->present = 1;
         if (e[i].inflight && e[i].inflight <= MAX_INFLIGHT && age <= BUSY_STALE_NS) v->busy = 1;
         /* it planned to launch by now and has not said it did: it is waking up (a loaded
@@ -255,6 +300,17 @@ static void read_board(struct board *b, uint64_t now, struct verdict *v) {
             && (!v->next_min || e[i].next_ns < v->next_min))
             v->next_min = e[i].next_ns;
     }
+    if (v->backlog > FIT_MAX_NS) v->backlog = FIT_MAX_NS;
+}
+
+/* Reads this pod's file and the device's other pods' files. */
+static void read_board(struct board *b, uint64_t now, struct verdict *v) {
+    memset(v, 0, sizeof(*v));
+    pthread_mutex_lock(&b->mu);
+    rescan((int)(b - boards), b, now);
+    read_file(b->fd, now, v);
+    for (int i = 0; i < b->nfiles; i++) read_file(b->files[i], now, v);
+    pthread_mutex_unlock(&b->mu);
 }
 
 int gg_qos_present(int dev) {
@@ -270,8 +326,8 @@ static void sleep_ns(int64_t ns) {
 }
 
 static void announce(struct board *b, uint64_t until, uint64_t now) {
-    struct gg_qos_entry e = {.magic = GG_QOS_MAGIC, .pid = (uint32_t)getpid(), .heartbeat_ns = now,
-                             .until_ns = until};
+    struct gg_qos_entry e = {.magic = GG_QOS_MAGIC, .kind = GG_QOS_LOW, .pid = (uint32_t)getpid(),
+                             .heartbeat_ns = now, .until_ns = until};
     write_entry(b, &e);
     b->last_next = until; /* what this process has announced (its own work in flight) */
 }
@@ -320,6 +376,7 @@ uint64_t gg_qos_yield(int dev, int64_t expect) {
 void gg_qos_after_fork(void) {
     for (int i = 0; i < GG_MAX_DEVICES; i++) {
         if (boards[i].fd >= 0) close(boards[i].fd);
+        for (int f = 0; f < boards[i].nfiles; f++) close(boards[i].files[f]);
         boards[i] = (struct board){.fd = -1, .slot = -1};
         pthread_mutex_init(&boards[i].mu, NULL);
     }
