@@ -18,6 +18,7 @@ from gpugov.k8s.annotations import (  # noqa: E402
     decode_inventory,
     encode_inventory,
 )
+from gpugov.k8s.annotations import MigInstance as InvMig  # noqa: E402
 from gpugov.k8s.scheduler import names  # noqa: E402
 from gpugov.k8s.scheduler.harness import invariant_problems as double_bookings  # noqa: E402
 from gpugov.node.deviceplugin.handshake import candidates, matching  # noqa: E402
@@ -151,3 +152,107 @@ def test_old_records_still_read_and_a_v1_record_cannot_name_a_replica() -> None:
             assert "v=1 or v=2" in str(e)
         else:
             raise AssertionError(v)
+
+
+def _agent_answers(obj: dict, created: dict[tuple[int, str, int], str],
+                   results: dict[str, str]) -> dict:
+    """What the node agent publishes after answering: the new instances in its inventory and
+    the outcome of each request."""
+    from gpugov.k8s.annotations import MIG_REQUESTS_STATE, encode_mig_requests_state
+    ann = obj["metadata"]["annotations"]
+    inv = decode_inventory(ann[INVENTORY])
+    devs = []
+    for d in inv.devices:
+        extra = tuple(InvMig(p, s, u) for (g, p, s), u in created.items() if g == d.index)
+        devs.append(type(d)(**{**{f: getattr(d, f) for f in d.__slots__},
+                               "mig": d.mig + extra}))
+    ann[INVENTORY] = encode_inventory(type(inv)(tuple(devs), inv.power_budget_w))
+    ann[MIG_REQUESTS_STATE] = encode_mig_requests_state(results, "2027-01-15T08:00:00Z")
+    return obj
+
+
+def _on_demand_node(layout: list[str]) -> dict:
+    """Two H100s in MIG mode with `layout` each (empty: no instance yet), on demand."""
+    (obj,) = nodes(pool("h", 2, [{"index": "0-1", "mode": "mig",
+                                  "layout": layout or ["1g.10gb"]}]))
+    ann = obj["metadata"]["annotations"]
+    inv = decode_inventory(ann[INVENTORY])
+    devs = tuple(type(d)(**{**{f: getattr(d, f) for f in d.__slots__}, "mig_on_demand": True,
+                            "mig": d.mig if layout else ()}) for d in inv.devices)
+    ann[INVENTORY] = encode_inventory(type(inv)(devs, inv.power_budget_w))
+    return obj
+
+
+def test_a_mig_pod_no_instance_fits_asks_the_agent_and_binds_once_it_is_created() -> None:
+    from gpugov.k8s.annotations import MIG_REQUESTS, decode_mig_requests
+    obj = _on_demand_node(["3g.40gb"])  # GPU 0 and 1: 3g.40gb@0 (whole), the rest free
+    st = state([obj])
+    objs = submit(st, pod("a", limits={"nvidia.com/mig-1g.10gb": "2"}))
+    plan = st.cycle(T0)
+    assert not plan.binds
+    (cond,) = plan.conditions
+    assert cond.code == "mig-creating" and "1g.10gb@" in cond.message
+    want = decode_mig_requests(plan.node_annotations["h-0"][MIG_REQUESTS])
+    assert len(want) == 2 and {r.gpu for r in want} == {want[0].gpu}
+    assert all(r.profile == "1g.10gb" and r.start >= 4 for r in want)  # beside 3g.40gb@0
+    assert all(r.pod == "team-a/a" for r in want)
+    obj["metadata"]["annotations"][MIG_REQUESTS] = plan.node_annotations["h-0"][MIG_REQUESTS]
+    st.set_node(obj)
+    assert not st.cycle(T0 + 1).node_annotations  # asked once, not every cycle
+    _agent_answers(obj, {(r.gpu, r.profile, r.start): f"MIG-new-{r.start}" for r in want},
+                   {r.key: "created" for r in want})
+    st.set_node(obj)
+    plan = st.cycle(T0 + 2)
+    (b,) = plan.binds
+    assert sorted((d.index, d.mig_start, d.mig_uuid) for d in b.record.devices) == sorted(
+        (r.gpu, r.start, f"MIG-new-{r.start}") for r in want)
+    bound = bind(st, plan, objs)
+    assert plan.node_annotations["h-0"][MIG_REQUESTS] is None  # nothing is asked any more
+    assert not double_bookings(list(bound.values()), {"h-0": 2})
+
+
+def test_a_refused_creation_is_the_pods_reason_and_is_not_asked_again() -> None:
+    from gpugov.k8s.annotations import MIG_REQUESTS, decode_mig_requests
+    obj = _on_demand_node(["4g.40gb"])
+    st = state([obj])
+    submit(st, pod("big", limits={"nvidia.com/mig-3g.40gb": "1"}))
+    plan = st.cycle(T0)
+    (r,) = decode_mig_requests(plan.node_annotations["h-0"][MIG_REQUESTS])
+    assert (r.profile, r.start) == ("3g.40gb", 4)
+    obj["metadata"]["annotations"][MIG_REQUESTS] = plan.node_annotations["h-0"][MIG_REQUESTS]
+    _agent_answers(obj, {}, {r.key: "refused: GPU 0: the driver refused 3g.40gb@4: "
+                                    "Insufficient Resources"})
+    st.set_node(obj)
+    plan = st.cycle(T0 + 1)
+    (cond,) = plan.conditions  # the other GPU is asked instead, and the pod says why
+    assert cond.code == "mig-creating" and "Insufficient Resources" in cond.message
+    (again,) = decode_mig_requests(plan.node_annotations["h-0"][MIG_REQUESTS])
+    assert again.gpu != r.gpu
+    obj["metadata"]["annotations"][MIG_REQUESTS] = plan.node_annotations["h-0"][MIG_REQUESTS]
+    _agent_answers(obj, {}, {again.key: "refused: GPU 1: profile 3g.40gb is not available"})
+    st.set_node(obj)
+    plan = st.cycle(T0 + 2)
+    (cond,) = plan.conditions  # no spot left: the refusal is its reason
+    assert cond.code == "mig-refused" and "not available" in cond.message
+    assert plan.node_annotations["h-0"][MIG_REQUESTS] is None  # neither is asked again
+    del obj["metadata"]["annotations"][MIG_REQUESTS]
+    st.set_node(obj)
+    assert not st.cycle(T0 + 3).node_annotations
+
+
+def test_a_sealed_tenant_never_gets_an_instance_made_beside_another_tenant() -> None:
+    from gpugov.k8s.annotations import MIG_REQUESTS, decode_mig_requests
+    obj = _on_demand_node([])
+    st = state([obj], [{"metadata": {"name": "u"}, "spec": {"namespaces": ["ext"],
+                                                             "queue": "qa", "trust": "untrusted"}}])
+    objs = submit(st, pod("mine", limits={"nvidia.com/mig-1g.10gb": "1"}))
+    plan = st.cycle(T0)
+    (r,) = decode_mig_requests(plan.node_annotations["h-0"][MIG_REQUESTS])
+    obj["metadata"]["annotations"][MIG_REQUESTS] = plan.node_annotations["h-0"][MIG_REQUESTS]
+    _agent_answers(obj, {(r.gpu, r.profile, r.start): "MIG-x"}, {r.key: "created"})
+    st.set_node(obj)
+    bind(st, st.cycle(T0 + 1), objs)
+    submit(st, pod("theirs", "ext", limits={"nvidia.com/mig-1g.10gb": "1"}))
+    plan = st.cycle(T0 + 2)
+    (w,) = decode_mig_requests(plan.node_annotations["h-0"][MIG_REQUESTS])
+    assert w.gpu != r.gpu  # the untrusted pod's instance goes on the GPU nobody uses

@@ -49,6 +49,7 @@ class Applier:
         tasks += [self._evict(e) for e in plan.evictions]
         tasks += [self._condition(c) for c in plan.conditions]
         tasks += [self._queue(q, s) for q, s in plan.queue_status.items()]
+        tasks += [self._node(n, a) for n, a in plan.node_annotations.items()]
         if tasks:
             await asyncio.gather(*tasks)
 
@@ -71,6 +72,12 @@ class Applier:
             "bind", "POST", f"/api/v1/namespaces/{b.namespace}/pods/{b.name}/binding",
             binding_body(b))
         self.state.bind_result(b, 200 <= status < 300)
+
+    async def _node(self, name: str, annotations: dict[str, str | None]) -> None:
+        """Merge gpugov's scheduler-owned node annotations (on-demand MIG requests); a
+        failure is rewritten next cycle (the want is compared with what the node says)."""
+        await self._call("node", "PATCH", f"/api/v1/nodes/{name}",
+                         {"metadata": {"annotations": annotations}}, content_type=MERGE)
 
     async def _evict(self, e: Evict) -> None:
         body = {"apiVersion": "policy/v1", "kind": "Eviction",

@@ -30,6 +30,7 @@ from gpugov.control.config import RESOURCES, SCALE, ControlConfig
 from gpugov.control.cycle import ControlPlane, new_control_plane
 from gpugov.control.resources import demand_estimate
 from gpugov.control.workload import PENDING, REJECTED, RUNNING, Job, placement_request
+from gpugov.k8s.annotations import MIG_REQUESTS as ANN_MIG_REQUESTS
 from gpugov.k8s.annotations import Allocation as AllocationRecord
 from gpugov.k8s.power.tracker import PowerTracker, device_priorities
 from gpugov.k8s.scheduler import names
@@ -39,6 +40,7 @@ from gpugov.k8s.scheduler.held import (
     hold_unknown,
     recorded_allocation,
 )
+from gpugov.k8s.scheduler.mig_on_demand import OnDemand
 from gpugov.k8s.scheduler.pod_presence import PodPresence
 from gpugov.k8s.scheduler.tenancy import Tenancy
 from gpugov.k8s.scheduler.translate import (
@@ -108,9 +110,12 @@ class Plan:
     #: PowerDomain name -> status to merge (written by the runner, k8s/power/writer.py)
     power_status: dict[str, dict[str, Any]] = field(default_factory=dict)
     considered: int = 0
+    #: node -> annotations to merge (None removes): the on-demand MIG requests
+    node_annotations: dict[str, dict[str, str | None]] = field(default_factory=dict)
 
     def empty(self) -> bool:
-        return not (self.binds or self.evictions or self.conditions or self.queue_status)
+        return not (self.binds or self.evictions or self.conditions or self.queue_status
+                    or self.node_annotations)
 
 
 _INSTEAD = ("give gpugov its own node pool (`gpugov scheduler --node-selector`), ask for GPU "
@@ -180,6 +185,8 @@ class SchedulerState:
         self.presence = PodPresence()
         #: PowerDomains, the nodes' measured draw, the caps (docs/power.md)
         self.power = PowerTracker()
+        #: MIG instances asked of node agents for pending pods (`mig_on_demand.py`)
+        self.on_demand = OnDemand()
 
     # -- watch events ------------------------------------------------------------------------
     def set_node(self, obj: dict[str, Any]) -> None:
@@ -733,6 +740,7 @@ class SchedulerState:
                 plan.binds.append(Bind(key, info.namespace, info.name, info.uid,
                                        record.node, record))
                 self.inflight[key] = record
+        demand = self._on_demand(plan, now)
         for rec in self.jobs.values():
             if rec.job.status in (PENDING, REJECTED):
                 code, detail = self.presence.reason(rec.job)  # inter-pod: names the term
@@ -748,11 +756,24 @@ class SchedulerState:
                 for key in rec.pods:
                     if key in self.waiting:
                         continue
-                    self._condition(plan, self.pods[key], code, detail)
+                    self._condition(plan, self.pods[key], *demand.get(key, (code, detail)))
         plan.queue_status = self._queue_status()
         plan.power_status = self.power.statuses(cp.state, device_priorities(self.pods.values()),
                                                 partial=bool(self.node_selector))
         return plan
+
+    def _on_demand(self, plan: Plan, now: float) -> dict[str, tuple[str, str]]:
+        """Ask node agents for the MIG instances pending MIG pods need (`mig_on_demand.py`):
+        the node annotations to write, and each such pod's reason."""
+        assert self.cp is not None
+        pending = [(k, rec.job.request) for rec in self.jobs.values()
+                   if rec.job.status in (PENDING, REJECTED) for k in rec.pods
+                   if k not in self.waiting]
+        patches, said = self.on_demand.plan(self.cp.state, self.nodes, self.node_index,
+                                            pending, now)
+        for node, value in patches.items():
+            plan.node_annotations[node] = {ANN_MIG_REQUESTS: value}
+        return said
 
     def _why_no_engine(self) -> tuple[str, str]:
         """Why nothing can be placed yet, named by its real cause, and what to do."""

@@ -29,13 +29,18 @@ from gpugov.control.config import (
     parse_config,
     parse_duration,
 )
-from gpugov.k8s.annotations import Allocation as AllocationRecord
 from gpugov.k8s.annotations import (
+    MIG_REQUESTS,
+    MIG_REQUESTS_STATE,
     AnnotationError,
     Inventory,
+    MigRequest,
     decode_allocation,
     decode_inventory,
+    decode_mig_requests,
+    decode_mig_requests_state,
 )
+from gpugov.k8s.annotations import Allocation as AllocationRecord
 from gpugov.k8s.quantity import parse_decimal
 from gpugov.k8s.resources import RequestError, model_from_product_label
 from gpugov.k8s.scheduler import names
@@ -100,6 +105,11 @@ class NodeInfo:
     blocked: tuple[int, ...] = ()
     #: (device index, MIG profile, start) -> the instance's UUID (the agent's inventory)
     mig_uuids: dict[tuple[int, str, int], str] = field(default_factory=dict)
+    #: MIG devices whose agent creates instances on demand (`mig_on_demand.py`), the
+    #: instances asked of it (`gpugov.io/mig-requests`) and its answers (`…-state`)
+    mig_on_demand: tuple[int, ...] = ()
+    mig_requests: tuple[MigRequest, ...] = ()
+    mig_results: tuple[tuple[str, str], ...] = ()
 
     @property
     def name(self) -> str:
@@ -189,7 +199,7 @@ def node_info(obj: dict[str, Any]) -> NodeInfo:
                         labels=spec_kw["labels"], taints=taints)
         blocked = tuple(range(gpus))
     return NodeInfo(spec, card, uuids, schedulable, "; ".join(problems),
-                    spec_kw["labels"], blocked, _mig_uuids(inv))
+                    spec_kw["labels"], blocked, _mig_uuids(inv), *_on_demand(meta, inv))
 
 
 #: GFD's labels for a shared GPU resource (NVIDIA device plugin's time-slicing or MPS)
@@ -287,6 +297,25 @@ def _device_configs(name: str, model: str, gpus: int, inv: Inventory
             cfg = DeviceConfig()
         configs.append(cfg)
     return tuple(configs), tuple(topology), bad
+
+
+def _on_demand(meta: dict[str, Any], inv: Inventory | None
+               ) -> tuple[tuple[int, ...], tuple[MigRequest, ...], tuple[tuple[str, str], ...]]:
+    """On-demand MIG devices, the requests on the node and the agent's answers (unreadable
+    annotations: none; the scheduler rewrites its own and the agent its own)."""
+    ann = meta.get("annotations") or {}
+    devices = tuple(d.index for d in inv.devices if d.mig_on_demand and
+                    d.mode is DeviceMode.MIG) if inv is not None else ()
+    try:
+        reqs = decode_mig_requests(ann[MIG_REQUESTS]) if MIG_REQUESTS in ann else ()
+    except AnnotationError:
+        reqs = ()
+    try:
+        results = decode_mig_requests_state(ann[MIG_REQUESTS_STATE]) \
+            if MIG_REQUESTS_STATE in ann else {}
+    except AnnotationError:
+        results = {}
+    return devices, reqs, tuple(sorted(results.items()))
 
 
 def _mig_uuids(inv: Inventory | None) -> dict[tuple[int, str, int], str]:
