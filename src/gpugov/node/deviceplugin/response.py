@@ -21,10 +21,17 @@ an oversubscribing Tenant's replica: no library, no limit (as the NVIDIA plugin 
 A memory-only soft slice (record `computeLimited: false`) gets its memory limit and no
 `GPUGOV_CORE_LIMIT_<i>`: it shares the device's time (HAMi's `defaultCores: 0`). A record's
 `priority` (HAMi's `nvidia.com/priority`) is passed as `GPUGOV_TASK_PRIORITY` and HAMi's own
-`CUDA_TASK_PRIORITY`; the library does not act on it yet (planned). Every container gets
+`CUDA_TASK_PRIORITY` (the library's priority, below). Every container gets
 `NVIDIA_DRIVER_CAPABILITIES`: `compute,utility` plus what the pod's GPU container asks in its
 own env (e.g. `video`), or `all` (`k8s.driver_capabilities`; the webhook refused anything
 else at admission).
+
+QoS boards (the library's priority between pods sharing a device, native/qos.c): for each
+device a soft slice or capped replica gets, the host folder `<state dir>/qos/<device key>/`
+holds one board file per pod on that device; it is mounted read-only at
+`/var/run/gpugov-qos/<ordinal>/` and the pod's own file (named like its region folder) is
+mounted writable over it, so a container writes only its own pod's file
+(`GPUGOV_QOS_DIR`, `GPUGOV_QOS_SELF`).
 
 MPS clients: `CUDA_MPS_PIPE_DIRECTORY` names the node's control daemon's pipe folder (mounted
 from `<state dir>/mps/pipe`), its shm folder is the container's `/dev/shm`, and the client's
@@ -50,6 +57,7 @@ from gpugov.node.proto import deviceplugin_pb2 as pb
 CONTAINER_LIBRARY = "/usr/local/gpugov/lib/libgpugov.so"
 CONTAINER_REGION_DIR = "/var/run/gpugov"
 CONTAINER_REGION = CONTAINER_REGION_DIR + "/region"
+CONTAINER_QOS_DIR = "/var/run/gpugov-qos"
 PRELOAD = "/etc/ld.so.preload"
 CONTAINER_MPS_PIPE = "/mps/pipe"
 CONTAINER_SHM = "/dev/shm"
@@ -88,6 +96,10 @@ class ResponseConfig:
     def region_dir(self, namespace: str, name: str, uid: str) -> Path:
         safe = re.sub(r"[^A-Za-z0-9_.-]", "-", f"{namespace}_{name}_{uid}")
         return self.state_dir / "regions" / safe
+
+    def qos_dir(self, key: str) -> Path:
+        """The folder of one device's QoS boards (one file per pod on the device)."""
+        return self.state_dir / "qos" / re.sub(r"[^A-Za-z0-9_.-]", "-", key)
 
 
 def core_percent(milli: int) -> int:
@@ -150,6 +162,7 @@ def container_response(request: list[PluginDevice],
                                     read_only=True))
         resp.mounts.append(pb.Mount(container_path=CONTAINER_REGION_DIR, host_path=str(region),
                                     read_only=False))
+        _qos_boards(resp, cfg, sorted((i, keys[i]) for i, _ in soft + capped), region.name)
     mps = [(i, slices[k]) for i, k in enumerate(keys) if slices[k].mode == DeviceMode.MPS]
     if mps:
         _mps_client(resp, mps, cfg)
@@ -234,6 +247,23 @@ def _mps_client(resp: pb.ContainerAllocateResponse, mps: list[tuple[int, Allocat
                                 read_only=False))
     resp.mounts.append(pb.Mount(container_path=CONTAINER_SHM,
                                 host_path=str(cfg.mps_dir / "shm"), read_only=False))
+
+
+def _qos_boards(resp: pb.ContainerAllocateResponse, cfg: ResponseConfig,
+                devices: list[tuple[int, str]], pod_file: str) -> None:
+    """Each shared device's QoS folder read-only at /var/run/gpugov-qos/<ordinal>/, with the
+    pod's own board file in it writable: the pod reads every pod's file, writes only its own
+    (docs/enforcement.md, QoS floor)."""
+    for i, key in devices:
+        folder = cfg.qos_dir(key)
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / pod_file).touch()
+        inside = f"{CONTAINER_QOS_DIR}/{i}"
+        resp.mounts.append(pb.Mount(container_path=inside, host_path=str(folder), read_only=True))
+        resp.mounts.append(pb.Mount(container_path=f"{inside}/{pod_file}",
+                                    host_path=str(folder / pod_file), read_only=False))
+    resp.envs["GPUGOV_QOS_DIR"] = CONTAINER_QOS_DIR
+    resp.envs["GPUGOV_QOS_SELF"] = pod_file
 
 
 def write_preload(cfg: ResponseConfig) -> None:
