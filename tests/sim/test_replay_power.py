@@ -35,6 +35,10 @@ def test_power_scenario_stays_within_every_racks_budget_and_reports_it():
     # the panels bind: some rack reaches within one GPU's draw of its budget
     assert any(d["budget_w"] - d["admitted_max_w"] < 630 for d in doms.values())
     assert without["power"]["domains"] == []
+    # unbudgeted, the same racks are reported by label: some draw more than 80 % of the panel
+    racks = {r["rack"]: r for r in without["power"]["racks"]}
+    assert set(racks) == set(PANELS)
+    assert any(r["admitted_max_w"] > 0.8 * PANELS[n] for n, r in racks.items())
     # removing the budgets never lowers allocation (here: it raises it)
     alloc = with_b["power"]["allocated_gpu_seconds"]
     assert without["power"]["allocated_gpu_seconds"] >= alloc
