@@ -49,6 +49,7 @@
 #define WATCH_BUSY_NS 50000LL     /* the watcher polls completions this often while busy */
 #define WATCH_IDLE_NS 100000000LL /* and refreshes the heartbeat this often while idle */
 #define RESCAN_NS 100000000ULL    /* low priority: looks for new pods' files this often */
+#define ABSENT_RECHECK_NS 10000000ULL /* no high priority seen: look again after this */
 #define MAX_FILES 64              /* pods' files read per device (the freshest first found) */
 
 enum { BOARD_UNKNOWN = 0, BOARD_NONE, BOARD_OPEN };
@@ -57,6 +58,7 @@ struct board {
     int state, fd, slot, role; /* fd, slot: this pod's file and our entry; role: GG_QOS_* */
     int nfiles, files[MAX_FILES]; /* low priority: the device's other pods' files */
     uint64_t scanned;
+    uint64_t absent_since; /* low priority: when the boards last showed no high priority */
     uint32_t last_inflight;
     uint64_t last_next, last_publish;
     pthread_mutex_t mu; /* serialises this process's writes of its entry */
@@ -315,8 +317,12 @@ static void read_board(struct board *b, uint64_t now, struct verdict *v) {
 
 int gg_qos_present(int dev) {
     struct board *b = &boards[dev];
+    uint64_t now = gg_now_ns(), seen = __atomic_load_n(&b->absent_since, __ATOMIC_RELAXED);
+    /* nobody to yield to: look again only every ABSENT_RECHECK_NS (launches stay cheap) */
+    if (seen && now - seen < ABSENT_RECHECK_NS) return 0;
     struct verdict v;
-    read_board(b, gg_now_ns(), &v);
+    read_board(b, now, &v);
+    __atomic_store_n(&b->absent_since, v.present ? 0 : now, __ATOMIC_RELAXED);
     return !v.present ? 0 : v.next_min ? 2 : 1;
 }
 

@@ -183,10 +183,12 @@ int gg_throttle_before(int dev, CUstream stream) {
     uint32_t pct = gg_device_core_limit(dev);
     int role = gg_qos_role(dev);
     if (!pct && !role) return -1;
+    int yield = role == GG_QOS_LOW ? gg_qos_present(dev) : 0;
+    /* low priority with no high-priority process on the device: nothing to meter for */
+    if (!pct && role == GG_QOS_LOW && !yield) return -1;
     pthread_once(&st_once, st_init);
     struct dev_state *d = &st[dev];
     if (pct) gg_count_launch(dev);
-    int yield = role == GG_QOS_LOW ? gg_qos_present(dev) : 0;
     pthread_mutex_lock(&d->mu);
     collect_ready(dev, d);
     int cap = allowed_in_flight(d);
