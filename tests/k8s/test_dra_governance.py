@@ -156,6 +156,18 @@ def test_kube_scheduler_binds_a_claim_only_when_gpugov_admits_it_to_its_queue(
             await make("gov-a", "slice", request("s", SLICE_CLASS, capacity={
                 "memory": "8Gi", "compute": "40"}))
             assert await wait_for(lambda: node_of("gov-a", "slice"), "slice bound") == "gov-n1"
+            # an untrusted tenant gets no slice of a shared GPU (soft < its hard floor)
+            await _post(kube, "/api/v1/namespaces", {"metadata": {"name": "gov-u"}})
+            await _post(kube, f"{g}/tenants", {
+                "apiVersion": "gpugov.io/v1alpha1", "kind": "Tenant",
+                "metadata": {"name": "tu"},
+                "spec": {"queue": "qa", "namespaces": ["gov-u"], "trust": "untrusted"}})
+            await make("gov-u", "uslice", request("s", SLICE_CLASS, capacity={
+                "memory": "4Gi", "compute": "10"}))
+            said = await wait_for(lambda: _has(events("gov-u", "uslice"), "isolation"),
+                                  "untrusted slice refused")
+            assert "Tenant is untrusted: its claims need hard isolation and device " \
+                "gov-n1/gpu-2 gives soft" in said
             await make("gov-stray", "stray", request("g", "gpu.gpugov.io"))
             said = await wait_for(lambda: _has(events("gov-stray", "stray"), "no queue"),
                                   "stray refused")

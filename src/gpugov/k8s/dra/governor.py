@@ -5,7 +5,9 @@ kube-scheduler, after allocating a claim to them and reserving it for the pod, w
 binding the pod until the claim's device status says `gpugov.io/admitted` (or gives that node
 up when it says `gpugov.io/refused`). This controller decides: the claim's namespace gives
 its Tenant and leaf queue (the Tenants, as gpugov's scheduler reads them — never the pod's
-annotations); the allocated devices give its charge (`ledger.claim_charge`); the queue tree's
+annotations); the Tenant's trust tier gives the isolation its devices must deliver
+(`ledger.claim_isolation`: an untrusted tenant gets no slice, time-slice or MPS client);
+the allocated devices give its charge (`ledger.claim_charge`); the queue tree's
 limits, counting what gpugov's scheduler already charged (each Queue's status.usage) and the
 claims admitted so far, give the answer. A refusal names the queue, the resource and the
 numbers; kube-scheduler puts it in the pod's FailedScheduling event, deallocates the claim
@@ -24,12 +26,20 @@ import logging
 import time
 from typing import Any
 
-from gpugov.k8s.dra.ledger import ChargeError, Ledger, QueueNode, claim_charge, device_index
+from gpugov.k8s.dra.ledger import (
+    ChargeError,
+    Ledger,
+    QueueNode,
+    claim_charge,
+    claim_isolation,
+    device_index,
+)
 from gpugov.k8s.dra.slices import ADMITTED, DRIVER, REFUSED
 from gpugov.k8s.scheduler import names
 from gpugov.k8s.scheduler.kube import Kube, message
 from gpugov.k8s.scheduler.tenancy import Tenancy
 from gpugov.k8s.scheduler.translate import queue_config
+from gpugov.model.isolation import MIN_ISOLATION
 
 log = logging.getLogger(__name__)
 
@@ -127,6 +137,12 @@ class Governor:
         if owner.queue is None:
             return (f"namespace {ns} is charged to no queue ({owner.why or 'no Tenant'}): "
                     "gpugov devices are given only to a Tenant's pods")
+        delivered, device = claim_isolation(c, devices)
+        need = MIN_ISOLATION[owner.trust]
+        if delivered < need:
+            return (f"namespace {ns}'s Tenant is {owner.trust}: its claims need {need} "
+                    f"isolation and device {device} gives {delivered} (claim a whole GPU "
+                    "or a MIG instance)")
         try:
             charge = claim_charge(c, devices)
         except ChargeError as e:

@@ -21,6 +21,7 @@ from typing import Any
 
 from gpugov.k8s.dra.slices import COMPUTE_FULL, DRIVER
 from gpugov.k8s.quantity import parse_quantity
+from gpugov.model.isolation import IsolationLevel
 
 GOVERNED = ("gpu", "gpumem")
 
@@ -96,6 +97,37 @@ def claim_charge(claim: dict[str, Any], devices: Mapping[tuple[str, str], dict[s
         total = total + Charge(_q(f"{where} compute", compute) / COMPUTE_FULL,
                                _q(f"{where} memory", mem) / (1 << 30))
     return total
+
+
+def claim_isolation(claim: dict[str, Any], devices: Mapping[tuple[str, str], dict[str, Any]]
+                    ) -> tuple[IsolationLevel, str]:
+    """The weakest isolation the claim's gpugov devices deliver, and the device that sets it:
+    a whole GPU or a MIG instance hard; a slice of a shared GPU (capacity consumed below the
+    whole card) or a time-slice replica soft (the enforcement library); an MPS client none."""
+    alloc = (claim.get("status") or {}).get("allocation") or {}
+    weakest, which = IsolationLevel.HARD, ""
+    for r in (alloc.get("devices") or {}).get("results") or []:
+        if r.get("driver") != DRIVER:
+            continue
+        dev = devices.get((r.get("pool"), r.get("device"))) or {}
+        kind = ((dev.get("attributes") or {}).get("type") or {}).get("string", "gpu")
+        level = IsolationLevel.HARD
+        if kind == "mps":
+            level = IsolationLevel.NONE
+        elif kind == "timeslice":
+            level = IsolationLevel.SOFT
+        elif kind == "gpu" and r.get("consumedCapacity"):
+            cap = dev.get("capacity") or {}
+            for name, used in r["consumedCapacity"].items():
+                whole = (cap.get(name) or {}).get("value")
+                try:
+                    if whole is None or parse_quantity(used) < parse_quantity(whole):
+                        level = IsolationLevel.SOFT
+                except ValueError:
+                    level = IsolationLevel.SOFT
+        if level < weakest or not which:
+            weakest, which = min(weakest, level), f"{r.get('pool')}/{r.get('device')}"
+    return weakest, which
 
 
 @dataclass
