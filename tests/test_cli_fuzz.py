@@ -11,10 +11,16 @@ files and with hypothesis-generated ones.
 
 from __future__ import annotations
 
+import copy
+import json
+import tempfile
 import typing
 from pathlib import Path
 
 import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from typer.main import get_command
 from typer.testing import CliRunner
 
@@ -91,17 +97,20 @@ NUMERIC: list[tuple[str, str, list[str], set[str]]] = [
     ("top", "--interval", ["--kubeconfig", MISSING], set()),
     ("rightsize", "--headroom", ["--prometheus", "nonsense"], {"zero"}),
     ("report", "--gpu-hour-price", ["--prometheus", "nonsense"], {"zero"}),
+    ("report", "--kwh-price", ["--prometheus", "nonsense"], {"zero"}),
     ("experiment fgd", "--tune", ["--trace-dir", "trace", "--workload", "tiny", "--out", "o"],
      set()),
     ("experiment fgd", "--workers", ["--trace-dir", "trace", "--workload", "tiny", "--out", "o"],
      set()),
     ("dev demo", "--timeout", ["--dir", "nodev"], set()),
     ("node exporter", "--recovery-seconds", ["--regions", MISSING], {"zero"}),
-    ("node device-plugin", "--replicas", ["--node-name", "n1", "--kubeconfig", MISSING], set()),
-    ("node device-plugin", "--soft-replicas", ["--node-name", "n1", "--kubeconfig", MISSING],
+    # a valid kubeconfig: the plugin's own checks run, then NVML (absent here: exit 1)
+    ("node device-plugin", "--replicas", ["--node-name", "n1", "--kubeconfig", "kubeconfig"],
      set()),
-    ("node device-plugin", "--refresh-seconds", ["--node-name", "n1", "--kubeconfig", MISSING],
-     set()),
+    ("node device-plugin", "--soft-replicas", ["--node-name", "n1", "--kubeconfig",
+                                               "kubeconfig"], set()),
+    ("node device-plugin", "--refresh-seconds", ["--node-name", "n1", "--kubeconfig",
+                                                 "kubeconfig"], set()),
     ("node run", "--interval", ["--node-name", "n1", "--config", MISSING], set()),
     ("node agent", "--replicas", ["--node-name", "n1", "--mode", "timeslice", "--kubeconfig",
                                   MISSING], set()),
@@ -110,6 +119,7 @@ NUMERIC: list[tuple[str, str, list[str], set[str]]] = [
     ("node agent", "--recovery-seconds", ["--node-name", "n1", "--kubeconfig", MISSING],
      {"zero"}),
     ("node dra-plugin", "--interval", ["--node-name", "n1", "--kubeconfig", MISSING], set()),
+    ("dra governor", "--interval", ["--kubeconfig", MISSING], set()),
 ]
 
 
@@ -149,6 +159,7 @@ def test_hostile_numbers_are_one_line_naming_the_option(place: Path, command: st
     value = VALUES[kind]
     if kind == "huge" and _is_int(command, option):
         value = HUGE_INT
+    _inputs(place)
     before = tree_snapshot(place)
     res = runner.invoke(app, [*command.split(), *base, option, value])
     one_error_line(res, option)
@@ -257,10 +268,15 @@ PATHS: list[tuple[list[str], tuple[str, ...], str | None]] = [
     (["node", "agent", "--node-name", "n1", "--mig-config", "X"], ("missing", "folder"), None),
     (["node", "agent", "--node-name", "n1", "--regions", "X"], ("missing", "file"), None),
     (["node", "agent", "--node-name", "n1", "--kubeconfig", "X"], ("missing", "folder"), None),
+    (["node", "agent", "--node-name", "n1", "--nvidia-config", "X"], ("missing", "folder"),
+     None),
+    (["node", "exporter", "--simulate", "--kubeconfig", "X"], ("missing", "folder"), None),
     (["node", "dra-plugin", "--node-name", "n1", "--devices", "X"], ("missing", "folder"),
      None),
     (["node", "dra-plugin", "--node-name", "n1", "--kubeconfig", "X"], ("missing", "folder"),
      None),
+    (["dra", "publish", "--kubeconfig", "X"], ("missing", "folder"), None),
+    (["dra", "governor", "--kubeconfig", "X"], ("missing", "folder"), None),
 ]
 # paths a running component uses later (the kubelet's folders, its state folder, a driver
 # library): checked by the component when it starts, not fuzzed here
@@ -268,6 +284,7 @@ RUNTIME_PATHS = {("node device-plugin", "--plugin-dir"), ("node device-plugin", 
                  ("node device-plugin", "--nvml-library"), ("node run", "--state-dir"),
                  ("node run", "--plugin-dir"), ("node run", "--nvml-library"),
                  ("node exporter", "--nvml-library"), ("node agent", "--nvml-library"),
+                 ("node agent", "--state-dir"),
                  ("node dra-plugin", "--plugins-dir"), ("node dra-plugin", "--registry-dir"),
                  ("node dra-plugin", "--cdi-dir"), ("node dra-plugin", "--state-dir"),
                  ("dev up", "--dir"), ("dev kubectl", "--dir"), ("dev down", "--dir"),
@@ -318,3 +335,173 @@ def test_hostile_paths_are_one_line_naming_the_path(place: Path, argv: list[str]
     res = runner.invoke(app, [path if a == "X" else a for a in argv])
     error_naming(res, path)
     assert tree_snapshot(place) == before
+
+
+# --- loaders --------------------------------------------------------------------------------
+CLUSTER = {"nodePools": [{"name": "a", "count": 2, "model": "A100-SXM4-80GB", "gpus": 4,
+                          "cpuMilli": 96000, "memoryMiB": 1048576, "devices": [
+                              {"index": "0", "mode": "mig", "layout": ["3g.40gb", "3g.40gb"]},
+                              {"index": "1", "mode": "timeslice", "replicas": 2}]}]}
+QUEUE_DOC = {"queues": [{"name": "a", "quota": {"gpu": 4}}, {"name": "b", "quota": {"gpu": 4}}],
+             "tenants": [{"namespace": "ns-a", "queue": "a"}],
+             "priorityClasses": [{"name": "low", "value": 10}]}
+NODE_DOC = {"defaultMode": "timeslice", "timesliceReplicas": 4, "softSplit": 10}
+MIG_DOC = {"version": "v1", "mig-configs": {"all-1g": [
+    {"devices": "all", "mig-enabled": True, "mig-devices": {"1g.10gb": 7}}]}}
+KUBE_DOC = {"apiVersion": "v1", "kind": "Config", "current-context": "c",
+            "contexts": [{"name": "c", "context": {"cluster": "k", "user": "u"}}],
+            "clusters": [{"name": "k", "cluster": {"server": "https://127.0.0.1:1"}}],
+            "users": [{"name": "u", "user": {"token": "t"}}]}
+HOSTILE: dict[str, bytes] = {
+    "empty": b"", "not-utf8": b"\xff\xfe\x00x", "yaml-list": b"- a\n- b\n",
+    "broken": b"a: [1, 2\n", "items-5": b"items: 5\n", "null": b"null\n", "text": b"hello\n",
+    "deep": b"[" * 5000 + b"]" * 5000, "huge-int": b"count: 1" + b"0" * 400 + b"\n",
+    "billion-laughs": b"a: &a [x, x, x, x]\nb: &b [*a, *a, *a, *a]\nc: &c [*b, *b, *b, *b]\n"
+                      b"d: [*c, *c, *c, *c]\n",
+    "csv-garbage": b"name,,\n\x00\x01,\"unclosed\n",
+}
+# (loader, argv with X for the file, suffix, names the error may carry besides the file: a
+# check that runs after a file that happens to be valid)
+LOADER_COMMANDS: dict[str, tuple[list[str], str, tuple[str, ...]]] = {
+    "cluster.yaml": ([*REPLAY[:2], "X", *REPLAY[3:]], ".yaml", ()),
+    "jobs.csv": (["replay", "--nodes", TN, "--jobs", "X", "--queues", "q.yaml"], ".csv", ()),
+    "pods CSV": (["openb-jobs", "X", "--out", "o.csv"], ".csv", ()),
+    "nodes CSV": (["plan", "mig", "--nodes", "X", "--pods", TP], ".csv", ()),
+    "queue config": (["replay", "--nodes", TN, "--jobs", "jobs.csv", "--queues", "X"], ".yaml",
+                     ("jobs.csv",)),
+    "queue config (crd convert)": (["crd", "convert", "X"], ".yaml", ()),
+    "node config": (["node", "run", "--node-name", "n1", "--config", "X", "--kubeconfig",
+                     MISSING], ".yaml", ("--kubeconfig",)),
+    "mig config": (["node", "run", "--node-name", "n1", "--config", "node.yaml",
+                    "--mig-config", "X", "--kubeconfig", MISSING], ".yaml", ("--kubeconfig",)),
+    "device inventory": (["node", "device-plugin", "--node-name", "n1", "--devices", "X"],
+                         ".json", ()),
+    "kubeconfig": (["explain", "pod", "ns/p", "--kubeconfig", "X"], "", ("--kubeconfig",)),
+}
+LOADER_CASES = [(loader, kind) for loader in LOADER_COMMANDS for kind in HOSTILE]
+
+
+@pytest.mark.parametrize(("loader", "kind"), LOADER_CASES,
+                         ids=[f"{lo} {k}" for lo, k in LOADER_CASES])
+def test_hostile_files_are_one_error_naming_the_file(place: Path, loader: str,
+                                                     kind: str) -> None:
+    if (loader, kind) == ("device inventory", "deep"):
+        pytest.xfail("k8s/annotations.py _load lets json's RecursionError through (reported)")
+    _inputs(place)
+    argv, suffix, after = LOADER_COMMANDS[loader]
+    path = place / f"hostile{suffix}"
+    path.write_bytes(HOSTILE[kind])
+    before = tree_snapshot(place)
+    res = runner.invoke(app, [str(path) if a == "X" else a for a in argv])
+    error_naming(res, str(path), *after)  # an empty node.yaml is all defaults
+    assert tree_snapshot(place) == before
+
+
+@pytest.mark.parametrize(("loader", "text"), [
+    ("cluster.yaml", "nodePools: [{name: a, count: 1000000000, model: A100-SXM4-80GB, gpus: 8}]"),
+    ("node config", "timesliceReplicas: 1000000000000"),
+    ("node config", "softSplit: 1000000000000"),
+    ("mig config", "version: v1\nmig-configs: {x: [{devices: all, mig-enabled: true, "
+                   "mig-devices: {1g.10gb: 1000000000000}}]}"),
+    ("queue config", "queues: [{name: a, quota: {gpu: 1e400}}]"),
+], ids=["cluster count", "timesliceReplicas", "softSplit", "mig-devices", "quota"])
+def test_huge_counts_in_files_are_refused_naming_the_file(place: Path, loader: str,
+                                                          text: str) -> None:
+    """Every count in a file has an upper bound, named in the error (finding 1's rule)."""
+    _inputs(place)
+    argv, suffix, _ = LOADER_COMMANDS[loader]
+    path = place / f"huge{suffix}"
+    path.write_text(text + "\n")
+    res = runner.invoke(app, [str(path) if a == "X" else a for a in argv])
+    error_naming(res, str(path))
+
+
+# hypothesis: a valid document with a few values swapped for hostile ones
+HOSTILE_VALUES = st.one_of(
+    st.sampled_from([None, True, "", "x", -1, 0, 10**30, -(10**30), 1e300, float("nan"),
+                     float("inf"), float("-inf"), "1e400", [], {}, [[[]]], "🙂" * 3]),
+    st.integers(), st.floats(), st.text(max_size=8))
+
+
+@st.composite
+def mutated(draw, doc):  # type: ignore[no-untyped-def]
+    """`doc` (JSON-like) with 1-3 values replaced, keys dropped or unknown keys added."""
+    doc = copy.deepcopy(doc)
+    for _ in range(draw(st.integers(1, 3))):
+        node = doc
+        while True:
+            keys = list(node) if isinstance(node, dict) else list(range(len(node)))
+            if not keys:
+                break
+            key = draw(st.sampled_from(keys))
+            child = node[key]
+            if isinstance(child, (dict, list)) and child and draw(st.booleans()):
+                node = child
+                continue
+            action = draw(st.sampled_from(["replace", "replace", "drop", "add"]))
+            if action == "replace":
+                node[key] = draw(HOSTILE_VALUES)
+            elif action == "drop" and isinstance(node, dict):
+                del node[key]
+            elif isinstance(node, dict):
+                node[draw(st.sampled_from(["extra", "Count", "gpu", "replicas"]))] = \
+                    draw(HOSTILE_VALUES)
+            break
+    return doc
+
+
+def _dump(doc: object, suffix: str) -> bytes:
+    if suffix == ".json":
+        return json.dumps(doc).encode()
+    return yaml.safe_dump(doc, allow_unicode=True).encode()
+
+
+def _inventory_doc() -> dict:
+    from gpugov.k8s.annotations import Inventory, InventoryDevice, encode_inventory
+    from gpugov.model.devices import DeviceMode
+
+    inv = Inventory((InventoryDevice(0, "GPU-0", "A100-SXM4-80GB", 81920),
+                     InventoryDevice(1, "GPU-1", "A100-SXM4-80GB", 81920, DeviceMode.SOFT,
+                                     replicas=4)))
+    return json.loads(encode_inventory(inv))
+
+
+DOCS = {"cluster.yaml": CLUSTER, "queue config": QUEUE_DOC, "node config": NODE_DOC,
+        "mig config": MIG_DOC, "kubeconfig": KUBE_DOC}
+FUZZ = settings(max_examples=40, deadline=None, derandomize=True,
+                suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                       HealthCheck.too_slow])
+
+
+@pytest.mark.parametrize("loader", sorted(DOCS))
+@FUZZ
+@given(data=st.data())
+def test_mutated_files_are_run_or_refused_naming_the_file(place: Path, loader: str,
+                                                          data: st.DataObject) -> None:
+    """Accepted (exit 0, or the next check's error) or one error naming the file."""
+    if not (place / "jobs.csv").exists():
+        _inputs(place)
+    argv, suffix, after = LOADER_COMMANDS[loader]
+    path = place / f"mutated{suffix}"
+    path.write_bytes(_dump(data.draw(mutated(DOCS[loader])), suffix))
+    res = runner.invoke(app, [str(path) if a == "X" else a for a in argv])
+    assert "Traceback" not in res.output, res.output
+    assert res.exception is None or isinstance(res.exception, SystemExit), repr(res.exception)
+    if res.exit_code != 0:
+        error_naming(res, str(path), *after)
+
+
+@FUZZ
+@given(doc=mutated(_inventory_doc()))
+def test_mutated_device_inventories_are_loaded_or_refused_naming_the_file(doc) -> None:
+    """`--devices` (device plugin): a valid inventory or one ValueError naming the file (the
+    command turns it into one `error:` line); never another exception."""
+    from gpugov.node.deviceplugin.source import StaticDeviceSource
+
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / "inventory.json"
+        path.write_bytes(_dump(doc, ".json"))
+        try:
+            StaticDeviceSource.from_file(path)
+        except ValueError as e:
+            assert str(e).startswith(str(path)), e

@@ -63,6 +63,7 @@ def crd_convert_cmd(
         config_to_objects,
         objects_to_config,
     )
+    from gpugov.model.yaml_error import one_line
 
     if to not in ("objects", "config"):
         raise _fail(f"--to {to!r}: allowed: objects, config")
@@ -71,7 +72,7 @@ def crd_convert_cmd(
         try:
             docs += [d for d in yaml.safe_load_all(source.read_text()) if d is not None]
         except (OSError, UnicodeDecodeError, yaml.YAMLError, RecursionError) as e:
-            raise _fail(f"{source}: cannot read YAML: {e}") from None
+            raise _fail(f"{source}: cannot read YAML: {one_line(e)}") from None
     source = sources[0]
     docs = [i for d in docs for i in (d.get("items") or [] if isinstance(d, dict)
                                       and d.get("kind") == "List" else [d])]

@@ -31,6 +31,7 @@ from gpugov.control.schema import (
 )
 from gpugov.control.tree import build_tree, reserve_problems
 from gpugov.model.validation import pydantic_problems, yaml_loader
+from gpugov.model.yaml_error import one_line
 
 __all__ = ["RESOURCES", "SCALE", "BackfillConfig", "ConfigError", "ControlConfig",
            "FairShareConfig", "PreemptionConfig", "PriorityClassConfig", "QueueConfig",
@@ -217,5 +218,5 @@ def load_config(path: Path | str) -> ControlConfig:
     try:
         data = yaml.load(text, Loader=yaml_loader())  # noqa: S506 - a SafeLoader subclass
     except (yaml.YAMLError, RecursionError) as exc:  # RecursionError: nested too deeply
-        raise ConfigError(str(path), [f"not valid YAML: {exc}"]) from None
+        raise ConfigError(str(path), [f"not valid YAML: {one_line(exc)}"]) from None
     return parse_config(data, str(path))

@@ -13,6 +13,8 @@ from typing import Any
 
 import yaml
 
+from gpugov.model.yaml_error import one_line
+
 
 class MigConfigError(ValueError):
     """A config file or config name gpugov cannot apply."""
@@ -85,9 +87,9 @@ def _entry(e: Any, where: str) -> MigEntry:
         raise MigConfigError(f"{where}.mig-devices: must be absent or empty when mig-enabled "
                              "is false")
     for profile, n in mig.items():
-        if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+        if not isinstance(n, int) or isinstance(n, bool) or not 0 <= n <= 7:
             raise MigConfigError(f"{where}.mig-devices.{profile}: {n!r}; allowed: an integer "
-                                 ">= 0")
+                                 "0..7 (a GPU holds at most 7 MIG instances)")
     filt = e.get("device-filter", ())
     if isinstance(filt, str):
         filt = (filt,)
@@ -108,7 +110,7 @@ def load(path: Path) -> dict[str, list[MigEntry]]:
     try:
         data = yaml.safe_load(text)
     except (yaml.YAMLError, RecursionError) as exc:  # RecursionError: nested too deeply
-        raise MigConfigError(f"{path}: not YAML ({exc})") from None
+        raise MigConfigError(f"{path}: not YAML ({one_line(exc)})") from None
     return parse(data, str(path))
 
 

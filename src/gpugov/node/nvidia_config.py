@@ -33,6 +33,7 @@ from typing import Any
 import yaml
 
 from gpugov.model.devices import DeviceMode
+from gpugov.model.yaml_error import one_line
 
 GPU = "nvidia.com/gpu"
 MIG_PREFIX = "nvidia.com/mig-"
@@ -205,5 +206,5 @@ def load(path: Path) -> NvidiaSharing:
     try:
         data = yaml.safe_load(text)
     except (yaml.YAMLError, RecursionError) as exc:  # RecursionError: nested too deeply
-        raise NvidiaConfigError(f"{path}: not YAML ({str(exc)[:200]})") from None
+        raise NvidiaConfigError(f"{path}: not YAML ({one_line(exc)[:200]})") from None
     return parse(data, str(path))

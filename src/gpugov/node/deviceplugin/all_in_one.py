@@ -20,6 +20,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from gpugov.model.cluster_spec import MAX_REPLICAS
+from gpugov.model.yaml_error import one_line
 from gpugov.node.deviceplugin.run import (
     DEFAULT_STATE_DIR,
     NodeConfigError,
@@ -38,10 +40,10 @@ class NodeFile(BaseModel):
     # how GPUs not in MIG mode are offered; GPUs in MIG mode are always served as MIG
     # ("mig" = leave non-MIG GPUs whole until the agent applies a MIG layout)
     defaultMode: Literal["exclusive", "soft", "timeslice", "mps", "mig"] = "exclusive"
-    timesliceReplicas: int = Field(4, ge=2)
+    timesliceReplicas: int = Field(4, ge=2, le=MAX_REPLICAS)
     mpsReplicas: int = Field(4, ge=2, le=48)  # MPS clients per GPU (48: the per-GPU maximum)
     mpsControl: str = Field("nvidia-cuda-mps-control", min_length=1)  # the daemon's binary
-    softSplit: int = Field(10, ge=1)
+    softSplit: int = Field(10, ge=1, le=MAX_REPLICAS)
     migStrategy: Literal["mixed"] = "mixed"  # single: planned
     #: the NVIDIA device plugin's own config (`version: v1`, `sharing.timeSlicing|mps`), as
     #: its ConfigMap holds it: sharing mode and replicas come from it (`node.nvidia_config`)
@@ -78,7 +80,7 @@ def load_node_file(path: Path) -> NodeFile:
         raise NodeConfigError(f"--config: {path}: not UTF-8 text (a YAML node file is "
                               "expected)") from None
     except (yaml.YAMLError, RecursionError) as exc:  # RecursionError: nested too deeply
-        raise NodeConfigError(f"--config: {path}: not YAML ({exc})") from None
+        raise NodeConfigError(f"--config: {path}: not YAML ({one_line(exc)})") from None
     try:
         out = NodeFile.model_validate(data or {})
     except ValidationError as exc:
