@@ -168,6 +168,25 @@ def test_kube_scheduler_binds_a_claim_only_when_gpugov_admits_it_to_its_queue(
                                   "untrusted slice refused")
             assert "Tenant is untrusted: its claims need hard isolation and device " \
                 "gov-n1/gpu-2 gives soft" in said
+            # the tenant cannot admit its own claim: `edit` does not reach claim status
+            from gpugov.k8s.devcluster.rbac import tenant_edit_kubeconfig
+
+            tenant = await Kube.from_kubeconfig(await tenant_edit_kubeconfig(
+                dra_plane.kubeconfig, "gov-a", "tenant", dra_plane.workdir / "tenant-kc"))
+            try:
+                _, held = await kube.request(
+                    "GET", "/apis/resource.k8s.io/v1/namespaces/gov-a/resourceclaims/second")
+                held.setdefault("status", {})["devices"] = [{
+                    "driver": "gpu.gpugov.io", "pool": "gov-n1", "device": "gpu-1",
+                    "conditions": [{"type": "gpugov.io/admitted", "status": "True",
+                                    "reason": "Forged", "message": "x",
+                                    "lastTransitionTime": "2026-01-01T00:00:00Z"}]}]
+                status, doc = await tenant.request(
+                    "PUT", "/apis/resource.k8s.io/v1/namespaces/gov-a/resourceclaims/second/"
+                           "status", held)
+                assert status == 403, (status, doc)
+            finally:
+                await tenant.close()
             await make("gov-stray", "stray", request("g", "gpu.gpugov.io"))
             said = await wait_for(lambda: _has(events("gov-stray", "stray"), "no queue"),
                                   "stray refused")
