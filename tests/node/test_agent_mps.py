@@ -95,14 +95,17 @@ def test_node_agent_mode_mps_starts_the_daemon_with_exclusive_process_gpus(
             return await _events(api, name)
 
     try:
-        def configured() -> bool:
+        def configured() -> bool:  # the daemon with its per-client defaults, and the Event
             f = daemon.pipe_dir / "fake-state.json"
-            return f.exists() and json.loads(f.read_text()).get("thread_percentage") == 25
+            try:
+                defaults = json.loads(f.read_text()).get("thread_percentage") == 25
+            except (OSError, ValueError):  # not written yet, or being written
+                return False
+            return defaults and "MpsDaemonStarted" in {r for r, _ in asyncio.run(reasons())}
 
         run_until(configured, "the MPS daemon with its per-client defaults")
         st = json.loads((daemon.pipe_dir / "fake-state.json").read_text())
         assert len(st["visible"]) == 2 and daemon.alive()
-        assert "MpsDaemonStarted" in {r for r, _ in asyncio.run(reasons())}
     finally:
         if daemon.alive():
             daemon.stop()
