@@ -298,7 +298,6 @@ class ClusterState:
         self.dom_admitted_mw = np.zeros(len(self.domains), dtype=np.int64)
         np.add.at(self.dom_admitted_mw, self.node_dom[self.node_dom >= 0],
                   (self.node_idle_mw * self.gpu_count)[self.node_dom >= 0])
-        self._dom_nodes = [np.flatnonzero(self.node_dom == k) for k in range(len(self.domains))]
 
     def domain_draw_mw(self) -> dict[str, tuple[int, int]]:
         """(admitted, budget) milliwatts of each power domain."""
@@ -331,6 +330,18 @@ class ClusterState:
             head, span = head.reshape(-1, 1), span.reshape(-1, 1)
         need = share_mw(span, self._charge_milli(req, nodes)) * req.gpu_count
         return np.broadcast_to(need <= head, self.gpu_cap[nodes].shape)
+
+    def _domain_node_ok(self, req: PodRequest, nodes=slice(None)):
+        """Nodes of `nodes` whose rack can feed `req` on `gpu_count` devices (no rack: True);
+        a node's devices share its model, so this is the device step `_domain_fits` per node
+        (time-slice/MPS devices of different replica counts: the largest share)."""
+        dom = self.node_dom[nodes]
+        milli = self._charge_milli(req, nodes)
+        if np.ndim(milli) == 2:
+            milli = np.max(milli, axis=1)
+        need = share_mw(self.node_span_mw[nodes], milli) * req.gpu_count
+        head = self.dom_budget_mw[dom] - self.dom_admitted_mw[dom]
+        return (dom < 0) | (need <= head)
 
     def power_message(self, req: PodRequest) -> str | None:
         """Why power blocked `req`, in watts: the domain (among the nodes its other tests
@@ -469,12 +480,15 @@ class ClusterState:
             entry = self._fit_cache.get(shape_key(req))
             if entry is not None and entry[2] is not None and \
                     entry[0][nodes] == self.version[nodes]:
-                return entry[2][nodes].copy()
+                row = entry[2][nodes].copy()
+                if self.has_domains and req.gpu_count and not self._domain_node_ok(req, nodes):
+                    row[:] = False
+                return row
         return self._steps_fit(req, nodes)
 
-    def _steps_fit(self, req: PodRequest, nodes) -> np.ndarray:
+    def _steps_fit(self, req: PodRequest, nodes, domains: bool = True) -> np.ndarray:
         fits = None
-        for _, mask in self._device_steps(req, nodes):
+        for _, mask in self._device_steps(req, nodes, domains):
             fits = mask if fits is None else fits & mask
         assert fits is not None
         if req.nvlink and req.gpu_count > 1 and req.mode is not DeviceMode.MIG:
@@ -509,9 +523,11 @@ class ClusterState:
         dom = {int(self.dev_nvlink[node, d]) for d in devices}
         return len(dom) == 1 and min(dom) >= 0
 
-    def _device_steps(self, req: PodRequest, nodes):
+    def _device_steps(self, req: PodRequest, nodes, domains: bool = True):
         """(reason, device mask) of each device-level test, in `REASONS` order (a test that
-        passes every device, e.g. an isolation floor of none, is left out)."""
+        passes every device, e.g. an isolation floor of none, is left out). `domains=False`
+        leaves the racks' headroom out: the cached fits do (it changes with every allocation
+        in the rack; `feasible` and `device_fits` apply it on top, `_domain_node_ok`)."""
         mode = req.slice_mode
         if mode is DeviceMode.EXCLUSIVE:
             yield "gpu-mode", self._whole_ok[nodes]
@@ -571,8 +587,9 @@ class ClusterState:
             if pods is None:
                 pods = self.dev_pods[nodes]
             power = (pods > 0) | (self._power_slots(nodes) >= 1)
-            yield "power", power & self._domain_fits(req, nodes) if self.has_domains else power
-        elif self.has_domains:
+            yield "power", (power & self._domain_fits(req, nodes)
+                            if self.has_domains and domains else power)
+        elif self.has_domains and domains:
             yield "power", self._domain_fits(req, nodes)
 
     def _power_slots(self, nodes) -> np.ndarray:
@@ -738,6 +755,8 @@ class ClusterState:
                 ok &= self._gpu_fit(req)
             return ok
         ok = self._general_entry(req)[1].copy()
+        if self.has_domains and req.gpu_count:  # racks' headroom: fresh, never cached
+            ok &= self._domain_node_ok(req)
         if req.pods is not None and self.pod_filter is not None:  # inter-pod placement
             ok &= self.pod_filter.mask(req)
         return ok
@@ -772,7 +791,7 @@ class ClusterState:
         ok &= (self.cpu_free[nodes] >= req.cpu_milli) & (self.mem_free[nodes] >= req.memory_mib)
         fits = None
         if req.gpu_count:
-            fits = self._steps_fit(req, nodes)
+            fits = self._steps_fit(req, nodes, domains=False)
             ok &= self.room(req, fits, nodes) >= req.gpu_count
             if self.has_power and req.gpu_count > 1 and req.mode is not DeviceMode.MIG:
                 ok &= self._power_slots(nodes)[:, 0] >= req.gpu_count
@@ -1021,7 +1040,7 @@ class ClusterState:
             else:
                 self._allocate_general(req, alloc, n, devs)
             if k >= 0:
-                self._domain_moved(k, n, add)
+                self._domain_moved(k, add)
             self.kind_count[n, pod_kind(req)] += 1
             if len(devs) == 1:  # scalar indexing: the trace engine's hot path
                 self.dev_pods[n, devs[0]] += 1
@@ -1226,7 +1245,7 @@ class ClusterState:
                 self._sealed_pods -= 1
             self.dev_pods[n, devs] -= 1
             if self.has_domains and self.node_dom[n] >= 0:
-                self._domain_moved(int(self.node_dom[n]), n,
+                self._domain_moved(int(self.node_dom[n]),
                                    -self._domain_add_mw(n, alloc.milli, len(devs)))
             gone = np.array(devs)[self.dev_pods[n, devs] == 0]
             self.dev_owner[n, gone] = -1
@@ -1245,12 +1264,10 @@ class ClusterState:
         if req.pods is not None and self.pod_filter is not None:
             self.pod_filter.moved(req, n, -1)
 
-    def _domain_moved(self, k: int, n: int, add: int) -> None:
-        """Charge `add` mW to domain `k` and move the version of its other nodes (their
-        power headroom changed, so their cached filter rows are stale)."""
+    def _domain_moved(self, k: int, add: int) -> None:
+        """Charge `add` mW to domain `k`. The other nodes of the rack keep their version:
+        the cached fits leave the racks' headroom out (`_device_steps(domains=False)`)."""
         self.dom_admitted_mw[k] += add
-        others = self._dom_nodes[k]
-        self.version[others[others != n]] += 1
 
     def _refresh(self, n: int) -> None:
         row = self.gpu_free[n]
