@@ -31,12 +31,14 @@ profile, added to gpugov's placement score with the node affinity and taint pref
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
-from gpugov.k8s.scheduler.pod_terms import AffinityTerm, PodTerms
+from gpugov.k8s.scheduler.pod_terms import AffinityTerm, PodTerms, Selector
 from gpugov.k8s.scheduler.spread import spread_filter, spread_reason, spread_scores
 from gpugov.model.cluster import NodeSpec
 from gpugov.model.request import PodRequest
@@ -48,32 +50,54 @@ CODES = (AFFINITY, ANTI_AFFINITY, SPREAD)
 PLUGIN_WEIGHT, HARD_POD_AFFINITY_WEIGHT = 2, 1
 
 
-@dataclass(slots=True)
-class Entry:
-    """One existing pod on a node."""
-
-    terms: PodTerms
-    labels: dict[str, str]
-    terminating: bool = False
+#: a pod's identity for matching: (namespace, labels as sorted pairs)
+Kind = tuple[str, tuple[tuple[str, str], ...]]
 
 
 @dataclass
 class PodView:
-    """Existing pods per node of a `ClusterState` (same node order), and namespace labels."""
+    """Existing pods per node of a `ClusterState` (same node order), and namespace labels.
+
+    Pods are kept by kind (namespace and labels): a term is matched once per kind, not once
+    per pod, and the pods' own terms are kept per (node, term), so a decision costs the
+    distinct kinds plus the domains they sit in, whatever the number of replicas."""
 
     specs: Sequence[NodeSpec]
     ns_labels: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.labels: list[dict[str, str]] = [dict(s.labels) for s in self.specs]
-        self.pods: list[list[Entry]] = [[] for _ in self.specs]
+        #: kind id -> node -> pods of that kind on it (all; and not terminating); kinds and
+        #: terms are interned to small integers (hashing them costs more than matching)
+        self.kinds: dict[int, Counter[int]] = {}
+        self.live: dict[int, Counter[int]] = {}
+        self._kind_ids: dict[Kind, int] = {}
+        self._kind_of: list[Kind] = []
+        self._term_ids: dict[AffinityTerm, int] = {}
+        #: existing pods' own terms: (node, which, term) -> pods; which is "anti" (required
+        #: anti-affinity), "aff" (required affinity), "pref" / "pref-anti" (preferred)
+        self.owned: Counter[tuple[int, str, AffinityTerm]] = Counter()
         #: why the last failing evaluation of a pod's terms failed (its condition's words)
         self.why: dict[PodTerms, str] = {}
-        self._memo: dict[tuple, np.ndarray] = {}
+        self._memo: dict[tuple, Any] = {}
+        self._match: dict[tuple[int, int], bool] = {}
 
     # -- what the scheduler and the state tell it ------------------------------------------
-    def add(self, node: int, terms: PodTerms, terminating: bool = False) -> None:
-        self.pods[node].append(Entry(terms, terms.label_map, terminating))
+    def add(self, node: int, terms: PodTerms, terminating: bool = False, sign: int = 1) -> None:
+        kind = self.kind_id((terms.namespace, terms.labels))
+        for table, on in ((self.kinds, True), (self.live, not terminating)):
+            if on:
+                got = table.setdefault(kind, Counter())
+                got[node] += sign
+                if got[node] <= 0:
+                    del got[node]
+        for which, group in (("anti", terms.anti_affinity), ("aff", terms.affinity),
+                             ("pref", terms.preferred_affinity),
+                             ("pref-anti", terms.preferred_anti_affinity)):
+            for a in group:
+                self.owned[(node, which, a)] += sign
+                if self.owned[(node, which, a)] <= 0:
+                    del self.owned[(node, which, a)]
         self._memo.clear()
 
     def moved(self, req: PodRequest, node: int, sign: int) -> None:
@@ -81,14 +105,47 @@ class PodView:
         terms = req.pods
         if not isinstance(terms, PodTerms):
             return
-        if sign > 0:
-            self.add(node, terms)
-            return
-        for i, e in enumerate(self.pods[node]):
-            if e.terms == terms and not e.terminating:
-                del self.pods[node][i]
-                self._memo.clear()
-                return
+        if sign < 0 and not self.live.get(self.kind_id((terms.namespace, terms.labels)),
+                                          {}).get(node):
+            return  # not counted here (e.g. its labels changed since): nothing to take back
+        self.add(node, terms, sign=1 if sign > 0 else -1)
+
+    def kind_id(self, kind: Kind) -> int:
+        got = self._kind_ids.get(kind)
+        if got is None:
+            got = self._kind_ids[kind] = len(self._kind_of)
+            self._kind_of.append(kind)
+        return got
+
+    def term_id(self, a: AffinityTerm) -> int:
+        got = self._term_ids.get(a)
+        if got is None:
+            got = self._term_ids[a] = len(self._term_ids)
+        return got
+
+    def matches(self, a: AffinityTerm, kind: int, tid: int | None = None) -> bool:
+        """`a.matches` for pods of kind id `kind` (cached: terms and kinds are immutable)."""
+        key = (self.term_id(a) if tid is None else tid, kind)
+        got = self._match.get(key)
+        if got is None:
+            ns, labels = self._kind_of[kind]
+            got = self._match[key] = a.matches(ns, dict(labels), self.ns_labels)
+        return got
+
+    def counts(self, selector: Selector, namespace: str) -> Counter[int]:
+        """Per node, the live pods of `namespace` that `selector` matches (spread's count;
+        an empty selector counts none)."""
+        key = ("count", selector, namespace)
+        got = self._memo.get(key)
+        if got is None:
+            got = Counter()
+            if not selector.empty:
+                for kid, nodes in self.live.items():
+                    ns, labels = self._kind_of[kid]
+                    if ns == namespace and nodes and selector.matches(dict(labels)):
+                        got.update(nodes)
+            self._memo[key] = got
+        return got
 
     # -- filter --------------------------------------------------------------------------
     def mask(self, req: PodRequest) -> np.ndarray:
@@ -108,7 +165,7 @@ class PodView:
         out: list[tuple[str, np.ndarray]] = []
         ok = self._affinity_ok(t) if t.affinity else np.ones(len(self.specs), dtype=bool)
         out.append((AFFINITY, ok))
-        ok = ok & self._anti_ok(t.anti_affinity, t) if t.anti_affinity else ok
+        ok = ok & self._anti_ok(t.anti_affinity) if t.anti_affinity else ok
         out.append((ANTI_AFFINITY, ok))
         ok = ok & self._existing_anti_ok(t)
         out.append((ANTI_AFFINITY, ok))
@@ -117,21 +174,20 @@ class PodView:
         out.append((SPREAD, ok))
         return out
 
-    def _matches_all(self, terms: tuple[AffinityTerm, ...], namespace: str,
-                     labels: Mapping[str, str]) -> bool:
-        return all(a.matches(namespace, labels, self.ns_labels) for a in terms)
-
     def _affinity_ok(self, t: PodTerms) -> np.ndarray:
         """T's required pod affinity per node."""
         # domains (key, value) holding a pod that matches all of T's terms
         found: set[tuple[str, str]] = set()
-        for n, entries in enumerate(self.pods):
-            if any(self._matches_all(t.affinity, e.terms.namespace, e.labels) for e in entries):
-                for a in t.affinity:
-                    value = self.labels[n].get(a.topology_key)
-                    if value is not None:
-                        found.add((a.topology_key, value))
-        first = not found and self._matches_all(t.affinity, t.namespace, t.label_map)
+        tids = [(a, self.term_id(a)) for a in t.affinity]
+        for kind, nodes in self.kinds.items():
+            if nodes and all(self.matches(a, kind, i) for a, i in tids):
+                for n in nodes:
+                    for a in t.affinity:
+                        value = self.labels[n].get(a.topology_key)
+                        if value is not None:
+                            found.add((a.topology_key, value))
+        own = self.kind_id((t.namespace, t.labels))
+        first = not found and all(self.matches(a, own, i) for a, i in tids)
         ok = np.zeros(len(self.specs), dtype=bool)
         for n, labels in enumerate(self.labels):
             if not all(a.topology_key in labels for a in t.affinity):
@@ -140,34 +196,38 @@ class PodView:
                                  for a in t.affinity)
         return ok
 
-    def _anti_ok(self, terms: tuple[AffinityTerm, ...], t: PodTerms) -> np.ndarray:
+    def _anti_ok(self, terms: tuple[AffinityTerm, ...]) -> np.ndarray:
         """T's required anti-affinity per node."""
         bad: set[tuple[str, str]] = set()
-        for n, entries in enumerate(self.pods):
-            for a in terms:
-                value = self.labels[n].get(a.topology_key)
-                if value is not None and any(a.matches(e.terms.namespace, e.labels,
-                                                       self.ns_labels) for e in entries):
-                    bad.add((a.topology_key, value))
+        tids = [(a, self.term_id(a)) for a in terms]
+        for kind, nodes in self.kinds.items():
+            for a, i in tids:
+                if nodes and self.matches(a, kind, i):
+                    for n in nodes:
+                        value = self.labels[n].get(a.topology_key)
+                        if value is not None:
+                            bad.add((a.topology_key, value))
         return self._outside(bad)
 
     def _existing_anti_ok(self, t: PodTerms) -> np.ndarray:
         """Existing pods' required anti-affinity against T (symmetry)."""
         bad: set[tuple[str, str]] = set()
-        own = t.label_map
-        for n, entries in enumerate(self.pods):
-            for e in entries:
-                for a in e.terms.anti_affinity:
-                    value = self.labels[n].get(a.topology_key)
-                    if value is not None and a.matches(t.namespace, own, self.ns_labels):
-                        bad.add((a.topology_key, value))
+        own = self.kind_id((t.namespace, t.labels))
+        for (n, which, a) in self.owned:
+            if which == "anti" and self.matches(a, own):
+                value = self.labels[n].get(a.topology_key)
+                if value is not None:
+                    bad.add((a.topology_key, value))
         return self._outside(bad)
 
     def _outside(self, bad: set[tuple[str, str]]) -> np.ndarray:
         ok = np.ones(len(self.specs), dtype=bool)
         if bad:
+            by_key: dict[str, set[str]] = {}
+            for k, v in bad:
+                by_key.setdefault(k, set()).add(v)
             for n, labels in enumerate(self.labels):
-                ok[n] = not any(labels.get(k) == v for k, v in bad)
+                ok[n] = not any(labels.get(k) in vs for k, vs in by_key.items())
         return ok
 
     def reason(self, req: PodRequest, candidates: np.ndarray) -> str:
@@ -211,8 +271,7 @@ class PodView:
             or any(not c.hard for c in t.spread) or self._any_affinity_pods())
 
     def _any_affinity_pods(self) -> bool:
-        return any(e.terms.affinity or e.terms.anti_affinity or e.terms.preferred_affinity
-                   or e.terms.preferred_anti_affinity for entries in self.pods for e in entries)
+        return any(which != "anti" for (_, which, _) in self.owned)
 
     def scores(self, req: PodRequest, nodes: np.ndarray) -> np.ndarray:
         """InterPodAffinity and PodTopologySpread scores of `nodes` (feasible), normalised
@@ -228,30 +287,30 @@ class PodView:
 
     def affinity_scores(self, t: PodTerms, nodes: np.ndarray) -> np.ndarray:
         """kube-scheduler's normalised InterPodAffinity score (0..100) of `nodes`."""
-        topo: dict[tuple[str, str], int] = {}
+        topo: Counter[tuple[str, str]] = Counter()
 
-        def add(a: AffinityTerm, weight: int, namespace: str, labels: Mapping[str, str],
-                node_labels: Mapping[str, str]) -> None:
-            value = node_labels.get(a.topology_key)
-            if value is not None and a.matches(namespace, labels, self.ns_labels):
-                topo[(a.topology_key, value)] = topo.get((a.topology_key, value), 0) + weight
+        def add(a: AffinityTerm, weight: int, n: int) -> None:
+            value = self.labels[n].get(a.topology_key)
+            if value is not None:
+                topo[(a.topology_key, value)] += weight
 
-        own = t.label_map
-        for n, entries in enumerate(self.pods):
-            node_labels = self.labels[n]
-            if not node_labels:
-                continue
-            for e in entries:
-                for a in t.preferred_affinity:
-                    add(a, a.weight, e.terms.namespace, e.labels, node_labels)
-                for a in t.preferred_anti_affinity:
-                    add(a, -a.weight, e.terms.namespace, e.labels, node_labels)
-                for a in e.terms.affinity:
-                    add(a, HARD_POD_AFFINITY_WEIGHT, t.namespace, own, node_labels)
-                for a in e.terms.preferred_affinity:
-                    add(a, a.weight, t.namespace, own, node_labels)
-                for a in e.terms.preferred_anti_affinity:
-                    add(a, -a.weight, t.namespace, own, node_labels)
+        for kind, where in self.kinds.items():  # the pod's preferred terms, per kind
+            for a in t.preferred_affinity:
+                if self.matches(a, kind):
+                    for n, count in where.items():
+                        if self.labels[n]:
+                            add(a, a.weight * count, n)
+            for a in t.preferred_anti_affinity:
+                if self.matches(a, kind):
+                    for n, count in where.items():
+                        if self.labels[n]:
+                            add(a, -a.weight * count, n)
+        own = self.kind_id((t.namespace, t.labels))
+        for (n, which, a), count in self.owned.items():  # existing pods' terms towards T
+            if which != "anti" and self.labels[n] and self.matches(a, own):
+                weight = {"aff": HARD_POD_AFFINITY_WEIGHT, "pref": a.weight,
+                          "pref-anti": -a.weight}[which]
+                add(a, weight * count, n)
         out = np.zeros(len(nodes), dtype=np.int64)
         if not topo or not len(nodes):
             return out

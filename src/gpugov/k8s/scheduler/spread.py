@@ -42,11 +42,8 @@ def _included(view: PodView, req: PodRequest, pod: PodTerms, c: SpreadConstraint
 
 
 def _count(view: PodView, n: int, c: SpreadConstraint, namespace: str) -> int:
-    """kube-scheduler's countPodsMatchSelector on node `n`."""
-    if c.selector.empty:
-        return 0
-    return sum(1 for e in view.pods[n] if not e.terminating and e.terms.namespace == namespace
-               and c.selector.matches(e.labels))
+    """kube-scheduler's countPodsMatchSelector on node `n` (terminating pods skipped)."""
+    return view.counts(c.selector, namespace).get(n, 0)
 
 
 def _has_keys(labels: dict[str, str], constraints: tuple[SpreadConstraint, ...]) -> bool:
