@@ -304,6 +304,10 @@ def _healthy(url: str) -> bool:
         return False
 
 
+def _profiled(args: argparse.Namespace, phase: str) -> bool:
+    return bool(args.profile) and phase in args.profile_phases.split(",")
+
+
 def top(profile: str, n: int = 25) -> None:
     print(f"\n== where gpugov's scheduler spent its time ({profile}) ==")
     pstats.Stats(profile).sort_stats("cumulative").print_stats(n)
@@ -332,7 +336,7 @@ async def run(args: argparse.Namespace, plane: LocalControlPlane) -> None:
         await asyncio.sleep(5)  # kwok marks them Ready
         whole = {names.GPU_RESOURCE: "1"}
         rows = []
-        prof1 = f"{args.profile}.whole" if args.profile else None
+        prof1 = f"{args.profile}.whole" if _profiled(args, "whole") else None
         rows.append(await phase(kube, "gpugov-whole", GPUGOV, args.pods, whole,
                                 lambda: start_gpugov(plane, "gpugov-1", prof1,
                                                      args.concurrency)))
@@ -345,7 +349,7 @@ async def run(args: argparse.Namespace, plane: LocalControlPlane) -> None:
         plane.procs.stop("kube-scheduler", grace=10)
         await delete_pods(kube)
         if args.fractional:
-            prof2 = f"{args.profile}.fractional" if args.profile else None
+            prof2 = f"{args.profile}.fractional" if _profiled(args, "fractional") else None
             rows.append(await phase(kube, "gpugov-fractional", GPUGOV, args.fractional,
                                     {names.GPU_RESOURCE: "1",
                                      "nvidia.com/gpumem": str(args.slice_mib)},
@@ -355,7 +359,7 @@ async def run(args: argparse.Namespace, plane: LocalControlPlane) -> None:
                   flush=True)
             plane.procs.stop("gpugov-2", grace=30)
             await delete_pods(kube)
-        prof3 = f"{args.profile}.mixed" if args.profile else None
+        prof3 = f"{args.profile}.mixed" if _profiled(args, "mixed") else None
         if args.mixed:
             rows.append(await mixed_phase(kube, plane, args, prof3))
             plane.procs.stop("gpugov-3", grace=60)
@@ -366,7 +370,8 @@ async def run(args: argparse.Namespace, plane: LocalControlPlane) -> None:
                           else None,
                           "mixed_pods_per_s": rows[-1]["pods_per_s"] if args.mixed else None}),
               flush=True)
-        for p in (prof1, f"{args.profile}.fractional" if args.profile else None, prof3):
+        for p in (prof1, f"{args.profile}.fractional" if _profiled(args, "fractional")
+                  else None, prof3):
             if p and Path(p).exists():
                 top(p)
     finally:
@@ -386,6 +391,8 @@ def main() -> None:
     ap.add_argument("--settle", type=float, default=60.0,
                     help="mixed phase: stop when no pod was bound for this long (s)")
     ap.add_argument("--profile", default="", help="write cProfile stats to FILE.{whole,...}")
+    ap.add_argument("--profile-phases", default="whole,fractional,mixed",
+                    help="the gpugov phases --profile applies to (comma list)")
     ap.add_argument("--workdir", default="", help="control plane folder (default: a temp one)")
     ap.add_argument("--no-kwok", action="store_true",
                     help="no kwok: nodes are created Ready and pods are never run")
