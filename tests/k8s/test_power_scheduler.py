@@ -157,3 +157,24 @@ def test_dev_up_turns_cluster_yaml_power_domains_into_labelled_nodes_and_objects
     st.set_pod(pod("p"))
     plan = st.cycle(T0)
     assert plan.power_status["r1"]["nodes"] == 2 and plan.power_status["r2"]["nodes"] == 1
+
+
+def test_a_budget_lowered_under_running_pods_counts_them_and_admits_nothing_more():
+    st = make(nodes=0)
+    for n in ("n0", "n1"):
+        st.set_node(rack_node(n))
+    st.set_object("powerdomain", domain("r1", 4000))  # 3.2 kW: room for all 8 GPUs
+    for i in range(6):
+        st.set_pod(pod(f"p{i}"))
+    plan = st.cycle(T0)
+    assert len(plan.binds) == 6
+    bind_all(st, plan)
+    # the panel is derated under them: a restart (rebuild) still counts every running pod
+    st.set_object("powerdomain", domain("r1", 2000))  # 1.6 kW < 320 W + 6 x 360 W
+    st.set_pod(pod("late"))
+    plan = st.cycle(T0 + 1)
+    assert not plan.binds and not st.held and len(st.jobs) == 7
+    status = plan.power_status["r1"]
+    assert status["admittedWatts"] == 320 + 6 * 360 and status["headroomWatts"] < 0
+    (cond,) = [c for c in plan.conditions if c.name == "late"]
+    assert "power domain r1 would draw" in cond.message

@@ -43,6 +43,7 @@ and refreshed only for nodes whose `version` moved.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -294,10 +295,23 @@ class ClusterState:
             idle, peak = device_power_mw(spec.model, spec.gpu_power_cap_w)
             self.node_idle_mw[i], self.node_span_mw[i] = idle, peak - idle
         self.has_domains = bool(self.domains)
+        #: False while a driver counts pods that already run (`counting_running`): a rack's
+        #: budget governs admission, and what runs is counted even when over it
+        self.admit_power = True
         self.dom_budget_mw = np.array([d.budget_mw for d in self.domains], dtype=np.int64)
         self.dom_admitted_mw = np.zeros(len(self.domains), dtype=np.int64)
         np.add.at(self.dom_admitted_mw, self.node_dom[self.node_dom >= 0],
                   (self.node_idle_mw * self.gpu_count)[self.node_dom >= 0])
+
+    @contextlib.contextmanager
+    def counting_running(self):
+        """Within: allocations count what already runs (a restart, a budget lowered under
+        running pods) without the racks' budgets refusing it; the draw is still summed."""
+        before, self.admit_power = self.admit_power, False
+        try:
+            yield self
+        finally:
+            self.admit_power = before
 
     def domain_draw_mw(self) -> dict[str, tuple[int, int]]:
         """(admitted, budget) milliwatts of each power domain."""
@@ -323,6 +337,8 @@ class ClusterState:
     def _domain_fits(self, req: PodRequest, nodes) -> np.ndarray:
         """Devices of `nodes` whose domain can feed `req` on `gpu_count` such devices."""
         dom = self.node_dom[nodes]
+        if not self.admit_power:
+            return np.ones(self.gpu_cap[nodes].shape, dtype=bool)
         span = self.node_span_mw[nodes]
         head = np.where(dom >= 0, self.dom_budget_mw[dom] - self.dom_admitted_mw[dom]
                         if len(self.domains) else 0, np.iinfo(np.int64).max // 4)
@@ -336,6 +352,8 @@ class ClusterState:
         a node's devices share its model, so this is the device step `_domain_fits` per node
         (time-slice/MPS devices of different replica counts: the largest share)."""
         dom = self.node_dom[nodes]
+        if not self.admit_power:
+            return np.ones(np.shape(dom), dtype=bool) if np.ndim(dom) else np.True_
         milli = self._charge_milli(req, nodes)
         if np.ndim(milli) == 2:
             milli = np.max(milli, axis=1)
@@ -1032,7 +1050,8 @@ class ClusterState:
                 raise ValueError(f"{req.name}: devices {devs} are not on {self.names[n]}")
             k = int(self.node_dom[n]) if self.has_domains else -1
             add = self._domain_add_mw(n, alloc.milli, len(devs)) if k >= 0 else 0
-            if k >= 0 and self.dom_admitted_mw[k] + add > self.dom_budget_mw[k]:
+            if k >= 0 and self.admit_power and \
+                    self.dom_admitted_mw[k] + add > self.dom_budget_mw[k]:
                 raise ValueError(f"{req.name}: " + over_budget_message(
                     self.domains[k], int(self.dom_admitted_mw[k] + add)))
             if fast:

@@ -330,8 +330,10 @@ class SchedulerState:
             if key in self.orphans or info.node not in self.node_index:
                 return  # counted already, or on a node gpugov does not manage
             if info.allocation is not None and not info.error and \
-                    info.allocation.node == info.node and self._adopt(info, info.created):
-                return
+                    info.allocation.node == info.node:
+                with self.cp.state.counting_running():
+                    if self._adopt(info, info.created):
+                        return
             if info.allocation is not None or info.gpu_declared:
                 self.dirty = True  # devices unknown or contested: a rebuild holds them
             return
@@ -446,8 +448,10 @@ class SchedulerState:
         self.cp = new_control_plane(cfg, self.power.apply([n.spec for n in infos]),
                                     self.policy, self.seed)
         self.protected = {k: t for k, t in self.protected.items() if t > now}
-        self._count_bound(infos)
-        for problem in close_nodes(self.cp.state, infos):
+        with self.cp.state.counting_running():  # what runs is counted, even over a budget
+            self._count_bound(infos)
+            problems = close_nodes(self.cp.state, infos)
+        for problem in problems:
             self._bad("node", problem)
 
     def _count_bound(self, infos: list[NodeInfo]) -> None:
