@@ -1,9 +1,11 @@
 """The admission webhook's HTTPS server (aiohttp): /mutate, /validate, /healthz, /metrics.
 
-Tenancy comes from the API on each GPU pod (Tenants and Queues are few and the apiserver serves
-lists from its watch cache), so a Tenant created a moment ago is honoured; when the API cannot
-be read the last answer is used, and with none the pod is refused with the reason. A body that
-is not an AdmissionReview gets HTTP 400 and is counted; nothing ever crashes the server.
+Tenancy comes from a watch-fed copy of Tenants, Queues and namespace labels (`cache.py`);
+while it is not synced, or a Tenant/Queue write the webhook allowed is not in it yet, the API
+is read live, and when neither answers the pod is refused with the reason. A body that is not
+an AdmissionReview gets HTTP 400 and is counted; nothing ever crashes the server. Each review
+is parsed and decided in one step of the thread pool; `gpugov_webhook_review_seconds` is the
+time a review spends inside the webhook.
 
 Nothing a tenant writes can stall it: bodies are limited (`MAX_BODY`), parsing and every
 decision run in a small thread pool off the event loop, each within a time budget
