@@ -20,15 +20,16 @@ from gpugov.cli import (  # each import adds its commands to `app`
     replay,  # noqa: F401  modes, replay, openb-jobs
     study,  # noqa: F401  simulate; experiment fgd
 )
-from gpugov.cli._app import app
+from gpugov.cli._app import app, tidy_help
 from gpugov.cli.study import DEFAULT_NODE_LIST, _load_study_inputs, _workload_file
 
 # the order `gpugov --help` lists them in: a new user's first commands first
 COMMANDS = ("simulate", "modes", "replay", "openb-jobs", "explain", "reconcile", "tenants",
             "scheduler", "extender", "webhook", "verify", "top", "rightsize", "report")
 GROUPS = ("experiment", "mig", "plan", "native", "dev", "crd", "node", "dra")
-app.registered_commands.sort(key=lambda c: COMMANDS.index(c.name or ""))
-app.registered_groups.sort(key=lambda g: GROUPS.index(g.name or ""))
+app.registered_commands.sort(key=lambda c: (COMMANDS + (c.name,)).index(c.name))  # new: last
+app.registered_groups.sort(key=lambda g: (GROUPS + (g.name,)).index(g.name))
+tidy_help(app)
 
 __all__ = ["DEFAULT_NODE_LIST", "_load_study_inputs", "_workload_file", "app", "main"]
 

@@ -58,13 +58,78 @@ def _plain_help_types() -> None:
         return None if self.metavar else arg_type(self, ctx)
 
     def option_type(self, ctx):  # type: ignore[no-untyped-def]
-        return None if getattr(self, "is_flag", False) else opt_type(self, ctx)
+        if getattr(self, "is_flag", False):
+            return None
+        return self.metavar or placeholder(self) or opt_type(self, ctx)
 
     TyperArgument.display_type_rich = argument_type  # type: ignore[method-assign]
     TyperOption.display_type_rich = option_type  # type: ignore[method-assign]
 
 
+#: what an option without its own metavar shows, by the kind of value it takes: one style
+#: (FILE, DIR, SECONDS, N, HOST:PORT ...) across commands, never typer's <path>, <str>, <float>
+_STR_PLACEHOLDERS = (("listen", "HOST:PORT"), ("prometheus", "URL"), ("window", "DURATION"),
+                     ("period", "DURATION"), ("step", "DURATION"), ("selector", "K=V,..."),
+                     ("library", "FILE"), ("mode", "MODE"), ("to", "FORMAT"))
+_SECONDS_WORDS = ("seconds", "interval", "timeout", "resync", "duration", "deadline", "period",
+                  "grace")
+
+
+def placeholder(param) -> str | None:  # type: ignore[no-untyped-def]
+    """FILE, DIR, SECONDS, N, NAME ... for an option from its value's type and its name."""
+    name = (param.opts[0] if param.opts else param.name or "").lstrip("-")
+    try:
+        kind = param.bare_type()
+    except (AttributeError, AssertionError, TypeError):
+        return None
+    if kind == "Path":
+        folder = name.endswith("dir") or name in ("regions", "run", "cuda-lib", "out")
+        return "DIR" if folder else "FILE"
+    if kind == "float":
+        if any(w in name for w in _SECONDS_WORDS):
+            return "SECONDS"
+        return "PRICE" if name.endswith("price") else "NUMBER"
+    if kind == "int":
+        return "N"
+    if kind == "str":
+        return next((shown for word, shown in _STR_PLACEHOLDERS if name.endswith(word)), "NAME")
+    return None
+
+
 _plain_help_types()
+
+
+def _reflow(text: str) -> str:
+    """A docstring's paragraphs as single lines (the terminal wraps them): a newline in the
+    middle of a sentence showed up in --help as a break mid-sentence. Blank lines still part
+    paragraphs; a line starting a list item keeps its break."""
+    import re
+
+    paragraphs = re.split(r"\n\s*\n", text.strip())
+    out = []
+    for para in paragraphs:
+        lines: list[str] = []
+        for line in para.splitlines():
+            line = line.strip()
+            if lines and not re.match(r"([-*•]|\d+\.)\s", line):
+                lines[-1] += " " + line
+            else:
+                lines.append(line)
+        out.append("\n".join(lines))
+    return "\n\n".join(out)
+
+
+def tidy_help(typer_app: typer.Typer) -> None:
+    """Reflow every command's help (see `_reflow`), in this app and its groups."""
+    import inspect
+
+    for info in typer_app.registered_commands:
+        text = info.help or (inspect.getdoc(info.callback) if info.callback else None)
+        if text:
+            info.help = _reflow(text)
+    for group in typer_app.registered_groups:
+        if group.typer_instance is not None:
+            tidy_help(group.typer_instance)
 
 
 def _show_version(value: bool) -> None:

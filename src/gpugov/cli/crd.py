@@ -42,7 +42,8 @@ def crd_generate_cmd(
 
 @crd_app.command("convert")
 def crd_convert_cmd(
-    sources: list[Path] = typer.Argument(..., help="a config YAML, or YAML streams of "
+    sources: list[Path] = typer.Argument(..., metavar="FILE", help="a config YAML, or "
+                                         "YAML streams of "
                                          "objects: gpugov's, KAI Queues, Volcano Queues, "
                                          "Kueue ClusterQueues/LocalQueues/Cohorts"),
     to: str = typer.Option("objects", "--to", help="objects | config"),

@@ -12,8 +12,10 @@ from gpugov.cli._common import _fail, _kubeconfig_file
 
 @app.command("explain")
 def explain_cmd(
-    job: str = typer.Argument(..., help="job name, or `pod` followed by NS/NAME"),
-    pod: str | None = typer.Argument(None, help="with `pod`: NAMESPACE/NAME"),
+    job: str = typer.Argument(..., metavar="JOB", help="job name, or `pod` followed by "
+                              "NS/NAME"),
+    pod: str | None = typer.Argument(None, metavar="NS/NAME", help="with `pod`: "
+                                     "NAMESPACE/NAME"),
     run: Path | None = typer.Option(None, "--run",
                                     help="a replay output folder (has snapshot.json)"),
     kubeconfig: Path | None = typer.Option(None, "--kubeconfig",
