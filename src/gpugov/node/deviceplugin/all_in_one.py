@@ -48,6 +48,9 @@ class NodeFile(BaseModel):
     #: the NVIDIA device plugin's own config (`version: v1`, `sharing.timeSlicing|mps`), as
     #: its ConfigMap holds it: sharing mode and replicas come from it (`node.nvidia_config`)
     nvidiaConfig: dict[str, Any] | None = None
+    #: MIG GPUs take new instances in free slices when gpugov's scheduler asks (on-demand MIG,
+    #: `node/mig_on_demand.py`); off: only the layout mig.config applies is served
+    migOnDemand: bool = False
 
     def mig_replicas(self) -> tuple[tuple[str, int], ...]:
         """MIG profile -> replicas of its time-sliced instances (`nvidia.com/mig-<p>.shared`),
@@ -145,7 +148,7 @@ async def serve_all(opts: RunOptions) -> None:
     nv = Nvml(str(opts.nvml_library) if opts.nvml_library else None)
     try:
         source = NvmlDeviceSource(nv, HealthTracker(nv), SharingPolicy(
-            mode, replicas, cfg.mig_replicas()))
+            mode, replicas, cfg.mig_replicas(), mig_on_demand=cfg.migOnDemand))
         api_cfg = client.Configuration()
         if opts.kubeconfig is not None:
             await config.load_kube_config(config_file=str(opts.kubeconfig),
