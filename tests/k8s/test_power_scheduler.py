@@ -178,3 +178,12 @@ def test_a_budget_lowered_under_running_pods_counts_them_and_admits_nothing_more
     assert status["admittedWatts"] == 320 + 6 * 360 and status["headroomWatts"] < 0
     (cond,) = [c for c in plan.conditions if c.name == "late"]
     assert "power domain r1 would draw" in cond.message
+
+
+def test_a_cap_not_applied_yet_is_not_shed_again():
+    devs = [CapDevice("a", 0, 0, 390, 100, 400), CapDevice("a", 1, 9, 390, 100, 400)]
+    first = plan_caps(640, devs, {})
+    assert first == {("a", 0): 250}
+    # the agent has not set it yet (the draw is still 390 W): the plan holds, it does not cut
+    # again and again while the measurement lags
+    assert plan_caps(640, devs, first) == first

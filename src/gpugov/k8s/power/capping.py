@@ -4,8 +4,10 @@ Pure (no I/O): the scheduler runs it every cycle on each domain's measured draw 
 node agents' `gpugov.io/power`) and writes the result to the PowerDomain's `status.caps`;
 each node agent sets those limits with NVML and reports every change as an Event.
 
-- Over budget (measured > ratio × panel): the lowest-priority devices first (priority of the
-  highest pod on the device; idle devices first of all, then by larger draw), each is capped
+- Over budget (measured > ratio × panel, each GPU counted at no more than the cap it
+  already has: a cap the agent has not applied yet is not shed again): the lowest-priority
+  devices first (priority of the highest pod on the device; idle devices first of all, then
+  by larger draw), each is capped
   to what it draws minus what is still to shed, never below its minimum limit, until the
   expected saving covers the excess.
 - Below the budget by more than `hysteresis` of it: caps are raised, highest priority
@@ -41,11 +43,12 @@ Key = tuple[str, int]
 def plan_caps(budget_w: float, devices: Sequence[CapDevice], caps: Mapping[Key, float],
               hysteresis: float = HYSTERESIS) -> dict[Key, float]:
     """The caps to hold next (see module doc); `caps` are the ones in force now."""
-    measured = sum(d.draw_w for d in devices)
     known = {(d.node, d.index): d for d in devices}
     out = {k: v for k, v in caps.items() if k in known}
-    if measured > budget_w:
-        shed = measured - budget_w
+    measured = sum(d.draw_w for d in devices)
+    expected = sum(min(d.draw_w, out.get((d.node, d.index), d.draw_w)) for d in devices)
+    if expected > budget_w:
+        shed = expected - budget_w
         for d in sorted(devices, key=lambda d: (d.priority, -d.draw_w, d.node, d.index)):
             if shed <= 0:
                 break
