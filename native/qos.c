@@ -278,7 +278,11 @@ static void rescan(int dev, struct board *b, uint64_t now) {
 }
 
 /* Adds one file's entries to the verdict; every value is bounded. */
-static void read_file(int fd, uint64_t now, struct verdict *v) {
+/* `first`: count only announcements made before ours (earlier heartbeat, or the same and a
+ * lower pid), ours included: of processes that saw the same gap, the first one goes. */
+struct cutoff { uint64_t t; uint32_t pid; };
+
+static void read_file(int fd, uint64_t now, struct verdict *v, const struct cutoff *first) {
     struct gg_qos_entry e[GG_QOS_ENTRIES];
     ssize_t n = pread(fd, e, sizeof(e), 0);
     if (n <= 0) return;
@@ -288,6 +292,9 @@ static void read_file(int fd, uint64_t now, struct verdict *v) {
         if (e[i].magic != GG_QOS_MAGIC || e[i].heartbeat_ns > now + FUTURE_NS || age > PRESENT_NS)
             continue;
         if (e[i].kind == GG_QOS_LOW) { /* a low-priority process's announced kernel */
+            if (first && (e[i].heartbeat_ns > first->t
+                          || (e[i].heartbeat_ns == first->t && e[i].pid > first->pid)))
+                continue;
             if (age <= BUSY_STALE_NS && e[i].until_ns > now)
                 v->backlog += e[i].until_ns - now < FIT_MAX_NS ? e[i].until_ns - now : FIT_MAX_NS;
             continue;
@@ -306,12 +313,12 @@ static void read_file(int fd, uint64_t now, struct verdict *v) {
 }
 
 /* Reads this pod's file and the device's other pods' files. */
-static void read_board(struct board *b, uint64_t now, struct verdict *v) {
+static void read_board(struct board *b, uint64_t now, struct verdict *v, const struct cutoff *first) {
     memset(v, 0, sizeof(*v));
     pthread_mutex_lock(&b->mu);
     rescan((int)(b - boards), b, now);
-    read_file(b->fd, now, v);
-    for (int i = 0; i < b->nfiles; i++) read_file(b->files[i], now, v);
+    read_file(b->fd, now, v, first);
+    for (int i = 0; i < b->nfiles; i++) read_file(b->files[i], now, v, first);
     pthread_mutex_unlock(&b->mu);
 }
 
@@ -321,7 +328,7 @@ int gg_qos_present(int dev) {
     /* nobody to yield to: look again only every ABSENT_RECHECK_NS (launches stay cheap) */
     if (seen && now - seen < ABSENT_RECHECK_NS) return 0;
     struct verdict v;
-    read_board(b, now, &v);
+    read_board(b, now, &v, NULL);
     __atomic_store_n(&b->absent_since, v.present ? 0 : now, __ATOMIC_RELAXED);
     return !v.present ? 0 : v.next_min ? 2 : 1;
 }
@@ -353,7 +360,7 @@ uint64_t gg_qos_yield(int dev, int64_t expect) {
     if (expect <= 0) expect = 1000000;
     for (;;) {
         struct verdict v;
-        read_board(b, now, &v);
+        read_board(b, now, &v, NULL);
         if (now - t0 >= HOLD_MAX_NS) break;
         if (!v.busy && fits(&v, now, expect)) {
             if (!v.next_min || b->slot < 0) break;
@@ -361,8 +368,9 @@ uint64_t gg_qos_yield(int dev, int64_t expect) {
              * other now, and the later one backs off */
             uint64_t mine = b->last_next > now ? b->last_next : now, before = b->last_next;
             announce(b, mine + (uint64_t)expect, now);
-            read_board(b, now, &v);
-            /* the backlog now holds this kernel too */
+            struct cutoff first = {now, (uint32_t)getpid()};
+            read_board(b, now, &v, &first);
+            /* the backlog now holds this kernel too, and what others announced before it */
             if (!v.busy && fits(&v, now, 0)) break;
             announce(b, before, now);
         }

@@ -21,7 +21,7 @@
 #define INFLIGHT_NS 20000000LL  /* device time that may be in flight before it is measured */
 #define EXIT_WAIT_NS 2000000000LL /* at exit, wait at most this long for launches in flight */
 #define LOW_INFLIGHT_NS 2000000LL /* low priority, a high-priority process present: in flight */
-#define QUANTUM_NS 16000000LL     /* high priority: debt run up before sleeping it off */
+#define QUANTUM_NS 32000000LL     /* high priority: debt run up before sleeping it off */
 
 enum { REC_FREE = 0, REC_STARTED, REC_PENDING };
 struct rec {
