@@ -300,3 +300,16 @@ def test_the_extender_leaves_inter_pod_terms_to_kube_scheduler_and_refuses_bad_o
         "topologyKey"] = ""
     req, why = ext.request_of(labelled("q", {}, affinity=bad))
     assert req is None and "topologyKey" in why
+
+
+def test_preemption_evicts_the_lower_priority_pod_an_anti_affinity_forbids() -> None:
+    """As kube-scheduler's preemption does: a high-priority pod kept off the only node by a
+    low-priority pod its anti-affinity matches evicts that pod (room alone would not)."""
+    st = state(fleet(("a",)))
+    st.set_object("priorityclass", {"metadata": {"name": "low"}, "value": 10})
+    st.set_object("priorityclass", {"metadata": {"name": "high"}, "value": 1000})
+    objs = submit(st, labelled("low", {"app": "x"}, priorityClassName="low"),
+                  labelled("other", {"app": "y"}, priorityClassName="low"))
+    bind(st, st.cycle(T0), objs)
+    submit(st, labelled("vip", {}, priorityClassName="high", affinity=anti(app="x")))
+    assert [e.name for e in st.cycle(T0 + 1).evictions] == ["low"]
