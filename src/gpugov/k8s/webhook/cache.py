@@ -152,6 +152,9 @@ class TenancyCache:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await t
         self._tasks = []
+        session = getattr(self.kube, "_session", None)  # the lists' session (not the api's)
+        if session is not None and not session.closed:
+            await session.close()
 
     async def wait_synced(self, timeout: float) -> bool:
         """Wait until every collection is synced (False after `timeout` seconds)."""

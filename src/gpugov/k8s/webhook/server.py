@@ -35,7 +35,6 @@ from gpugov.k8s import annotations as ann
 from gpugov.k8s import identities
 from gpugov.k8s.crds import GROUP, VERSION
 from gpugov.k8s.devcluster.client import api_client
-from gpugov.k8s.resources import RequestError
 from gpugov.k8s.scheduler.kube import Kube
 from gpugov.k8s.webhook import admission
 from gpugov.k8s.webhook.cache import TenancyCache
@@ -53,6 +52,14 @@ SYNC_WAIT = 10.0
 
 class ReviewTimeout(Exception):
     """A review ran past its budget."""
+
+
+class _NotInMemory(Exception):
+    """The GPU pod's tenancy must be read from the API before deciding."""
+
+    def __init__(self, namespace: str) -> None:
+        super().__init__(namespace)
+        self.namespace = namespace
 
 
 class TenancySource:
@@ -314,16 +321,20 @@ class WebhookApp:
         return admission.response(req["uid"], False, f"gpugov webhook error: {exc}"[:1000],
                                   code=500)
 
-    def _mutate_now(self, req: dict[str, Any]) -> dict[str, Any] | None:
-        """The mutating answer, in the review thread; None when the GPU pod's tenancy is not
-        in memory (the event loop reads it from the API, then decides)."""
-        resolution: Resolution | None = None
-        if _asks_for_gpu(req, self.options.names):  # only GPU pods need tenancy
-            resolution = self.tenancy.from_memory(str(req.get("namespace") or "default"))[0]
-            if resolution is None:
-                return None
-        return admission.mutate(req, _resolver(resolution), self.scheduler_name,
-                                self.system_namespace, self.options)
+    def _mutate_now(self, req: dict[str, Any]) -> dict[str, Any] | _NotInMemory:
+        """The mutating answer, in the review thread; `_NotInMemory` when a GPU pod's tenancy
+        is not in memory (the event loop reads it from the API, then decides again: deciding
+        has no side effects). Tenancy is asked for only once the pod asks for a GPU."""
+        def from_memory(namespace: str) -> Resolution:
+            res = self.tenancy.from_memory(namespace)[0]
+            if res is None:
+                raise _NotInMemory(namespace)
+            return res
+        try:
+            return admission.mutate(req, from_memory, self.scheduler_name,
+                                    self.system_namespace, self.options)
+        except _NotInMemory as exc:
+            return exc
 
     async def mutate(self, request: web.Request) -> web.Response:
         start = time.perf_counter()
@@ -332,17 +343,16 @@ class WebhookApp:
             return got
         req, out = got
         try:
-            if isinstance(out, Exception):
-                raise out
-            if out is None:  # a GPU pod whose tenancy must be read from the API
+            if isinstance(out, _NotInMemory):  # a GPU pod whose tenancy must be read live
                 resolution: Resolution | TenancyError
                 try:
-                    resolution = await self.tenancy.resolve(str(req.get("namespace")
-                                                                or "default"))
+                    resolution = await self.tenancy.resolve(out.namespace)
                 except TenancyError as exc:
                     resolution = exc
                 out = await self._run(admission.mutate, req, _resolver(resolution),
                                       self.scheduler_name, self.system_namespace, self.options)
+            elif isinstance(out, Exception):
+                raise out
         except ReviewTimeout:
             out = self._over_budget("mutate", req)
         except Exception as exc:  # never crash; refuse the GPU pod with the reason
@@ -401,18 +411,6 @@ def _resolver(resolution: Resolution | TenancyError | None) -> Callable[[str], R
             raise TenancyError("gpugov: tenancy was not resolved for this pod")
         return resolution
     return resolve_tenancy
-
-
-def _asks_for_gpu(req: dict[str, Any],
-                  names: admission.ResourceNames = admission.DEFAULT_NAMES) -> bool:
-    pod = req.get("object")
-    if (req.get("kind") or {}).get("kind") != "Pod" or not isinstance(pod, dict) or \
-            req.get("operation", "CREATE") != "CREATE":
-        return False
-    try:
-        return admission.pod_request(pod, names) is not None
-    except RequestError:
-        return False  # refused by mutate before tenancy is needed
 
 
 def ssl_context(cert: Path, key: Path, client_ca: Path | None = None) -> ssl.SSLContext:
