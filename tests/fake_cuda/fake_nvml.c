@@ -380,6 +380,18 @@ EXPORT nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *ou
     if (!inits) RET(E_UNINIT);
     for (int i = 0; uuid && i < ndev; i++)
         if (!strcmp(devs[i].uuid, uuid)) { *out = (nvmlDevice_t)&devs[i].h; RET(NVML_SUCCESS); }
+    /* --- MIG (on-demand MIG helper): as the real NVML, a MIG device's UUID gives the MIG
+     * device handle (what the NVIDIA plugin resolves for an instance's capability nodes);
+     * only instances with a compute instance have a MIG device, named as GetUUID names it */
+    for (int i = 0; uuid && i < ndev; i++)
+        for (int g = 0; devs[i].mig_mode && g < MAXGI; g++) {
+            const struct gi *x = &devs[i].gis[g];
+            char mig[96];
+            if (!x->used || !x->has_ci) continue;
+            snprintf(mig, sizeof mig, "MIG-%.36s-%02x%02x", devs[i].uuid + 4, x->id, 0);
+            if (!strcmp(mig, uuid)) { *out = (nvmlDevice_t)&devs[i].gis[g].mig_h;
+                                      RET(NVML_SUCCESS); }
+        }
     RET(E_NOTFOUND);
 }
 EXPORT nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t h, unsigned int *i) {

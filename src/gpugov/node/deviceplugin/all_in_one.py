@@ -25,8 +25,8 @@ from gpugov.model.yaml_error import one_line
 from gpugov.node.deviceplugin.run import (
     DEFAULT_STATE_DIR,
     NodeConfigError,
-    install_library,
     listen_address,
+    response_config,
 )
 
 log = logging.getLogger("gpugov.node")
@@ -131,13 +131,11 @@ async def serve_all(opts: RunOptions) -> None:
     from gpugov.node.agent import AgentConfig, NodeAgent
     from gpugov.node.deviceplugin.manager import DevicePluginManager
     from gpugov.node.deviceplugin.pods import ApiPodSource
-    from gpugov.node.deviceplugin.response import ResponseConfig
     from gpugov.node.exporter import ExporterConfig, NodeCollector, serve
     from gpugov.node.mps import MpsDaemon, NvmlComputeModes
     from gpugov.node.nvml.health import HealthTracker
     from gpugov.node.nvml.library import Nvml
     from gpugov.node.nvml.source import NvmlDeviceSource, SharingPolicy
-    from gpugov.node.scrub import handover_for
 
     cfg = opts.config
     mode_name, replicas, gpu_replicas = cfg.sharing()
@@ -163,8 +161,7 @@ async def serve_all(opts: RunOptions) -> None:
                 shared_product=gpu_replicas))
             plugin = DevicePluginManager(
                 opts.node_name, source, ApiPodSource(api), opts.plugin_dir,
-                ResponseConfig(opts.state_dir, install_library(opts.state_dir),
-                               handover=handover_for(opts.state_dir)),
+                response_config(opts.state_dir, source),
                 soft_replicas=cfg.softSplit, gpu_replicas=gpu_replicas)
             await plugin.start()
             me = asyncio.current_task()

@@ -108,6 +108,22 @@ def install_library(state_dir: Path) -> Path | None:
     return dst
 
 
+def response_config(state_dir: Path, source: DeviceSource, device_specs: bool = True,
+                    cdi: bool = False) -> ResponseConfig:
+    """What Allocate answers with, as both entry points (`node device-plugin`, `node run`)
+    configure it: the library copied into the state folder, the scrub handover, and — when the
+    devices come from NVML and device nodes are passed — each MIG instance's capability
+    device nodes (`/dev/nvidia-caps/nvidia-cap<N>`, from NVML's GPU and compute instance IDs
+    and the driver's /proc files), as the NVIDIA plugin passes them."""
+    from gpugov.node.deviceplugin.response import nvml_mig_ids
+
+    nv = getattr(source, "nvml", None)
+    return ResponseConfig(state_dir=state_dir, library=install_library(state_dir),
+                          device_specs=device_specs, cdi=cdi,
+                          handover=handover_for(state_dir),
+                          mig_ids=nvml_mig_ids(nv) if nv is not None and device_specs else None)
+
+
 def _nvml_source(opts: NodeOptions) -> DeviceSource:
     """Discovery and health from NVML, offered like `gpugov node agent --mode/--replicas`."""
     from gpugov.model.devices import DeviceMode
@@ -140,9 +156,7 @@ async def _serve(opts: NodeOptions, node: str, source: DeviceSource) -> None:
         host, port = listen_address(opts.metrics_listen)
         start_http_server(port, addr=host)  # a daemon thread; ends with the process
     async with client.ApiClient() as api:
-        cfg = ResponseConfig(state_dir=opts.state_dir, library=install_library(opts.state_dir),
-                             device_specs=opts.device_specs, cdi=opts.cdi,
-                             handover=handover_for(opts.state_dir))
+        cfg = response_config(opts.state_dir, source, opts.device_specs, opts.cdi)
         mgr = DevicePluginManager(node, source, ApiPodSource(api), opts.plugin_dir, cfg,
                                   soft_replicas=opts.soft_replicas)
         watch = getattr(source, "watch", None)  # NVML: re-read discovery and health
