@@ -80,3 +80,29 @@ def test_four_processes_of_eight_threads_under_sanitizers(san_build, tmp_path: P
         assert [x["fails"] for x in parse(out) if x["cmd"] == "threads"] == ["0"], out + err
     snap = read_region(region)
     assert snap.slots == () and snap.used[0] == 0
+
+
+def test_qos_high_and_low_priority_processes_under_sanitizers(san_build, tmp_path: Path):
+    # the QoS boards: a high-priority process (watcher thread, quantum sleeps) and two
+    # low-priority ones (board reads, announcements) on one shared device, next to a pod file
+    # full of garbage; the sanitizers see every access to what was read
+    qos = tmp_path / "qos" / "0"
+    qos.mkdir(parents=True)
+    (qos / "garbage").write_bytes(bytes(range(256)) * 70)
+    procs = []
+    for name, prio, load in (("high", "0", "load:500:1.5"), ("low1", "1", "load:1000:1.5"),
+                             ("low2", "1", "load:1000:1.5:100:50")):
+        (qos / name).touch()
+        env = san_build.env({"GPUGOV_SHARED_REGION": str(tmp_path / f"region-{name}"),
+                             "GPUGOV_TASK_PRIORITY": prio, "GPUGOV_QOS_DIR": str(qos.parent),
+                             "GPUGOV_QOS_SELF": name, "FAKECUDA_SHARED_TIMELINE":
+                             str(tmp_path / "timeline"), "GPUGOV_CORE_LIMIT":
+                             "50" if prio == "0" else "100"})
+        procs.append(subprocess.Popen([str(san_build.drvtest), "procaddr", "ctx:0", load],
+                                      env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                      text=True))
+    for p in procs:
+        out, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err
+        assert "runtime error" not in err and "AddressSanitizer" not in err, err
+        assert parse(out)[-1]["rc"] == "0", out + err
