@@ -313,3 +313,11 @@ def test_preemption_evicts_the_lower_priority_pod_an_anti_affinity_forbids() -> 
     bind(st, st.cycle(T0), objs)
     submit(st, labelled("vip", {}, priorityClassName="high", affinity=anti(app="x")))
     assert [e.name for e in st.cycle(T0 + 1).evictions] == ["low"]
+
+
+def test_a_pod_with_terms_and_too_many_labels_is_refused_not_counted_without_its_terms() -> None:
+    st = state(fleet())
+    submit(st, labelled("p", {f"k{i}": "v" for i in range(300)}, affinity=anti(app="x")))
+    plan = st.cycle(T0)
+    (cond,) = plan.conditions
+    assert not plan.binds and cond.code == INVALID and "metadata.labels" in cond.message

@@ -21,7 +21,6 @@ from gpugov.k8s.scheduler.pod_terms import (
     MAX_LABELS,
     MAX_TEXT,
     PodTerms,
-    TermError,
     declares_terms,
     parse_pod_terms,
 )
@@ -44,7 +43,7 @@ def _terms(obj: dict[str, Any]) -> PodTerms:
     only a hand-made object) is counted by its labels alone."""
     meta, spec = _mapping(obj.get("metadata")), _mapping(obj.get("spec"))
     if declares_terms(spec):
-        with contextlib.suppress(TermError):
+        with contextlib.suppress(Exception):  # another's pod never stops the watch
             return parse_pod_terms(obj)
     labels = _mapping(meta.get("labels"))
     pairs = sorted((str(k)[:MAX_TEXT], str(v)[:MAX_TEXT]) for k, v in labels.items())

@@ -644,7 +644,7 @@ def _pod_info(obj: dict[str, Any], tenancy: Tenancy, old: PodInfo | None) -> Pod
             request = dataclasses.replace(request, models=(model,))  # placed by GPU model
         else:
             selector[names.PRODUCT_LABEL] = product  # checked like any other label
-    affinity, terms = _node_affinity(spec)
+    affinity, terms = _node_affinity(spec, meta)
     preferred: tuple[tuple[int, NodeTerm], ...] = ()
     if not affinity:
         affinity, preferred = _preferred_affinity(spec)
@@ -712,7 +712,8 @@ def affinity_refusal(spec: dict[str, Any]) -> str:
     return _node_affinity(spec)[0] or _preferred_affinity(spec)[0]
 
 
-def _node_affinity(spec: dict[str, Any]) -> tuple[str, tuple[NodeTerm, ...]]:
+def _node_affinity(spec: dict[str, Any], meta: dict[str, Any] | None = None
+                   ) -> tuple[str, tuple[NodeTerm, ...]]:
     """(why not, required node affinity terms): kube-scheduler's semantics, every operator
     (In, NotIn, Exists, DoesNotExist, Gt, Lt), terms ORed, `matchFields` on metadata.name.
     A malformed term, or a field gpugov does not evaluate (`NOT_EVALUATED`), is a reason
@@ -724,7 +725,7 @@ def _node_affinity(spec: dict[str, Any]) -> tuple[str, tuple[NodeTerm, ...]]:
         if got:
             return (f"{name} is not evaluated by gpugov's scheduler (planned); remove it, "
                     "express it as required node affinity or a nodeSelector"), ()
-    why = terms_refusal(spec)
+    why = terms_refusal(spec, meta)  # pod (anti-)affinity and spread; labels bounded
     if why:
         return why, ()
     req = (_mapping(_mapping(spec.get("affinity")).get("nodeAffinity"))
