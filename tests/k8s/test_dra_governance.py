@@ -115,7 +115,7 @@ def test_kube_scheduler_binds_a_claim_only_when_gpugov_admits_it_to_its_queue(
             gov = Governor(ident, interval=0.3)
             tasks = [asyncio.create_task(pub.run(stop)), asyncio.create_task(gov.run(stop))]
             await _post(kube, "/api/v1/nodes", kwok_node("gov-n1", inventory(
-                gpu(0), gpu(1), gpu(2, DeviceMode.SOFT))))
+                gpu(0), gpu(1), gpu(2, DeviceMode.SOFT), gpu(3))))
             for ns in ("gov-a", "gov-stray"):
                 await _post(kube, "/api/v1/namespaces", {"metadata": {"name": ns}})
             g = "/apis/gpugov.io/v1alpha1"
@@ -142,12 +142,13 @@ def test_kube_scheduler_binds_a_claim_only_when_gpugov_admits_it_to_its_queue(
                 return " | ".join(e.get("message", "") for e in doc["items"]
                                   if e["involvedObject"]["name"] == name)
 
-            await make("gov-a", "first", request("g", "gpu.gpugov.io", selector=(
-                '!device.attributes["gpu.gpugov.io"].sharing')))
+            def on(index: int) -> str:  # each claim its own GPU: no race between them
+                return f'device.attributes["gpu.gpugov.io"].index == {index}'
+
+            await make("gov-a", "first", request("g", "gpu.gpugov.io", selector=on(0)))
             assert await wait_for(lambda: node_of("gov-a", "first"), "first bound") == "gov-n1"
             # a second whole GPU would take qa to 2 > 1.5: held, with the reason
-            await make("gov-a", "second", request("g", "gpu.gpugov.io", selector=(
-                '!device.attributes["gpu.gpugov.io"].sharing')))
+            await make("gov-a", "second", request("g", "gpu.gpugov.io", selector=on(1)))
             said = await wait_for(lambda: _has(events("gov-a", "second"), "over its limit"),
                                   "second refused")
             assert "queue qa: gpu 1 in use + 1 for this claim is over its limit 1.5" in said
@@ -187,7 +188,7 @@ def test_kube_scheduler_binds_a_claim_only_when_gpugov_admits_it_to_its_queue(
                 assert status == 403, (status, doc)
             finally:
                 await tenant.close()
-            await make("gov-stray", "stray", request("g", "gpu.gpugov.io"))
+            await make("gov-stray", "stray", request("g", "gpu.gpugov.io", selector=on(3)))
             said = await wait_for(lambda: _has(events("gov-stray", "stray"), "no queue"),
                                   "stray refused")
             assert "namespace gov-stray is charged to no queue" in said
