@@ -184,7 +184,7 @@ def test_the_device_plugin_hands_a_replica_to_the_spelling_the_pod_used() -> Non
     ({"version": "v1", "sharing": {"timeSlicing": {"resources": [
         {"name": "nvidia.com/gpu", "replicas": 4}]}, "mps": {"resources": [
             {"name": "nvidia.com/gpu", "replicas": 4}]}}}, "mutually exclusive"),
-    ({"version": "v1", "flags": {"migStrategy": "single"}}, "flags.migStrategy"),
+    ({"version": "v1", "flags": {"migStrategy": "uniform"}}, "flags.migStrategy"),
     ({"version": "v1", "flags": {"noSuchFlag": 1}}, "flags.noSuchFlag"),
     ({"version": "v1", "sharing": {"mps": {"resources": [
         {"name": "nvidia.com/gpu", "replicas": 64}]}}}, "48"),

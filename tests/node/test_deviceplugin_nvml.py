@@ -92,7 +92,7 @@ def test_bad_options_exit_2_with_the_option_named(args: list[str], message: str)
 
 def test_node_run_refuses_a_bad_node_yaml_naming_each_field(tmp_path: Path) -> None:
     cfg = tmp_path / "node.yaml"
-    cfg.write_text("defaultMode: vgpu\nsoftSplit: 0\nmigStrategy: single\nmpsReplicas: 64\n"
+    cfg.write_text("defaultMode: vgpu\nsoftSplit: 0\nmigStrategy: odd\nmpsReplicas: 64\n"
                    "devices: [{index: '0', mode: mig}]\nsplit: 3\n")
     result = CliRunner().invoke(app, ["node", "run", "--config", str(cfg), "--node-name", "n"])
     assert result.exit_code == 2, result.output
@@ -100,7 +100,7 @@ def test_node_run_refuses_a_bad_node_yaml_naming_each_field(tmp_path: Path) -> N
     for part in ("defaultMode: 'vgpu': Input should be 'exclusive', 'soft', 'timeslice', 'mps' "
                  "or 'mig'", "mpsReplicas: 64: Input should be less than or equal to 48",
                  "softSplit: 0: Input should be greater than or equal to 1",
-                 "migStrategy: 'single': only 'mixed' is served (single is planned)",
+                 "migStrategy: 'odd': allowed: mixed, single",
                  "devices: [{'index': '0', 'mode': 'mig'}]: per-device modes are planned",
                  "split: 3: Extra inputs are not permitted"):
         assert part in out, out

@@ -92,6 +92,10 @@ def gfd_labels(node: NodeGpus, sharing: SharingPolicy = SharingPolicy(),
         labels["nvidia.com/cuda.runtime-version.major"] = str(major)
         labels["nvidia.com/cuda.runtime-version.minor"] = str(minor)
         labels["nvidia.com/cuda.runtime-version.full"] = f"{major}.{minor}"
+    if sharing.mig_strategy == "single":  # GFD's single-strategy labels (node/mig_strategy.py)
+        from gpugov.node.mig_strategy import single_labels
+        from gpugov.node.nvml.source import inventory_from
+        return single_labels(node, inventory_from(node, sharing=sharing), labels)
     mig: Counter[str] = Counter()
     mem: dict[str, int] = {}
     for g in node.gpus:

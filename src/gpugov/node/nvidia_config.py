@@ -59,6 +59,8 @@ class NvidiaSharing:
     notes: tuple[str, ...] = ()
     #: MIG profile -> replicas of each of its instances (`nvidia.com/mig-<profile>` entries)
     mig_replicas: tuple[tuple[str, int], ...] = ()
+    #: `flags.migStrategy`: mixed (`none` reads as mixed) or single (node/mig_strategy.py)
+    mig_strategy: str = "mixed"
 
     @property
     def serves_gpu_replicas(self) -> bool:
@@ -85,12 +87,13 @@ def parse(data: Any, source: str = "") -> NvidiaSharing:
     flags = data.get("flags") or {}
     if not isinstance(flags, dict):
         raise NvidiaConfigError(_where(source, "flags: expected a mapping"))
+    strategy = "mixed"
     for key, value in flags.items():
         if key == "migStrategy":
-            if value not in ("none", "mixed"):
+            if value not in ("none", "mixed", "single"):
                 raise NvidiaConfigError(_where(source, f"flags.migStrategy: {str(value)[:32]!r};"
-                                               " gpugov serves none and mixed (single is the "
-                                               "MIG work's; use mixed)"))
+                                               " allowed: none, mixed, single"))
+            strategy = "single" if value == "single" else "mixed"
         elif key not in _FLAGS_ELSEWHERE:
             raise NvidiaConfigError(_where(source, f"flags.{str(key)[:64]}: not read by gpugov; "
                                            f"allowed: migStrategy, {', '.join(_FLAGS_ELSEWHERE)}"))
@@ -108,7 +111,7 @@ def parse(data: Any, source: str = "") -> NvidiaSharing:
         raise NvidiaConfigError(_where(source, "sharing: timeSlicing and mps both replicate; "
                                        "NVIDIA: they are mutually exclusive"))
     if not found:
-        return NvidiaSharing(notes=tuple(notes))
+        return NvidiaSharing(notes=tuple(notes), mig_strategy=strategy)
     key, rr = found[0]
     mode = DeviceMode.MPS if key == "mps" else DeviceMode.TIMESLICE
     field = f"sharing.{key}"
@@ -157,14 +160,16 @@ def parse(data: Any, source: str = "") -> NvidiaSharing:
         replicas = n
     if replicas is None:  # only MIG resources are time-sliced
         return NvidiaSharing(rename_by_default=rename, fail_requests_greater_than_one=fail,
-                             notes=tuple(notes), mig_replicas=tuple(sorted(mig.items())))
+                             notes=tuple(notes), mig_replicas=tuple(sorted(mig.items())),
+                             mig_strategy=strategy)
     if mode is DeviceMode.MPS and replicas > 48:
         raise NvidiaConfigError(_where(source, f"{field}.resources[0].replicas: {replicas}; "
                                        "MPS serves at most 48 clients per GPU"))
     if not fail:
         notes.append(f"{field}.failRequestsGreaterThanOne: false: gpugov refuses a request for "
                      "more than one replica at admission anyway (replicas may be one GPU)")
-    return NvidiaSharing(mode, replicas, rename, fail, tuple(notes), tuple(sorted(mig.items())))
+    return NvidiaSharing(mode, replicas, rename, fail, tuple(notes), tuple(sorted(mig.items())),
+                         strategy)
 
 
 def _mig_replicas(r: dict, at: str, name: str, rename: bool, source: str) -> int:

@@ -44,7 +44,9 @@ class NodeFile(BaseModel):
     mpsReplicas: int = Field(4, ge=2, le=48)  # MPS clients per GPU (48: the per-GPU maximum)
     mpsControl: str = Field("nvidia-cuda-mps-control", min_length=1)  # the daemon's binary
     softSplit: int = Field(10, ge=1, le=MAX_REPLICAS)
-    migStrategy: Literal["mixed"] = "mixed"  # single: planned
+    #: NVIDIA's MIG strategy: per-profile resources, or every instance as nvidia.com/gpu on a
+    #: uniform node (`node/mig_strategy.py`); the NVIDIA config's flags.migStrategy also says
+    migStrategy: Literal["mixed", "single"] = "mixed"
     #: the NVIDIA device plugin's own config (`version: v1`, `sharing.timeSlicing|mps`), as
     #: its ConfigMap holds it: sharing mode and replicas come from it (`node.nvidia_config`)
     nvidiaConfig: dict[str, Any] | None = None
@@ -59,6 +61,14 @@ class NodeFile(BaseModel):
 
         return parse(self.nvidiaConfig, "nvidiaConfig").mig_replicas \
             if self.nvidiaConfig is not None else ()
+
+    def mig_strategy(self) -> str:
+        """`single` when node.yaml or the NVIDIA config's flags say so, else `mixed`."""
+        from gpugov.node.nvidia_config import parse
+
+        if self.migStrategy == "single" or self.nvidiaConfig is None:
+            return self.migStrategy
+        return parse(self.nvidiaConfig, "nvidiaConfig").mig_strategy
 
     def sharing(self) -> tuple[str, int, bool]:
         """(mode, replicas, whether replicas are served as nvidia.com/gpu too)."""
@@ -94,7 +104,7 @@ def load_node_file(path: Path) -> NodeFile:
             if where == "devices":
                 msg = "per-device modes are planned; leave devices empty"
             elif where == "migStrategy":
-                msg = "only 'mixed' is served (single is planned)"
+                msg = "allowed: mixed, single"
             problems.append(f"{where}: {e.get('input')!r}: {msg}")
         raise NodeConfigError(f"--config: {path}: " + "; ".join(problems)) from None
     from gpugov.node.nvidia_config import NvidiaConfigError
@@ -146,7 +156,8 @@ async def serve_all(opts: RunOptions) -> None:
     nv = Nvml(str(opts.nvml_library) if opts.nvml_library else None)
     try:
         source = NvmlDeviceSource(nv, HealthTracker(nv), SharingPolicy(
-            mode, replicas, cfg.mig_replicas(), mig_on_demand=cfg.migOnDemand))
+            mode, replicas, cfg.mig_replicas(), mig_on_demand=cfg.migOnDemand,
+            mig_strategy=cfg.mig_strategy()))
         api_cfg = client.Configuration()
         if opts.kubeconfig is not None:
             await config.load_kube_config(config_file=str(opts.kubeconfig),
@@ -162,7 +173,8 @@ async def serve_all(opts: RunOptions) -> None:
             plugin = DevicePluginManager(
                 opts.node_name, source, ApiPodSource(api), opts.plugin_dir,
                 response_config(opts.state_dir, source),
-                soft_replicas=cfg.softSplit, gpu_replicas=gpu_replicas)
+                soft_replicas=cfg.softSplit, gpu_replicas=gpu_replicas,
+                mig_single=cfg.mig_strategy() == "single")
             await plugin.start()
             me = asyncio.current_task()
             assert me is not None

@@ -92,7 +92,9 @@ def _slice_key(node: str, inv: Mapping[int, InventoryDevice],
         for m in dev.mig:
             if m.profile == d.mig_profile and m.start == d.mig_start and m.uuid and \
                     (m.replicas > 1) == shared:
-                return mig_resource(m.profile, shared), m.uuid
+                res = mig_resource(m.profile, shared)
+                # MIG single strategy: the pod asks nvidia.com/gpu for its instance
+                return (GPU if res not in asks and GPU in asks else res), m.uuid
         raise ValueError(f"{where}: no {'time-sliced ' if shared else ''}MIG instance "
                          f"{d.mig_profile} at start {d.mig_start} on GPU {dev.index} of {node}")
     want = {DeviceMode.EXCLUSIVE: GPU, DeviceMode.SOFT: GPU, DeviceMode.TIMESLICE: SHARED,

@@ -33,10 +33,12 @@ class DevicePluginManager:
 
     def __init__(self, node: str, source: DeviceSource, pods: PodSource, plugin_dir: Path,
                  cfg: ResponseConfig, poll_s: float = 0.2,
-                 soft_replicas: int = SOFT_REPLICAS, gpu_replicas: bool = False) -> None:
+                 soft_replicas: int = SOFT_REPLICAS, gpu_replicas: bool = False,
+                 mig_single: bool = False) -> None:
         self.node, self.source, self.pods = node, source, pods
         self.soft_replicas = soft_replicas
         self.gpu_replicas = gpu_replicas  # NVIDIA renameByDefault: false (resources.py)
+        self.mig_single = mig_single  # NVIDIA's MIG single strategy (node/mig_strategy.py)
         self.plugin_dir, self.cfg, self.poll_s = plugin_dir, cfg, poll_s
         self.plugins: dict[str, ResourcePlugin] = {}
         self.registrations = 0  # successful Register calls (restarts show as more)
@@ -83,7 +85,8 @@ class DevicePluginManager:
 
     async def _sync(self) -> None:
         """Bring the set of plugins and their device lists in line with the source."""
-        wanted = plugin_devices(self.source.inventory(), self.soft_replicas, self.gpu_replicas)
+        wanted = plugin_devices(self.source.inventory(), self.soft_replicas, self.gpu_replicas,
+                                self.mig_single)
         for res in [r for r in self.plugins if r not in wanted]:
             log.info("resource %s is gone from the node; stopping its plugin", res)
             await self.plugins.pop(res).stop()

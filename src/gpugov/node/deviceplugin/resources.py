@@ -66,13 +66,20 @@ class PluginDevice:
 
 
 def plugin_devices(inventory: Inventory, soft_replicas: int = SOFT_REPLICAS,
-                   gpu_replicas: bool = False) -> dict[str, list[PluginDevice]]:
+                   gpu_replicas: bool = False, mig_single: bool = False
+                   ) -> dict[str, list[PluginDevice]]:
     """resource name -> its device IDs, in inventory order (empty resources are left out).
 
     `gpu_replicas` (the NVIDIA config's `renameByDefault: false`): time-slice and MPS replicas
     are also advertised as `nvidia.com/gpu`, as NVIDIA's plugin does, for pods written for it
     (`nvidia.com/gpu: 1` with the `-SHARED` product selector); `handshake` tells the two
-    spellings apart by what the pod asks for."""
+    spellings apart by what the pod asks for. `mig_single` (NVIDIA's MIG `single` strategy):
+    every MIG instance is advertised as `nvidia.com/gpu` instead, and none at all when the
+    node is not uniform (`node/mig_strategy.single_problem`)."""
+    bad = None
+    if mig_single:
+        from gpugov.node.mig_strategy import single_problem
+        bad = single_problem(inventory)
     out: dict[str, list[PluginDevice]] = {}
     for d in inventory.devices:
         topo = DeviceTopology(d.nvlink_domain, d.pcie_switch, d.numa)
@@ -94,6 +101,10 @@ def plugin_devices(inventory: Inventory, soft_replicas: int = SOFT_REPLICAS,
                 if not m.uuid:
                     continue  # an instance without a UUID cannot be handed to a container
                 res = mig_resource(m.profile, m.replicas > 1)
+                if mig_single:
+                    if bad is not None:
+                        continue  # NVIDIA's plugin would not start: nothing MIG is served
+                    res = GPU
                 ids = [m.uuid] if m.replicas <= 1 else \
                     [f"{m.uuid}{REPLICA_SEP}{n}" for n in range(m.replicas)]
                 out.setdefault(res, []).extend(PluginDevice(

@@ -28,6 +28,9 @@ class SharingPolicy:
     #: MIG GPUs take new instances in free slices when gpugov's scheduler asks
     #: (`node/mig_on_demand.py`); published as `migOnDemand` in the inventory
     mig_on_demand: bool = False
+    #: NVIDIA's MIG strategy for resource names and GFD labels: `mixed` (per profile) or
+    #: `single` (every instance as nvidia.com/gpu on a uniform node, `node/mig_strategy.py`)
+    mig_strategy: str = "mixed"
 
 
 def inventory_from(node: NodeGpus, healthy: dict[int, bool] | None = None,
