@@ -256,3 +256,21 @@ def test_a_sealed_tenant_never_gets_an_instance_made_beside_another_tenant() -> 
     plan = st.cycle(T0 + 2)
     (w,) = decode_mig_requests(plan.node_annotations["h-0"][MIG_REQUESTS])
     assert w.gpu != r.gpu  # the untrusted pod's instance goes on the GPU nobody uses
+
+
+def test_a_single_strategy_pod_lands_only_where_the_product_label_matches() -> None:
+    """`nvidia.com/gpu: 1` with nodeSelector `nvidia.com/gpu.product: …-MIG-1g.10gb` (MIG
+    single strategy) is a 1g.10gb instance, and the selector is a node constraint: never on
+    a node whose product label differs (the kubelet would reject it)."""
+    (obj,) = nodes(pool("h", 1, [{"index": "0", "mode": "mig", "layout": ["1g.10gb"] * 7}]))
+    st = state([obj])
+    sel = {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3-MIG-1g.10gb"}
+    objs = submit(st, pod("s", limits={"nvidia.com/gpu": "1"}, nodeSelector=sel))
+    plan = st.cycle(T0)
+    assert not plan.binds and "node-selector" in plan.conditions[0].message
+    obj["metadata"]["labels"]["nvidia.com/gpu.product"] = sel["nvidia.com/gpu.product"]
+    st.set_node(obj)
+    (b,) = st.cycle(T0 + 1).binds
+    (d,) = b.record.devices
+    assert (b.node, d.mig_profile) == ("h-0", "1g.10gb") and d.mig_uuid
+    assert objs

@@ -638,7 +638,10 @@ def _pod_info(obj: dict[str, Any], tenancy: Tenancy, old: PodInfo | None) -> Pod
     if product is not None:
         model, profile = model_from_product_label(product)
         if profile is not None:
-            pass  # MIG single strategy: `translate` already restricted the models
+            # MIG single strategy: `translate` restricted the models; the label itself is a
+            # node constraint too (GFD writes `-MIG-<profile>` only on a uniform single node,
+            # and the kubelet re-checks nodeSelector at admission)
+            selector[names.PRODUCT_LABEL] = product
         elif model is not None and request is not None and \
                 (not request.models or model in request.models):
             request = dataclasses.replace(request, models=(model,))  # placed by GPU model
