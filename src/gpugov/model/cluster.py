@@ -355,8 +355,8 @@ class ClusterState:
         if not self.admit_power:
             return np.ones(np.shape(dom), dtype=bool) if np.ndim(dom) else np.True_
         milli = self._charge_milli(req, nodes)
-        if np.ndim(milli) == 2:
-            milli = np.max(milli, axis=1)
+        if np.ndim(milli) > np.ndim(dom):  # per device (time-slice/MPS): the largest
+            milli = np.max(milli, axis=-1)
         need = share_mw(self.node_span_mw[nodes], milli) * req.gpu_count
         head = self.dom_budget_mw[dom] - self.dom_admitted_mw[dom]
         return (dom < 0) | (need <= head)
