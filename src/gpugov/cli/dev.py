@@ -27,10 +27,13 @@ def dev_build_cmd(
 
     console = Console(stderr=True)
     try:
+        build.ensure_cache_root()  # a bad XDG_CACHE_HOME: one line naming it, exit 2
         with console.status("checking the binary cache") as status:
             report = build.ensure_binaries(progress=status.update, include_helm=helm)
     except build.BuildError as e:
         raise _fail(str(e)) from None
+    except OSError as e:  # a folder of the cache it cannot write: name it, no traceback
+        raise _fail(f"{e.filename or build.cache_root()}: {e.strerror or e}") from None
     typer.echo(json.dumps({"bin": str(build.bin_dir()), **report.as_dict()}, indent=1))
 
 
@@ -82,6 +85,10 @@ def dev_kubectl_cmd(
     workdir = (directory or dev.default_dir()).resolve()
     kubectl = build.bin_dir() / "kubectl"
     if not kubectl.exists():
+        try:
+            build.ensure_cache_root()  # a bad XDG_CACHE_HOME is the real cause: say that
+        except build.BuildError as e:
+            raise _fail(str(e)) from None
         raise _fail(f"{kubectl}: not built; run `gpugov dev build`")
     if not dev.is_up(workdir):
         raise _fail(f"no dev cluster running in {workdir}; run `gpugov dev up`")

@@ -354,6 +354,10 @@ def to_jobs(specs: Sequence[JobSpec], cfg: ControlConfig, tree: QueueTree,
     oversubscribe = {t.namespace for t in cfg.tenants if t.oversubscribe}
     jobs = []
     for s in specs:
+        if s.namespace and not s.queue and s.namespace not in tree.tenants:
+            raise TraceError(source, s.line or None, "namespace",  # not `queue`: it is empty
+                             f"{s.namespace!r} is not a tenant namespace of the config; "
+                             f"allowed: {', '.join(tree.tenants) or '(no tenants)'}")
         try:
             leaf, trust = tree.resolve(s.queue or s.namespace)
         except KeyError as exc:

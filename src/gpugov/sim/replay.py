@@ -182,7 +182,8 @@ class ReplayResult:
                 "wait_p95_s": float(np.percentile(w, 95)) if len(w) else 0.0,
                 "wait_p99_s": float(np.percentile(w, 99)) if len(w) else 0.0,
                 "mean_gpus": used, "mean_fair_gpus": fair,
-                "usage_over_fair": used / fair if fair > 0 else float("nan"),
+                # no fair share (no demand): no ratio, `null` in summary.json, never NaN
+                "usage_over_fair": used / fair if fair > 0 else None,
                 "preempted": sum(e.victim_queue == self.cp.tree.names[leaf]
                                  for e in self.preemptions),
             })

@@ -231,7 +231,8 @@ def print_summary(res: ReplayResult, summ: dict | None = None) -> None:
     rows = [[r["queue"], str(r["jobs"]), str(r["started"]), str(r["rejected"]),
              f"{r['wait_p50_s']:.0f}", f"{r['wait_p95_s']:.0f}", f"{r['wait_p99_s']:.0f}",
              f"{r['mean_gpus']:.1f}", f"{r['mean_fair_gpus']:.1f}",
-             f"{r['usage_over_fair']:.3f}", str(r["preempted"])] for r in summ["queues"]]
+             "—" if r["usage_over_fair"] is None else f"{r['usage_over_fair']:.3f}",
+             str(r["preempted"])] for r in summ["queues"]]
     table = Table(title=f"replay: {summ['jobs']} jobs, {summ['cycles']} cycles, "
                         f"{summ['preemptions']} preemptions ({summ['reclaims']} reclaims)",
                   box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1), collapse_padding=True,

@@ -1,0 +1,75 @@
+"""Issue 22's remaining low findings, one test each, named after the finding."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from gpugov.cli import app
+
+runner = CliRunner()
+NODES = "sn,cpu_milli,memory_mib,gpu,model\n" + "".join(
+    f"n{i},64000,262144,4,A100\n" for i in range(2))
+QUEUES = ("queues:\n  - {name: a, quota: {gpu: 4}}\n  - {name: b, quota: {gpu: 4}}\n"
+          "tenants:\n  - {namespace: ns-a, queue: a}\n"
+          "priorityClasses:\n  - {name: low, value: 10}\n")
+HEADER = "name,queue,priority,submit_s,duration_s,pods,gpu_per_pod,gpu_milli,cpu_milli,memory_mib"
+
+
+def _replay_files(d: Path, jobs: str) -> list[str]:
+    for name, text in (("nodes.csv", NODES), ("q.yaml", QUEUES), ("jobs.csv", jobs)):
+        (d / name).write_text(text)
+    return ["replay", "--nodes", str(d / "nodes.csv"), "--jobs", str(d / "jobs.csv"),
+            "--queues", str(d / "q.yaml")]
+
+
+def test_low_an_unknown_namespace_names_the_namespace_field(tmp_path: Path) -> None:
+    """A job whose `namespace` names no tenant (queue empty) was blamed on field `queue`."""
+    argv = _replay_files(tmp_path, f"{HEADER},namespace\nj0,,low,0,100,1,1,1000,1000,1024,"
+                                   "ns-x\n")
+    res = runner.invoke(app, argv)
+    assert res.exit_code == 2, res.output
+    assert "line 2, field 'namespace': 'ns-x' is not a tenant namespace" in res.output
+    assert "field 'queue'" not in res.output and "allowed: ns-a" in res.output
+
+
+def test_low_use_over_fair_never_shows_nan(tmp_path: Path) -> None:
+    """A queue with no demand has no fair share: its use/fair was `nan` in the table and
+    `NaN` (not JSON) in summary.json; now `—` and null."""
+    argv = _replay_files(tmp_path, HEADER + "\n" + "".join(
+        f"b{i},b,low,0,100,1,1,1000,1000,1024\n" for i in range(3)))
+    res = runner.invoke(app, [*argv, "--out", str(tmp_path / "out"), "--no-plots"],
+                        env={"COLUMNS": "80"})
+    assert res.exit_code == 0, res.output
+    assert "nan" not in res.output.lower(), res.output
+    row = next(line for line in res.output.splitlines() if line.lstrip().startswith("a "))
+    assert "—" in row, res.output
+
+    def refuse(constant: str) -> None:
+        raise AssertionError(f"summary.json holds {constant}")
+
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text(),
+                         parse_constant=refuse)
+    by_queue = {q["queue"]: q for q in summary["queues"]}
+    assert by_queue["a"]["usage_over_fair"] is None
+    assert by_queue["b"]["usage_over_fair"] == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("argv", [["dev", "kubectl", "get", "pods"], ["dev", "build"]],
+                         ids=["dev kubectl", "dev build"])
+def test_low_bad_xdg_cache_home_in_dev_kubectl_and_dev_build_is_one_line_naming_it(
+        tmp_path: Path, argv: list[str]) -> None:
+    """`dev build` printed a traceback, `dev kubectl` blamed a missing build (and `dev build`
+    would then fail too) when XDG_CACHE_HOME cannot hold the cache."""
+    env = {**os.environ, "XDG_CACHE_HOME": "/proc/nope"}
+    res = subprocess.run([sys.executable, "-m", "gpugov", *argv], env=env, capture_output=True,
+                         text=True, timeout=120, cwd=tmp_path)
+    assert res.returncode == 2, res.stderr
+    assert "Traceback" not in res.stderr and "XDG_CACHE_HOME=/proc/nope" in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1, res.stderr
