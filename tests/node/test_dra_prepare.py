@@ -53,7 +53,7 @@ def _paths(tmp_path: Path, library: bool = True) -> NodePaths:
     (_claim([_r("gpu-0", pool="other")]), "pool: 'other' is not this node ('n')"),
     (_claim([_r("gpu-7")]), "device: 'gpu-7' is not on node n"),
     (_claim([_r("gpu-0", "a"), _r("gpu-1", "b")]), "one gpu.gpugov.io request per claim"),
-    (_claim([_r("gpu-2-mps-0")]), "MPS over DRA is not built yet"),
+    (_claim([_r("gpu-2-mps-0")]), "MPS clients need the MPS control daemon"),
     (_claim([_r("gpu-0")], [{"opaque": {"driver": "gpu.gpugov.io", "parameters": {}}}]),
      "config[0].opaque.parameters: apiVersion/kind None/None; allowed: "
      "gpu.gpugov.io/v1alpha1/GpuConfig"),
@@ -72,6 +72,22 @@ def test_what_cannot_be_served_is_refused_naming_the_field(tmp_path, claim, says
     with pytest.raises(PrepareError, match=None) as e:
         build(claim, "n", INV, ON, _paths(tmp_path))
     assert says in str(e.value), str(e.value)
+
+
+def test_an_mps_client_gets_the_daemon_and_its_caps(tmp_path) -> None:
+    paths = _paths(tmp_path)
+    (paths.state_dir / "mps" / "pipe").mkdir(parents=True)
+    (paths.state_dir / "mps" / "pipe" / "control").touch()  # the running daemon's pipe
+    got = build(_claim([_r("gpu-2-mps-1")]), "n", INV, ON, paths)
+    edits = got.spec["devices"][0]["containerEdits"]
+    env = dict(e.split("=", 1) for e in edits["env"])
+    assert env["CUDA_MPS_PIPE_DIRECTORY"] == "/mps/pipe"
+    assert env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "50"  # 2 clients per GPU
+    assert env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=40960M"
+    assert not any(k.startswith("GPUGOV_") and k != "GPUGOV_CLAIM" for k in env)  # no library
+    assert {m["containerPath"]: m["hostPath"] for m in edits["mounts"]} == {
+        "/mps/pipe": str(paths.state_dir / "mps" / "pipe"),
+        "/dev/shm": str(paths.state_dir / "mps" / "shm")}
 
 
 def test_a_claims_gpuconfig_priority_reaches_the_container(tmp_path) -> None:

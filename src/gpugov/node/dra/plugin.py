@@ -28,7 +28,13 @@ import grpc
 
 from gpugov.k8s.annotations import Inventory
 from gpugov.k8s.dra.slices import DRIVER, Features
-from gpugov.node.dra.prepare import NodePaths, Prepared, PrepareError, build
+from gpugov.node.dra.prepare import (
+    CONTAINER_REGION_DIR,
+    NodePaths,
+    Prepared,
+    PrepareError,
+    build,
+)
 from gpugov.node.proto import dra_v1_pb2 as pb
 from gpugov.node.proto import dra_v1_pb2_grpc as pb_grpc
 from gpugov.node.proto import pluginregistration_pb2 as reg_pb
@@ -133,7 +139,8 @@ class DraPlugin(pb_grpc.DRAPluginServicer):
                 raise PrepareError(f"ResourceClaim {claim.namespace}/{claim.name} has UID "
                                    f"{uid}, not {claim.uid} (deleted and created again)")
             prepared = build(obj, self.node, self.inventory(), self.features, self.paths)
-            if "mounts" in prepared.spec["devices"][0]["containerEdits"]:
+            edits = prepared.spec["devices"][0]["containerEdits"]
+            if any(m["containerPath"] == CONTAINER_REGION_DIR for m in edits.get("mounts", [])):
                 region = self.paths.region_dir(claim.namespace, claim.name, claim.uid)
                 region.mkdir(parents=True, exist_ok=True)
                 (region / "devices").write_text("".join(u + "\n" for u in prepared.uuids))

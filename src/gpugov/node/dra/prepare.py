@@ -15,7 +15,9 @@ Opaque config of this driver (`GpuConfig`, `claim_config`) sets the task priorit
 (`GPUGOV_TASK_PRIORITY`, `CUDA_TASK_PRIORITY`). Refused, with the field named (the kubelet
 shows it on the pod): a claim not allocated, a device of another pool (node), a device the
 node does not have, several requests for this driver in one claim, a config field or value
-`GpuConfig` does not have, MPS clients (planned).
+`GpuConfig` does not have, an MPS client while no MPS control daemon runs. An MPS client gets
+the device plugin's MPS contract: the daemon's pipe and shm folders and its caps
+(`CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`, `CUDA_MPS_PINNED_DEVICE_MEM_LIMIT`), no library.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ CONTAINER_LIBRARY = "/usr/local/gpugov/lib/libgpugov.so"
 CONTAINER_REGION_DIR = "/var/run/gpugov"
 PRELOAD = "/etc/ld.so.preload"
 CONTROL_DEVICES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")
+CONTAINER_MPS_PIPE = "/mps/pipe"
 #: the most GPU memory one device can have (bounds a tenant-written quantity), MiB
 MAX_MEMORY_MIB = 1 << 24
 
@@ -164,10 +167,6 @@ def resolve(claim: dict[str, Any], node: str, inv: Inventory, features: Features
         if kind == "mig":
             start = attrs["migStart"]["int"]
             mig = next(m for m in gpu.mig if m.start == start)
-        if kind == "mps":
-            raise PrepareError(f"{where}.device: {name!r} is an MPS client; MPS over DRA is "
-                               "not built yet (planned); use the device plugin's "
-                               "nvidia.com/gpu.mps")
         memory = compute = None
         consumed = r.get("consumedCapacity") or {}
         if kind == "gpu" and attrs.get("sharing", {}).get("bool") and consumed:
@@ -183,6 +182,9 @@ def resolve(claim: dict[str, Any], node: str, inv: Inventory, features: Features
                     compute = None
         elif kind == "timeslice":
             memory = gpu.memory_mib // max(1, gpu.replicas)
+        elif kind == "mps":  # the client's caps: card / clients, 100 % / clients
+            memory = gpu.memory_mib // max(1, gpu.replicas)
+            compute = max(1, COMPUTE_FULL // max(1, gpu.replicas))
         out.append(Target(str(r.get("request")), pool, name, gpu, kind, mig, memory, compute))
     return sorted(out, key=lambda t: (t.gpu.index, t.mig.start if t.mig else 0, t.name))
 
@@ -246,7 +248,23 @@ def build(claim: dict[str, Any], node: str, inv: Inventory, features: Features,
     nodes = [{"path": p} for p in CONTROL_DEVICES]
     nodes += [{"path": f"/dev/nvidia{i}"} for i in sorted({t.gpu.index for t in targets})]
     mounts: list[dict[str, Any]] = []
-    limited = [(i, t) for i, t in enumerate(targets) if t.memory_mib or t.compute]
+    mps = [(i, t) for i, t in enumerate(targets) if t.kind == "mps"]
+    if mps:
+        pipe = paths.state_dir / "mps" / "pipe"
+        if not (pipe / "control").exists():
+            raise PrepareError(f"MPS clients need the MPS control daemon, and none runs on "
+                               f"this node ({pipe / 'control'} is missing); the node agent "
+                               "starts it while a GPU is in mps mode (see its log)")
+        env += [f"CUDA_MPS_PIPE_DIRECTORY={CONTAINER_MPS_PIPE}",
+                f"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE={min(t.compute or 100 for _, t in mps)}",
+                "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT="
+                + ",".join(f"{i}={t.memory_mib}M" for i, t in mps)]
+        rw = ["rw", "nosuid", "nodev", "bind"]
+        mounts += [{"hostPath": str(pipe), "containerPath": CONTAINER_MPS_PIPE, "options": rw},
+                   {"hostPath": str(paths.state_dir / "mps" / "shm"),
+                    "containerPath": "/dev/shm", "options": rw}]
+    limited = [(i, t) for i, t in enumerate(targets)
+               if t.kind != "mps" and (t.memory_mib or t.compute)]
     if limited:
         if paths.library is None:
             raise PrepareError("soft slices and time-slice replicas need the enforcement "
