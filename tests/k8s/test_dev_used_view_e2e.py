@@ -71,6 +71,11 @@ def test_simulated_series_follow_allocations_and_say_so():
     assert series and all('simulated="true"' in line or line.startswith(
         "gpugov_exporter_simulated") for line in series)
     assert 'pod="whole"' in text and "real" not in text
+    from prometheus_client.parser import text_string_to_metric_families
+
+    fams = {f.name: f for f in text_string_to_metric_families(text)}  # valid exposition
+    assert {"DCGM_FI_DEV_GPU_UTIL", "gpugov_exporter_simulated",
+            "gpugov_pod_device_time_seconds"} <= set(fams)
 
 
 @pytest.mark.skipif(obs_prometheus.PROMETHEUS is None, reason="Debian's prometheus missing")

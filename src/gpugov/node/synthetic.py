@@ -123,61 +123,60 @@ class Simulation:
         self.last: float | None = None
 
     def render(self, devs: list[Device], now: float | None = None) -> bytes:
-        from prometheus_client import CollectorRegistry, generate_latest
-        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
-
+        """The text exposition of one scrape (written directly: a dev fleet of thousands of
+        series renders in a fraction of prometheus_client's time)."""
         now = time.monotonic() if now is None else now
         dt = 0.0 if self.last is None else max(0.0, now - self.last)
         self.last = now
-        dev_labels = ["gpu", "UUID", "device", "modelName", "Hostname", "hostname",
-                      "namespace", "pod", "pod_uid", "simulated"]
-        pod_labels = ["namespace", "pod", "container", "gpu", "UUID", "simulated"]
-        util = GaugeMetricFamily(mn.DEV_GPU_UTIL, "GPU utilisation (%), SIMULATED",
-                                 labels=dev_labels)
-        used = GaugeMetricFamily(mn.DEV_FB_USED, "framebuffer used (MiB), SIMULATED",
-                                 labels=dev_labels)
-        free = GaugeMetricFamily(mn.DEV_FB_FREE, "framebuffer free (MiB), SIMULATED",
-                                 labels=dev_labels)
-        gpus = GaugeMetricFamily(mn.NODE_GPUS, "GPUs on the node (SIMULATED node)",
-                                 labels=["modelName", "Hostname", "simulated"])
-        sim = GaugeMetricFamily(SIMULATED, "1: this node's GPU series are simulated from "
-                                "allocations (a dev cluster's kwok node), not measured",
-                                labels=["Hostname"])
-        pod_mem = GaugeMetricFamily(mn.POD_MEMORY_USED, "pod GPU memory (bytes), SIMULATED",
-                                    labels=pod_labels)
-        pod_time = CounterMetricFamily(mn.POD_DEVICE_TIME, "pod device time (s), SIMULATED",
-                                       labels=pod_labels)
+        fams: dict[str, tuple[str, str, list[str]]] = {
+            mn.DEV_GPU_UTIL: ("gauge", "GPU utilisation (%), SIMULATED", []),
+            mn.DEV_FB_USED: ("gauge", "framebuffer used (MiB), SIMULATED", []),
+            mn.DEV_FB_FREE: ("gauge", "framebuffer free (MiB), SIMULATED", []),
+            mn.NODE_GPUS: ("gauge", "GPUs on the node (SIMULATED node)", []),
+            SIMULATED: ("gauge", "1: this node's GPU series are simulated from allocations (a "
+                        "dev cluster's kwok node), not measured", []),
+            mn.POD_MEMORY_USED: ("gauge", "pod GPU memory (bytes), SIMULATED", []),
+            mn.POD_DEVICE_TIME: ("counter", "pod device time (s), SIMULATED", []),
+        }
         per_node: dict[tuple[str, str], int] = {}
         for d in devs:
             per_node[(d.node, d.model)] = per_node.get((d.node, d.model), 0) + 1
             one = d.uses[0] if len(d.uses) == 1 else None
-            labels = [str(d.index), d.uuid, f"nvidia{d.index}", d.model, d.node, d.node,
-                      one.namespace if one else "", one.pod if one else "",
-                      one.uid if one else "", "true"]
-            util.add_metric(labels, round(d.busy_percent(), 1))
+            labels = _labels(gpu=str(d.index), UUID=d.uuid, device=f"nvidia{d.index}",
+                             modelName=d.model, Hostname=d.node, hostname=d.node,
+                             namespace=one.namespace if one else "",
+                             pod=one.pod if one else "", pod_uid=one.uid if one else "",
+                             simulated="true")
             fb = d.fb_used_mib()
-            used.add_metric(labels, round(fb))
-            free.add_metric(labels, round(max(0.0, d.memory_mib - fb)))
+            fams[mn.DEV_GPU_UTIL][2].append(f"{labels} {round(d.busy_percent(), 1)}")
+            fams[mn.DEV_FB_USED][2].append(f"{labels} {round(fb)}")
+            fams[mn.DEV_FB_FREE][2].append(f"{labels} {round(max(0.0, d.memory_mib - fb))}")
             for u in d.uses:
-                pl = [u.namespace, u.pod, "", str(d.index), d.uuid, "true"]
-                pod_mem.add_metric(pl, round(d.used_mib(u) * 2**20))
+                pl = _labels(namespace=u.namespace, pod=u.pod, container="", gpu=str(d.index),
+                             UUID=d.uuid, simulated="true")
+                fams[mn.POD_MEMORY_USED][2].append(f"{pl} {round(d.used_mib(u) * 2**20)}")
                 key = (u.uid, d.uuid)
                 self.device_time[key] = self.device_time.get(key, 0.0) + \
                     dt * u.milli / MILLI * u.factors()[0]
-                pod_time.add_metric(pl, self.device_time[key])
+                fams[mn.POD_DEVICE_TIME][2].append(f"{pl} {self.device_time[key]!r}")
         for (node, model), count in sorted(per_node.items()):
-            gpus.add_metric([model, node, "true"], count)
+            fams[mn.NODE_GPUS][2].append(
+                f"{_labels(modelName=model, Hostname=node, simulated='true')} {count}")
         for node in sorted({d.node for d in devs}):
-            sim.add_metric([node], 1)
-        families = [util, used, free, gpus, sim, pod_mem, pod_time]
+            fams[SIMULATED][2].append(f"{_labels(Hostname=node)} 1")
+        out: list[str] = []
+        for name, (kind, text, rows) in fams.items():
+            out += [f"# HELP {name} {text}", f"# TYPE {name} {kind}"]
+            out += [name + r for r in rows]
+        return ("\n".join(out) + "\n").encode()
 
-        class _Once:
-            def collect(self):  # type: ignore[no-untyped-def]
-                return iter(families)
 
-        registry = CollectorRegistry()
-        registry.register(_Once())
-        return generate_latest(registry)
+_ESCAPES = str.maketrans({"\\": "\\\\", "\n": "\\n", '"': '\\"'})
+
+
+def _labels(**kv: str) -> str:
+    """`{k="v",...}` with the exposition format's escapes."""
+    return "{" + ",".join(f'{k}="{v.translate(_ESCAPES)}"' for k, v in kv.items()) + "}"
 
 
 async def _read(api: Any) -> tuple[list[dict], list[dict]]:
