@@ -247,3 +247,25 @@ def test_no_sequence_of_claims_takes_any_queue_over_its_limit(claims, cap, mem_c
         for r in ("gpu", "gpumem"):
             limit = (q.limit or {}).get(r)
             assert limit is None or used.get(r) <= Fraction(str(limit))
+
+
+def test_a_mig_claim_charges_its_profile_where_the_queue_counts_it() -> None:
+    from gpugov.k8s.annotations import MigInstance
+    from gpugov.k8s.dra.ledger import claim_charge, device_index
+    from gpugov.k8s.dra.slices import Features, node_slices
+
+    inv = inventory(gpu(0, DeviceMode.MIG, mig=(MigInstance("3g.40gb", 0, "MIG-x"),
+                                                 MigInstance("3g.40gb", 4, "MIG-y"))))
+    devices = device_index(node_slices("n", inv, Features(), 1))
+
+    def mig_claim(start: int) -> dict:
+        return {"status": {"allocation": {"devices": {"results": [{
+            "request": "g", "driver": "gpu.gpugov.io", "pool": "n",
+            "device": f"gpu-0-mig-3g-40gb-{start}"}]}}}}
+
+    charge = claim_charge(mig_claim(0), devices)
+    assert charge.get("mig-3g.40gb") == 1 and charge.gpu == Fraction(42, 100)
+    led = Ledger({"q": QueueNode("q", None, {"mig-3g.40gb": 1})})
+    assert led.admit("a", "q", charge) == ""
+    assert "queue q: mig-3g.40gb 1 in use + 1 for this claim is over its limit 1" in \
+        led.admit("b", "q", claim_charge(mig_claim(4), devices))

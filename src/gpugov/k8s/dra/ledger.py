@@ -2,12 +2,13 @@
 
 A device's charge, in the queues' units (`gpu` in GPUs, `gpumem` in GiB; control/resources.py):
 a whole GPU or a MIG instance or a replica: its published `compute` / 100 GPUs and its
-`memory`; a shared GPU (consumable capacity): what the allocation consumed. A claim charges
-the sum of its `gpu.gpugov.io` devices.
+`memory`; a shared GPU (consumable capacity): what the allocation consumed; a MIG instance
+also one `mig-<profile>`. A claim charges the sum of its `gpu.gpugov.io` devices.
 
 Admission (`Ledger.admit`): the claim's queue and every ancestor stay within their `limit`
-(a Queue's hard cap) counting what gpugov's scheduler already charged them (the Queue's
-`status.usage`, which it writes) plus the claims admitted here. A queue with no limit on a
+(a Queue's hard cap; `gpu`, `gpumem` and any `mig-<profile>` it names) counting what gpugov's
+scheduler already charged them (the Queue's `status.usage`, which it writes) plus the claims
+admitted here. A queue with no limit on a
 resource does not cap it (its guarantee is a promise of the fair-share scheduler, which DRA
 pods of kube-scheduler do not go through).
 """
@@ -34,15 +35,26 @@ class ChargeError(ValueError):
 class Charge:
     gpu: Fraction = Fraction(0)
     gpumem: Fraction = Fraction(0)  # GiB
+    #: counted resources: `mig-<profile>` -> instances
+    counts: tuple[tuple[str, int], ...] = ()
 
     def __add__(self, other: Charge) -> Charge:
-        return Charge(self.gpu + other.gpu, self.gpumem + other.gpumem)
+        counts = dict(self.counts)
+        for k, n in other.counts:
+            counts[k] = counts.get(k, 0) + n
+        return Charge(self.gpu + other.gpu, self.gpumem + other.gpumem,
+                      tuple(sorted(counts.items())))
 
     def get(self, resource: str) -> Fraction:
-        return self.gpu if resource == "gpu" else self.gpumem
+        if resource == "gpu":
+            return self.gpu
+        if resource == "gpumem":
+            return self.gpumem
+        return Fraction(dict(self.counts).get(resource, 0))
 
     def text(self) -> str:
-        return f"gpu {float(self.gpu):g}, gpumem {float(self.gpumem):g} GiB"
+        extra = "".join(f", {k} {n}" for k, n in self.counts)
+        return f"gpu {float(self.gpu):g}, gpumem {float(self.gpumem):g} GiB{extra}"
 
 
 def _q(where: str, value: Any) -> Fraction:
@@ -94,8 +106,10 @@ def claim_charge(claim: dict[str, Any], devices: Mapping[tuple[str, str], dict[s
         mem = consumed.get("memory", (cap.get("memory") or {}).get("value", "0"))
         compute = consumed.get("compute", (cap.get("compute") or {}).get("value",
                                                                           str(COMPUTE_FULL)))
+        profile = ((dev.get("attributes") or {}).get("migProfile") or {}).get("string")
         total = total + Charge(_q(f"{where} compute", compute) / COMPUTE_FULL,
-                               _q(f"{where} memory", mem) / (1 << 30))
+                               _q(f"{where} memory", mem) / (1 << 30),
+                               ((f"mig-{profile}", 1),) if profile else ())
     return total
 
 
@@ -172,7 +186,8 @@ class Ledger:
             return f"queue {leaf!r} does not exist"
         for q in self.chain(leaf):
             used = self.used(q.name)
-            for r in GOVERNED:
+            for r in sorted(set(GOVERNED) | {k for k in (q.limit or {})
+                                              if k.startswith("mig-")}):
                 cap = (q.limit or {}).get(r)
                 if cap is not None and used.get(r) + charge.get(r) > Fraction(str(cap)):
                     return (f"queue {q.name}: {r} {float(used.get(r)):g} in use + "
