@@ -222,3 +222,54 @@ def test_our_protos_keep_the_upstream_wire_shape(ours: str, upstream: str) -> No
     assert len(theirs) > 4  # the parser found the services and messages
     methods = [v for k, v in theirs.items() if k.startswith("service")]
     assert [len(m) for m in methods] == [2]  # both rpcs of the one service
+
+
+def test_a_restarted_plugin_answers_from_its_records_and_unprepares(tmp_path) -> None:
+    """Prepared claims survive the plugin's restart: the same answer comes back without
+    reading the claim again (it may be gone from the API), and unprepare cleans up."""
+    claim = {"metadata": {"name": "s", "namespace": "ns", "uid": "u-s"},
+             "status": {"allocation": {"devices": {"results": [
+                 _r("gpu-1", consumedCapacity={"memory": "8Gi", "compute": "20"})]}}}}
+
+    class Once:
+        def __init__(self) -> None:
+            self.left = 1
+
+        async def get_claim(self, namespace: str, name: str) -> dict | None:
+            self.left -= 1
+            return claim if self.left >= 0 else None
+
+    async def main() -> None:
+        source = Once()
+        paths = _paths(tmp_path)
+        answers = []
+        for _ in range(2):  # the plugin, then the plugin started again on the same folders
+            plugin = DraPlugin("n", lambda: INV, ON, paths, source, tmp_path / "p",
+                               tmp_path / "r")
+            await plugin.start()
+            try:
+                async with grpc.aio.insecure_channel(f"unix://{plugin.socket}") as ch:
+                    got = await pb_grpc.DRAPluginStub(ch).NodePrepareResources(
+                        pb.NodePrepareResourcesRequest(claims=[
+                            pb.Claim(namespace="ns", name="s", uid="u-s")]))
+                    answers.append(got.claims["u-s"])
+            finally:
+                await plugin.stop()
+        assert answers[0] == answers[1] and not answers[1].error
+        assert source.left == 0  # the claim was read once
+        spec = paths.spec_file("u-s")
+        assert spec.exists()
+        plugin = DraPlugin("n", lambda: INV, ON, paths, source, tmp_path / "p", tmp_path / "r")
+        await plugin.start()
+        try:
+            async with grpc.aio.insecure_channel(f"unix://{plugin.socket}") as ch:
+                got = await pb_grpc.DRAPluginStub(ch).NodeUnprepareResources(
+                    pb.NodeUnprepareResourcesRequest(claims=[
+                        pb.Claim(namespace="ns", name="s", uid="u-s")]))
+            assert not got.claims["u-s"].error
+        finally:
+            await plugin.stop()
+        assert not spec.exists() and not paths.region_dir("ns", "s", "u-s").exists()
+        assert not list((paths.state_dir / "dra").iterdir())
+
+    asyncio.run(main())
