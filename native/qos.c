@@ -43,7 +43,7 @@
 #define HOLD_MAX_NS 200000000ULL  /* a low-priority launch waits at most this long */
 #define POLL_NS 100000LL          /* low-priority launches re-read the board this often */
 #define FIT_MAX_NS 1000000000ULL  /* planned launches further ahead than this are garbage */
-#define FIT_MARGIN_NS 500000ULL   /* and must end this long before it (a late start) */
+#define FIT_MARGIN_NS 1000000ULL  /* and must end this long before it (a late start) */
 #define WAKE_GRACE_NS 10000000ULL /* a planned launch this late is still about to happen */
 #define MAX_INFLIGHT 4096u        /* larger in-flight counts are garbage */
 #define WATCH_BUSY_NS 50000LL     /* the watcher polls completions this often while busy */
@@ -178,7 +178,7 @@ void gg_qos_publish(int dev, uint32_t inflight, uint64_t next_ns) {
  * calls the driver again (it may be sleeping on its quota or doing host work). */
 static pthread_mutex_t watch_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t watch_cv = PTHREAD_COND_INITIALIZER;
-static int watch_started, watch_stop, watch_idle;
+static int watch_started, watch_stop, watch_kick;
 static pthread_t watch_thread;
 
 static void *watch(void *arg) {
@@ -201,20 +201,22 @@ static void *watch(void *arg) {
         }
         struct timespec ts;
         clock_gettime(CLOCK_MONOTONIC, &ts);
-        long long add = busy ? WATCH_BUSY_NS : WATCH_IDLE_NS;
+        long long add = busy || watch_kick ? WATCH_BUSY_NS : WATCH_IDLE_NS;
+        watch_kick = 0; /* a launch since the poll above: poll again soon */
         ts.tv_nsec += add % 1000000000LL;
         ts.tv_sec += add / 1000000000LL + ts.tv_nsec / 1000000000L;
         ts.tv_nsec %= 1000000000L;
-        watch_idle = !busy;
         pthread_cond_timedwait(&watch_cv, &watch_mu, &ts);
-        watch_idle = 0;
         pthread_mutex_unlock(&watch_mu);
     }
 }
 
 static void start_watcher(void) {
     if (__atomic_load_n(&watch_started, __ATOMIC_ACQUIRE)) {
-        if (__atomic_load_n(&watch_idle, __ATOMIC_RELAXED)) pthread_cond_signal(&watch_cv);
+        pthread_mutex_lock(&watch_mu); /* no lost wake-up: the watcher checks the kick */
+        watch_kick = 1;
+        pthread_cond_signal(&watch_cv);
+        pthread_mutex_unlock(&watch_mu);
         return;
     }
     pthread_mutex_lock(&watch_mu);
@@ -396,7 +398,7 @@ void gg_qos_after_fork(void) {
     }
     pthread_mutex_init(&open_mu, NULL);
     pthread_mutex_init(&watch_mu, NULL);
-    watch_started = watch_stop = watch_idle = 0;
+    watch_started = watch_stop = watch_kick = 0;
 }
 
 /* At exit the watcher stops (before the driver is torn down) and the entries are cleared, so

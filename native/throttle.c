@@ -192,7 +192,9 @@ int gg_throttle_before(int dev, CUstream stream) {
     pthread_mutex_lock(&d->mu);
     collect_ready(dev, d);
     int cap = allowed_in_flight(d);
-    if (yield && low_in_flight(d) < cap) cap = low_in_flight(d);
+    /* two more when the high-priority process announced its next launch: every launch is
+     * then checked to end before it, and the slack covers a launcher that gets no CPU */
+    if (yield && low_in_flight(d) + (yield == 2 ? 2 : 0) < cap) cap = low_in_flight(d) + (yield == 2 ? 2 : 0);
     while (d->pending >= cap) {
         int before = d->pending;
         wait_oldest(dev, d);
