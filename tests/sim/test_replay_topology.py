@@ -118,3 +118,23 @@ def test_an_mps_request_where_no_node_serves_mps_says_so(tmp_path):
     assert jobs["m"][7] in ("pending", "rejected")
     assert "gpu-mode" in jobs["m"][8] and "MPS" in jobs["m"][8]
     assert "defaultMode=mps" in jobs["m"][8]
+
+
+def test_the_replay_reads_the_node_selector_as_the_webhook_does(tmp_path):
+    """`nvidia.com/gpu=1` with GFD's `-SHARED` product selector is one time-slice replica in
+    the replay too (the one translation), placed on the time-sliced node."""
+    from gpugov.sim.jobs import load_job_file as load
+
+    path = tmp_path / "jobs.csv"
+    path.write_text("name,queue,priority,submit_s,duration_s,pods,gpu_per_pod,gpu_milli,"
+                    "cpu_milli,memory_mib,namespace,resources,node_selector\n"
+                    "r,,,0,10,1,,,1000,1024,ns-a,nvidia.com/gpu=1,"
+                    "nvidia.com/gpu.product=NVIDIA-A100-SXM4-80GB-SHARED\n")
+    (spec,) = load(path)
+    assert spec.gpu_request is not None and spec.gpu_request.mode is DeviceMode.TIMESLICE
+    sliced = NodeSpec("ts", 64000, 1 << 19, 1, "A100-SXM4-80GB",
+                      devices=(DeviceConfig(DeviceMode.TIMESLICE, replicas=4),),
+                      labels=(("nvidia.com/gpu.product", "NVIDIA-A100-SXM4-80GB-SHARED"),))
+    res = replay(CONFIG, [sliced, _node("whole", 1)], [spec], ReplayOptions(seed=0))
+    (row,) = allocation_rows(res)
+    assert (row[3], row[5]) == ("ts", "timeslice")

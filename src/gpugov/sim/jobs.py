@@ -128,6 +128,7 @@ def load_job_file(path: Path | str) -> list[JobSpec]:
             raise TraceError(path, line, "queue", "empty queue (and no namespace)")
         resources = row.get("resources", "").strip()
         annotations = parse_annotations(path, line, row.get("annotations", ""))
+        selector = parse_node_selector(path, line, row.get("node_selector", ""))
         if annotations and not resources:
             raise TraceError(path, line, "annotations", "they qualify a `resources` request; "
                              "give resources too (e.g. nvidia.com/gpu=4)")
@@ -139,7 +140,7 @@ def load_job_file(path: Path | str) -> list[JobSpec]:
                 if row[col].strip():
                     raise TraceError(path, line, col, f"{row[col]!r}: leave it empty when "
                                      "resources is given (resources replaces it)")
-            req = gpu_request(path, line, resources, annotations)
+            req = gpu_request(path, line, resources, annotations, dict(selector))
             gpus, milli, gpu_memory, models = legacy_fields(req)
         else:
             gpus = int(_num(path, line, row, "gpu_per_pod", True))
@@ -157,7 +158,7 @@ def load_job_file(path: Path | str) -> list[JobSpec]:
             int(_num(path, line, row, "cpu_milli", True)),
             int(_num(path, line, row, "memory_mib", True)), models, line=line,
             gpu_memory_mib=gpu_memory, namespace=namespace, gpu_request=req,
-            node_selector=parse_node_selector(path, line, row.get("node_selector", "")),
+            node_selector=selector,
             tolerations=parse_tolerations(path, line, row.get("tolerations", ""))))
     return specs
 
@@ -268,16 +269,18 @@ def parse_annotations(path: Path | str, line: int, text: str) -> dict[str, str]:
 
 
 def gpu_request(path: Path | str, line: int, text: str,
-                annotations: dict[str, str] | None = None) -> GpuRequest | None:
-    """The `resources` cell (with the row's annotations) through the webhook's translation
-    (None: no GPU asked)."""
+                annotations: dict[str, str] | None = None,
+                node_selector: dict[str, str] | None = None) -> GpuRequest | None:
+    """The `resources` cell (with the row's annotations and node selector, which the
+    translation reads as the webhook does: GFD's `-SHARED` / `-MIG-` product labels) through
+    the webhook's translation (None: no GPU asked)."""
     limits = parse_limits(Path(path), line, text)
     unknown = [k for k in limits if not k.startswith("nvidia.com/")]
     if unknown:
         raise TraceError(path, line, "resources", f"{unknown[0]} is not a GPU resource; put "
                          "CPU and memory in cpu_milli and memory_mib")
     try:
-        req = translate(limits, annotations)
+        req = translate(limits, annotations, node_selector)
     except RequestError as exc:
         field = "annotations" if annotations and exc.spelling in annotations else "resources"
         raise TraceError(path, line, field, str(exc)) from None
