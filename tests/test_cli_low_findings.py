@@ -73,3 +73,43 @@ def test_low_bad_xdg_cache_home_in_dev_kubectl_and_dev_build_is_one_line_naming_
     assert res.returncode == 2, res.stderr
     assert "Traceback" not in res.stderr and "XDG_CACHE_HOME=/proc/nope" in res.stderr
     assert len(res.stderr.strip().splitlines()) == 1, res.stderr
+
+
+def test_low_device_plugin_says_what_it_waits_for_on_an_empty_inventory_and_dead_api(
+        tmp_path: Path) -> None:
+    """With an inventory offering no GPU, no kubelet yet and an API server that does not
+    answer, `node device-plugin` sat silent (15 s and more); it now says it serves nothing and
+    waits for the kubelet, naming the socket."""
+    import selectors
+    import signal
+    import time
+
+    (tmp_path / "inventory.json").write_text('{"v": 1, "devices": []}')
+    (tmp_path / "kubeconfig").write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+        "contexts: [{name: c, context: {cluster: k, user: u}}]\n"
+        "clusters: [{name: k, cluster: {server: 'https://127.0.0.1:1'}}]\n"
+        "users: [{name: u, user: {token: t}}]\n")
+    (tmp_path / "plugins").mkdir()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gpugov", "node", "device-plugin", "--node-name", "n1",
+         "--devices", str(tmp_path / "inventory.json"), "--kubeconfig",
+         str(tmp_path / "kubeconfig"), "--plugin-dir", str(tmp_path / "plugins"),
+         "--state-dir", str(tmp_path / "state")],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    said = ""
+    try:
+        sel = selectors.DefaultSelector()
+        assert proc.stderr is not None
+        sel.register(proc.stderr, selectors.EVENT_READ)
+        give_up = time.monotonic() + 120  # a bound against a hang, not a speed assertion
+        while "waiting for the kubelet" not in said and time.monotonic() < give_up:
+            if sel.select(timeout=1) and (line := proc.stderr.readline()):
+                said += line
+            elif proc.poll() is not None:
+                break
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)
+    assert "offers no GPU: serving no resource" in said, said
+    assert f"waiting for the kubelet: no {tmp_path / 'plugins' / 'kubelet.sock'} yet" in said

@@ -45,6 +45,7 @@ class DevicePluginManager:
         self._kubelet_id: tuple[int, int] | None = None
         self._tasks: list[asyncio.Task] = []
         self._registered: set[str] = set()
+        self._said: dict[str, str] = {}  # the last status line said on each subject
 
     @property
     def kubelet_socket(self) -> Path:
@@ -101,12 +102,28 @@ class DevicePluginManager:
                 self.plugins[res] = plugin
             else:
                 plugin.set_devices(devices)
+        if wanted:
+            self._say("serving", "serving " + ", ".join(
+                f"{res} ({len(devices)} devices)" for res, devices in sorted(wanted.items())))
+        else:
+            self._say("serving", "the device inventory offers no GPU: serving no resource "
+                      "until it changes", logging.WARNING)
         await self._register_missing()
+
+    def _say(self, subject: str, line: str, level: int = logging.INFO) -> None:
+        """Log what the plugin serves or waits for, once per change: it used to sit silent
+        on an empty inventory or before the kubelet came up."""
+        if self._said.get(subject) != line:
+            self._said[subject] = line
+            log.log(level, "%s", line)
 
     async def _register_missing(self) -> None:
         ident = self._kubelet_identity()
-        if ident is None:
-            return  # no kubelet yet: the watcher registers when kubelet.sock appears
+        if ident is None:  # the watcher registers when kubelet.sock appears
+            self._say("kubelet", f"waiting for the kubelet: no {self.kubelet_socket} yet "
+                      "(--plugin-dir must be the kubelet's device-plugins folder)")
+            return
+        self._say("kubelet", f"kubelet found at {self.kubelet_socket}")
         self._kubelet_id = ident
         for res, plugin in self.plugins.items():
             if res in self._registered:
