@@ -109,3 +109,14 @@ def test_prometheus_raises_the_over_budget_alert_and_report_charges_energy(tmp_p
         prom.stop()
         server.shutdown()
         thread.join(5)
+
+
+@pytest.mark.parametrize("bad", ["-1", "nan", "inf", "1e10"])
+def test_a_bad_kwh_price_exits_2_naming_it(bad, tmp_path):
+    from typer.testing import CliRunner
+
+    from gpugov.cli import app
+    out = CliRunner().invoke(app, ["report", "--prometheus", "http://127.0.0.1:1",
+                                   "--kwh-price", bad, "--out", str(tmp_path / "r")])
+    assert out.exit_code == 2 and "--kwh-price" in out.output, out.output
+    assert not (tmp_path / "r").exists()
