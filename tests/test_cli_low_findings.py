@@ -113,3 +113,13 @@ def test_low_device_plugin_says_what_it_waits_for_on_an_empty_inventory_and_dead
         proc.wait(timeout=30)
     assert "offers no GPU: serving no resource" in said, said
     assert f"waiting for the kubelet: no {tmp_path / 'plugins' / 'kubelet.sock'} yet" in said
+
+
+def test_low_usage_errors_are_one_line_and_never_suggest_a_deprecated_spelling() -> None:
+    """A mistyped option was a boxed panel four lines down, suggesting hidden deprecated
+    spellings (`--jobs` for simulate's `--workers`)."""
+    res = runner.invoke(app, ["simulate", "--bogus"])
+    assert res.exit_code == 2
+    lines = res.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: No such option: --bogus"), lines
+    assert "--jobs" not in lines[0] and "see `gpugov simulate -h`" in lines[0]

@@ -29,6 +29,10 @@ class _OneLineErrors(TyperGroup):
             if type(e).__name__ != "NoArgsIsHelpError":  # that one has printed the help
                 ctx = getattr(e, "ctx", None)
                 hint = f" (see `{ctx.command_path} -h`)" if ctx is not None else ""
+                if ctx is not None and getattr(e, "possibilities", None):
+                    hidden = {o for p in ctx.command.params if getattr(p, "hidden", False)
+                              for o in p.opts}  # never suggest a deprecated spelling
+                    e.possibilities = [o for o in e.possibilities if o not in hidden]
                 message = " ".join(e.format_message().split())
                 typer.echo(f"error: {message}{hint}", err=True)
             sys.exit(getattr(e, "exit_code", 2))
