@@ -14,6 +14,9 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from tests.k8s import kube_interpod_reference as ref
+from tests.k8s.test_scheduler_modes import nodes as node_objs
+from tests.k8s.test_scheduler_modes import pod as gpu_pod
+from tests.k8s.test_scheduler_modes import pool, state
 
 from gpugov.k8s.scheduler.pod_affinity import PodView
 from gpugov.k8s.scheduler.pod_terms import parse_pod_terms
@@ -188,3 +191,47 @@ def test_a_placement_counts_for_the_next_decision(case) -> None:
     assert view.mask(req).tolist() == [a and b for a, b in zip(
         ref.interpod_filter(pod, nodes, pods, NS_LABELS), ref.spread_filter(pod, nodes, pods),
         strict=True)]
+
+
+@settings(max_examples=120, deadline=None)
+@given(clusters())
+def test_the_schedulers_decisions_are_those_kube_scheduler_allows(case) -> None:
+    """Through the whole scheduler (API objects in, a cycle, a binding or a reason out): a
+    GPU pod with the random terms binds iff kube-scheduler's filters (inter-pod, taints,
+    nodeSelector) let some node take it, on one of those nodes; else it waits, with an
+    inter-pod reason when taints and nodeSelector alone would have left a node."""
+    cluster, pods, pod = case
+    objs = node_objs(*[pool(n["name"], 8, labels=n["labels"], taints=n["taints"])
+                       for n in cluster])
+    for o in objs:  # the pool's own hostname label follows the drawn labels
+        o["metadata"]["labels"].pop(ref.HOSTNAME, None)
+        o["metadata"]["labels"].update(next(n["labels"] for n in cluster
+                                            if o["metadata"]["name"] == f"{n['name']}-0"))
+    st = state(objs)
+    for name, labels in NS_LABELS.items():
+        st.set_object("namespace", {"metadata": {"name": name, "labels": labels}})
+    for p in pods:
+        st.set_pod({"metadata": {"name": p["name"], "namespace": p["ns"], "uid": p["name"],
+                                 "labels": p["labels"],
+                                 **({"deletionTimestamp": "2027-01-01T00:00:00Z"}
+                                    if p["terminating"] else {})},
+                    "spec": {**p["spec"], "schedulerName": "default-scheduler",
+                             "nodeName": f"{p['node']}-0", "containers": [{"name": "c"}]},
+                    "status": {"phase": "Running"}})
+    g = gpu_pod("in", ns=pod["ns"], **pod["spec"])
+    g["metadata"]["labels"] = dict(pod["labels"])
+    st.set_pod(g)
+    plan = st.cycle(1_800_000_000.0)
+    allowed = [a and b and ref.tolerated(pod, n) and ref.required_node_affinity(pod, n)
+               for a, b, n in zip(ref.interpod_filter(pod, cluster, pods, NS_LABELS),
+                                  ref.spread_filter(pod, cluster, pods), cluster, strict=True)]
+    names = [f"{n['name']}-0" for n in cluster]
+    if any(allowed):
+        (b,) = plan.binds
+        assert allowed[names.index(b.node)], (b.node, allowed)
+    else:
+        assert not plan.binds
+        (c,) = [c for c in plan.conditions if c.name == "in"]
+        if any(ref.tolerated(pod, n) and ref.required_node_affinity(pod, n) for n in cluster):
+            # nodeSelector and taints leave nodes: the inter-pod term is what is named
+            assert c.code in ("pod-affinity", "pod-anti-affinity", "topology-spread"), c
