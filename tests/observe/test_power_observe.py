@@ -97,7 +97,16 @@ def test_prometheus_raises_the_over_budget_alert_and_report_charges_energy(tmp_p
             async with Prometheus(prom.url) as p:
                 return await chargeback.chargeback(p, "5s", "1s", price=2.0, energy_price=0.5)
 
+        async def jobs():
+            async with Prometheus(prom.url) as p:
+                return await chargeback.energy_by_job(p, "5s", "1s", energy_price=0.5)
+
         rows = {r.tenant: r for r in asyncio.run(report())}
+        per_job = {(j.namespace, j.job, j.tenant): j for j in asyncio.run(jobs())}
+        assert set(per_job) == {("ns", "p1", "t1"), ("ns", "p2", "t1"), ("ns", "p3", "t2")}
+        assert per_job[("ns", "p1", "t1")].energy_kwh == pytest.approx(
+            rows["t1"].energy_kwh * 350 / 437.5, rel=0.05)
+        assert "energy_kwh,energy_cost" in chargeback.jobs_csv_text(list(per_job.values()))
         # t1: 437.5 W for ~5 s, t2: 562.5 W (1 s steps of the subquery; kWh = W x s / 3.6e6)
         for tenant, watts in (("t1", 437.5), ("t2", 562.5)):
             kwh = rows[tenant].energy_kwh

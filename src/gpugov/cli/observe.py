@@ -231,10 +231,11 @@ def report_cmd(
                                 help="cost of one GPU-hour"),
     energy_price: float = typer.Option(0.0, "--kwh-price", callback=_finite_nonnegative,
                                        help="cost of one kWh of GPU energy"),
-    out: Path = typer.Option(Path("."), "--out", help="folder for chargeback.csv/.png"),
+    out: Path = typer.Option(Path("."), "--out",
+                             help="folder for chargeback.csv/.png and energy_jobs.csv"),
 ) -> None:
     """Per-tenant chargeback: GPU-hours allocated vs used, idle cost, GPU energy (kWh) and
-    its cost (CSV + PNG)."""
+    its cost (CSV + PNG); GPU energy and cost per job (energy_jobs.csv)."""
     from gpugov.observe import chargeback
 
     for opt, val in (("--period", period), ("--step", step)):
@@ -243,15 +244,19 @@ def report_cmd(
         raise _fail(f"--gpu-hour-price must be within 0..{MAX_PRICE:g}, got {price}")
     if not 0 <= energy_price <= MAX_PRICE:
         raise _fail(f"--kwh-price must be within 0..{MAX_PRICE:g}, got {energy_price}")
-    _check_out_folder(out, [], ("chargeback.csv", "chargeback.png"))  # before asking anyone
-    rows = _with_prometheus(prometheus, lambda prom: chargeback.chargeback(
-        prom, period, step, price, energy_price))
+    _check_out_folder(out, [], ("chargeback.csv", "chargeback.png", "energy_jobs.csv"))
+
+    async def both(prom):  # noqa: ANN001, ANN202 - a Prometheus client
+        return (await chargeback.chargeback(prom, period, step, price, energy_price),
+                await chargeback.energy_by_job(prom, period, step, energy_price))
+
+    rows, jobs = _with_prometheus(prometheus, both)
     if not rows:  # Prometheus answered with nothing: no data is not an error (exit 0)
         typer.echo(f"no data: no gpugov reconciler series in the last {period} at "
                    f"{prometheus}; is `gpugov reconcile` running and scraped? (nothing written)")
         return
     try:
-        files = chargeback.write_outputs(rows, out, period)
+        files = chargeback.write_outputs(rows, out, period, jobs)
     except OSError as e:
         raise _fail(f"cannot write to {out}: {e.strerror or e}") from None
     typer.echo(chargeback.csv_text(rows), nl=False)

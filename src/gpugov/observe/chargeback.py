@@ -3,8 +3,9 @@
 Allocated and used GPU-hours integrate the reconciler's per-pod compute series over the
 period (a subquery at `step`); idle GPU-hours come from its idle counter; energy (kWh)
 integrates its per-pod GPU power (`gpugov_pod_gpu_power_watts`, each pod's share of its GPUs'
-measured draw, observe/power.py), priced at `energy_price` per kWh. Outputs (CSV and
-PNG) are written atomically: both appear, or neither changes.
+measured draw, observe/power.py), priced at `energy_price` per kWh, per tenant and per job
+(energy_jobs.csv: the pods of one controller, named as `gpugov rightsize` names them).
+Outputs (CSVs and PNG) are written atomically: all appear, or none changes.
 """
 
 from __future__ import annotations
@@ -80,6 +81,49 @@ async def chargeback(prom: Prometheus, period: str, step: str, price: float,
             for t, v in sorted(got.items())]
 
 
+JOB_COLUMNS = ("namespace", "job", "tenant", "energy_kwh", "energy_cost")
+
+
+@dataclass(frozen=True)
+class JobEnergy:
+    """GPU energy of one job: the pods of one controller (`rightsize.workload_of`)."""
+
+    namespace: str
+    job: str
+    tenant: str
+    energy_kwh: float
+    energy_price: float
+
+    def cells(self) -> list[str]:
+        return [self.namespace, self.job, self.tenant, f"{self.energy_kwh:.6f}",
+                f"{self.energy_kwh * self.energy_price:.2f}"]
+
+
+async def energy_by_job(prom: Prometheus, period: str, step: str, energy_price: float = 0.0
+                        ) -> list[JobEnergy]:
+    """Per job: its pods' GPU power integrated over the period (kWh) and its cost."""
+    from gpugov.observe.rightsize import workload_of
+
+    q = (f"sum_over_time((sum by (namespace, pod, tenant) ({m.POD_GPU_POWER}))"
+         f"[{period}:{step}]) * {seconds(step) / 3.6e6!r}")
+    got: dict[tuple[str, str, str], float] = {}
+    for s in await prom.query(q):
+        key = (s.labels.get("namespace", ""), workload_of(s.labels.get("pod", "")),
+               s.labels.get("tenant", ""))
+        got[key] = got.get(key, 0.0) + s.value
+    return [JobEnergy(ns, job, tenant, kwh, energy_price)
+            for (ns, job, tenant), kwh in sorted(got.items())]
+
+
+def jobs_csv_text(rows: list[JobEnergy]) -> str:
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(JOB_COLUMNS)
+    for r in rows:
+        w.writerow(r.cells())
+    return buf.getvalue()
+
+
 def csv_text(rows: list[TenantRow]) -> str:
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
@@ -113,11 +157,15 @@ def png_bytes(rows: list[TenantRow], period: str) -> bytes:
     return buf.getvalue()
 
 
-def write_outputs(rows: list[TenantRow], out: Path, period: str) -> list[Path]:
-    """chargeback.csv and chargeback.png in `out`, all or nothing."""
+def write_outputs(rows: list[TenantRow], out: Path, period: str,
+                  jobs: list[JobEnergy] | None = None) -> list[Path]:
+    """chargeback.csv and chargeback.png (and, with `jobs`, energy_jobs.csv) in `out`, all
+    or nothing."""
     out.mkdir(parents=True, exist_ok=True)
     files = {out / "chargeback.csv": csv_text(rows).encode(),
              out / "chargeback.png": png_bytes(rows, period)}
+    if jobs is not None:
+        files[out / "energy_jobs.csv"] = jobs_csv_text(jobs).encode()
     temps = []
     try:
         for path, data in files.items():
