@@ -123,3 +123,24 @@ def test_low_usage_errors_are_one_line_and_never_suggest_a_deprecated_spelling()
     lines = res.output.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: No such option: --bogus"), lines
     assert "--jobs" not in lines[0] and "see `gpugov simulate -h`" in lines[0]
+
+
+def test_low_failed_why_parts_add_up_to_the_failed_column() -> None:
+    """The failed-by-reason table rounded each mean on its own: 190 + 14 + 100 beside a
+    `failed` of 305. The parts now add up to the rounded total (largest remainders)."""
+    from hypothesis import given
+    from hypothesis import strategies as st
+
+    from gpugov.cli.study import _whole_parts
+
+    assert _whole_parts([190.4, 14.3, 100.3], 305.0) == [191, 14, 100]
+
+    @given(st.lists(st.integers(0, 3000), min_size=1, max_size=5), st.integers(1, 10))
+    def parts_add_up(counts: list[int], seeds: int) -> None:
+        means = [c / seeds for c in counts]
+        total = sum(counts) / seeds
+        parts = _whole_parts(means, total)
+        assert sum(parts) == round(total)
+        assert all(abs(p - m) < 1 for p, m in zip(parts, means, strict=True))
+
+    parts_add_up()

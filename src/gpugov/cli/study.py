@@ -130,8 +130,25 @@ def _print_summary(result, rows, published: dict[str, tuple[float, float]]) -> N
         for k in reasons:
             why.add_column(k, justify="right", no_wrap=True)
         for r in rows:
-            why.add_row(r.label, *(f"{r.failed_by_reason.get(k, 0):.0f}" for k in reasons))
+            parts = _whole_parts([r.failed_by_reason.get(k, 0.0) for k in reasons],
+                                 r.failed_pods)
+            why.add_row(r.label, *(str(n) for n in parts))
         console.print(why)
+
+
+def _whole_parts(means: list[float], total: float) -> list[int]:
+    """Means per seed as whole numbers that add up to the `failed` column (largest
+    remainders): rounding each part on its own showed e.g. 190 + 14 + 100 beside 305."""
+    import math
+
+    if abs(sum(means) - total) > 1e-6 * max(1.0, total):
+        return [round(m) for m in means]  # the parts do not cover the total: no forcing
+    target = round(total)
+    floors = [math.floor(m) for m in means]
+    order = sorted(range(len(means)), key=lambda i: means[i] - floors[i], reverse=True)
+    for i in order[:max(0, target - sum(floors))]:
+        floors[i] += 1
+    return floors
 
 
 def _published_cells(p: tuple[float, float] | None, r) -> list[str]:  # type: ignore[no-untyped-def]
