@@ -321,3 +321,16 @@ def test_a_pod_with_terms_and_too_many_labels_is_refused_not_counted_without_its
     plan = st.cycle(T0)
     (cond,) = plan.conditions
     assert not plan.binds and cond.code == INVALID and "metadata.labels" in cond.message
+
+
+def test_a_pending_pods_new_labels_are_what_counts() -> None:
+    """Labels may change after creation: a pending pod relabelled out of an existing pod's
+    anti-affinity is placed by its new labels."""
+    st = state(fleet(("a",)))
+    st.set_pod(other_scheduler_pod("db", "n0-0", {"app": "db"}, affinity=anti(role="noisy")))
+    objs = submit(st, labelled("p", {"role": "noisy"}))
+    assert not st.cycle(T0).binds
+    relabelled = copy.deepcopy(objs["p"])
+    relabelled["metadata"]["labels"] = {"role": "quiet"}
+    st.set_pod(relabelled)
+    assert [b.name for b in st.cycle(T0 + 1).binds] == ["p"]

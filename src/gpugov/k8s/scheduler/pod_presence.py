@@ -65,7 +65,8 @@ class PodPresence:
         return bool(self.constrained)
 
     def set_pod(self, key: str, obj: dict[str, Any]) -> bool:
-        """A pod event; True when `active` flipped (the caller rebuilds)."""
+        """A pod event; True when `active` flipped, or a pending pod's terms or labels
+        changed while active (the caller rebuilds: pending requests carry them)."""
         meta, spec = _mapping(obj.get("metadata")), _mapping(obj.get("spec"))
         if _mapping(obj.get("status")).get("phase") in ("Succeeded", "Failed"):
             return self.delete(key)
@@ -83,7 +84,8 @@ class PodPresence:
             self.constrained.add(key)
         else:
             self.constrained.discard(key)
-        return before != self.active
+        relabelled = old is not None and old.terms != terms and not node and self.active
+        return before != self.active or relabelled
 
     def delete(self, key: str) -> bool:
         before = self.active
