@@ -194,7 +194,8 @@ int gg_throttle_before(int dev, CUstream stream) {
     int cap = allowed_in_flight(d);
     /* two more when the high-priority process announced its next launch: every launch is
      * then checked to end before it, and the slack covers a launcher that gets no CPU */
-    if (yield && low_in_flight(d) + (yield == 2 ? 2 : 0) < cap) cap = low_in_flight(d) + (yield == 2 ? 2 : 0);
+    int low_cap = low_in_flight(d) + (yield == 2 ? 2 : 0);
+    if (yield && low_cap < cap) cap = low_cap;
     while (d->pending >= cap) {
         int before = d->pending;
         wait_oldest(dev, d);
