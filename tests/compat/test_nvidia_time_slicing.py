@@ -14,6 +14,8 @@ import re
 
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from tests.compat.upstream_pods import UPSTREAM, upstream_pods
 
 from gpugov.k8s.annotations import (
@@ -207,3 +209,28 @@ def test_the_node_file_takes_the_nvidia_config_and_refuses_a_contradiction(tmp_p
     f.write_text(yaml.safe_dump({"nvidiaConfig": {"version": "v1", "resources": {"gpus": []}}}))
     with pytest.raises(NodeConfigError, match="resources"):
         load_node_file(f)
+
+
+_LABELS = st.sampled_from(["nvidia.com/gpu.product", "nvidia.com/gpu.sharing-strategy",
+                           "nvidia.com/gpu.replicas", "zone"])
+_VALUES = st.sampled_from(["Tesla-T4", "Tesla-T4-SHARED", "NVIDIA-A100-SXM4-80GB-SHARED",
+                           "time-slicing", "mps", "none", "4", "a", "x-SHARED"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(n=st.integers(1, 8), sel=st.dictionaries(_LABELS, _VALUES, max_size=3))
+def test_nvidia_gpu_is_never_silently_a_different_size(n, sel):
+    """Property: `nvidia.com/gpu: N` is N whole GPUs, or (only with a `-SHARED` product
+    selector, and only for N = 1) one replica or MPS client; anything else is refused."""
+    try:
+        req = translate({"nvidia.com/gpu": n}, {}, sel)
+    except RequestError as exc:
+        assert "instead," in str(exc)
+        return
+    assert req is not None
+    shared = sel.get("nvidia.com/gpu.product", "").endswith("-SHARED")
+    if req.mode is DeviceMode.EXCLUSIVE:
+        assert req.count == n and not shared
+    else:
+        assert shared and n == 1 and req.count == 1
+        assert req.mode in (DeviceMode.TIMESLICE, DeviceMode.MPS)
