@@ -131,3 +131,13 @@ def test_the_device_plugin_passes_the_containers_capabilities(tmp_path):
 def test_capability_errors_are_value_errors():
     with pytest.raises(CapabilityError):
         of_pod(_pod(_caps("nope")))
+
+
+def test_a_kai_annotation_pods_container_is_checked_before_it_gets_resources():
+    """KAI's gpu-fraction pods name no GPU resource at admission (the webhook writes them on
+    the container KAI gives the fraction): that container's env is what counts."""
+    pod = _pod(_caps("video"), limits={"cpu": "1"})
+    pod["metadata"]["annotations"] = {"gpu-fraction": "0.5"}
+    assert of_pod(pod) == "compute,utility,video"
+    pod["spec"]["containers"][0]["env"] = _caps("bogus")
+    assert not _mutate(pod)["allowed"]

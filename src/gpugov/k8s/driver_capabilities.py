@@ -48,6 +48,15 @@ def parse(value: str, where: str = ENV) -> tuple[str, ...]:
 def _gpu_containers(pod: Mapping[str, Any], extra: tuple[str, ...]
                     ) -> Iterator[tuple[str, Mapping[str, Any]]]:
     spec = pod.get("spec") or {}
+    ann = (pod.get("metadata") or {}).get("annotations") or {}
+    if "gpu-fraction" in ann or "gpu-memory" in ann:  # KAI: the container the webhook gives
+        wanted = ann.get("gpu-fraction-container-name")  # the request (admission.kai_patch)
+        for key in ("initContainers", "containers"):
+            for i, c in enumerate(spec.get(key) or []):
+                if isinstance(c, Mapping) and (c.get("name") == wanted or (
+                        wanted is None and key == "containers" and i == 0)):
+                    yield f"spec.{key}[{i}]", c
+        return
     for key in ("initContainers", "containers"):
         for i, c in enumerate(spec.get(key) or []):
             if not isinstance(c, Mapping):
