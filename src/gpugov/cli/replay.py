@@ -66,8 +66,8 @@ def modes(
         from gpugov.sim.modes import MIXED_POOL, mixed_scenario, print_mixed
 
         print_mixed(mixed_scenario(pods, seed, model, replicas, policy),
-                    f"{pods} pods per trust tier (seed {seed}) on {len(MIXED_POOL)} mixed-mode "
-                    f"nodes × 8 {model}, policy {policy}")
+                    f"{pods} pods per trust tier (seed {seed}), policy {policy}, on "
+                    f"{len(MIXED_POOL)} mixed-mode nodes × 8 {model}")
         return
 
     from gpugov.sim.progress import Ticker
@@ -87,7 +87,7 @@ def modes(
     for col in ("mode", "isolation", "pods placed", "compute placed", "stranded",
                 "MIG idle slices", "TS risk"):
         table.add_column(col, justify="left" if col in ("mode", "isolation") else "right",
-                         no_wrap=col in ("mode", "isolation", "pods placed"),
+                         no_wrap=col in ("mode", "isolation", "pods placed", "TS risk"),
                          min_width=max(map(len, col.split())))
     for r in rows:
         risk = ("-" if r.ts_max_risk is None
@@ -98,11 +98,13 @@ def modes(
                       "-" if r.mig_idle_slices is None else str(r.mig_idle_slices), risk)
     console = _console()
     console.print(table)
-    refused = "; ".join(f"{r.mode}: " + ", ".join(f"{k} {v}" for k, v in r.refused.items())
-                        for r in rows if r.refused)
+    refused = [f"  {r.mode}: " + ", ".join(f"{k} {v}" for k, v in r.refused.items())
+               for r in rows if r.refused]  # one line per mode: a count never wraps apart
     if refused:
-        console.print(f"refused pods by the engine's reason (gpu-mode: multi-GPU pods, which "
-                      f"only soft and exclusive GPUs serve whole) — {refused}", highlight=False)
+        console.print("refused pods by the engine's reason (gpu-mode: multi-GPU pods, which "
+                      "only soft and exclusive GPUs serve whole):", highlight=False)
+        for line in refused:
+            console.print(line, highlight=False)
 
 
 REPLAY_PLOTS = ("usage_vs_fair_share.png", "allocation_and_waits.png")
