@@ -269,3 +269,77 @@ def test_a_mig_claim_charges_its_profile_where_the_queue_counts_it() -> None:
     assert led.admit("a", "q", charge) == ""
     assert "queue q: mig-3g.40gb 1 in use + 1 for this claim is over its limit 1" in \
         led.admit("b", "q", claim_charge(mig_claim(4), devices))
+
+
+def test_a_gang_of_claim_pods_binds_all_or_nothing(dra_plane) -> None:
+    """kube-scheduler binds each pod alone; with gpugov's binding conditions a PodGroup's
+    claims wait until minMember of its pods are allocated, then bind together — and a gang
+    its queue cannot hold whole is refused whole (no member binds)."""
+    from gpugov.k8s.devcluster.dev import install_crds, install_podgroup_crd
+
+    async def main() -> None:
+        await install_crds(dra_plane.kubeconfig)
+        await install_podgroup_crd(dra_plane.kubeconfig)
+        kube = await Kube.from_kubeconfig(dra_plane.kubeconfig)
+        stop = asyncio.Event()
+        tasks = []
+        try:
+            features = await probe_features(kube, governed=True)
+            tasks = [asyncio.create_task(SlicePublisher(kube, features).run(stop)),
+                     asyncio.create_task(Governor(kube, interval=0.3).run(stop))]
+            await _post(kube, "/api/v1/nodes", kwok_node("gang-n1", inventory(
+                *[gpu(i) for i in range(6)])))
+            ns = "gang-a"
+            await _post(kube, "/api/v1/namespaces", {"metadata": {"name": ns}})
+            g = "/apis/gpugov.io/v1alpha1"
+            await _post(kube, f"{g}/queues", {"apiVersion": "gpugov.io/v1alpha1",
+                                              "kind": "Queue", "metadata": {"name": "qg"},
+                                              "spec": {"quota": {"gpu": 4},
+                                                       "limit": {"gpu": 4}}})
+            await _post(kube, f"{g}/tenants", {
+                "apiVersion": "gpugov.io/v1alpha1", "kind": "Tenant",
+                "metadata": {"name": "tg"}, "spec": {"queue": "qg", "namespaces": [ns]}})
+            pg = "/apis/scheduling.x-k8s.io/v1alpha1/namespaces/gang-a/podgroups"
+            for name, size in (("three", 3), ("two", 2)):
+                await _post(kube, pg, {"apiVersion": "scheduling.x-k8s.io/v1alpha1",
+                                       "kind": "PodGroup", "metadata": {"name": name},
+                                       "spec": {"minMember": size}})
+
+            async def member(group: str, i: int) -> str:
+                name = f"{group}-{i}"
+                await _post(kube, f"/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaims",
+                            claim(name, ns, [request("g", "gpu.gpugov.io")]))
+                pod = claim_pod(name, ns, {"gpu": name})
+                pod["metadata"]["labels"] = {"scheduling.x-k8s.io/pod-group": group}
+                await _post(kube, f"/api/v1/namespaces/{ns}/pods", pod)
+                return name
+
+            async def bound(name: str) -> str:
+                _, p = await kube.request("GET", f"/api/v1/namespaces/{ns}/pods/{name}")
+                return p["spec"].get("nodeName") or ""
+
+            first = [await member("three", i) for i in range(2)]
+            await asyncio.sleep(4)  # 2 of 3 allocated: held, not bound
+            assert [await bound(n) for n in first] == ["", ""]
+            last = await member("three", 2)
+            for n in [*first, last]:  # (on any DRA node of the module's cluster)
+                assert await wait_for(lambda n=n: bound(n), f"{n} bound")
+            # qg holds 3 of its 4 GPUs: a gang of 2 cannot fit whole, so no member binds
+            two = [await member("two", i) for i in range(2)]
+
+            async def refused() -> str:
+                _, doc = await kube.request("GET", f"/api/v1/namespaces/{ns}/events")
+                msgs = [e.get("message", "") for e in doc["items"]
+                        if e["involvedObject"]["name"] in two]
+                return next((m for m in msgs if "is refused as a whole" in m), "")
+
+            said = await wait_for(refused, "gang two refused")
+            assert "gang gang-a/two (2 pods) is refused as a whole: queue qg: gpu 4 in use" \
+                in said, said
+            assert [await bound(n) for n in two] == ["", ""]
+        finally:
+            stop.set()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await kube.close()
+
+    asyncio.run(main())

@@ -13,6 +13,11 @@ claims admitted so far, give the answer. A refusal names the queue, the resource
 numbers; kube-scheduler puts it in the pod's FailedScheduling event, deallocates the claim
 and tries again later (a claim is admitted once capacity under the limit frees up).
 
+Gangs (pods labelled `scheduling.x-k8s.io/pod-group`, the PodGroup's `minMember`) are
+decided all or nothing: kube-scheduler binds each pod alone, so the governor leaves a gang's
+claims undecided until `minMember` of its pods wait, then admits them together or refuses
+them together.
+
 Each round lists claims, gpugov's slices, Queues, Tenants and namespaces (polling, every
 `interval` seconds; kube-scheduler itself polls binding conditions every 5 s). Claims are
 decided oldest allocation first; each fails alone.
@@ -60,6 +65,11 @@ def _ours(claim: dict[str, Any]) -> list[dict[str, Any]]:
             if r.get("driver") == DRIVER and ADMITTED in (r.get("bindingConditions") or [])]
 
 
+def _pods(claim: dict[str, Any]) -> set[str]:
+    return {str(r.get("uid")) for r in (claim.get("status") or {}).get("reservedFor") or []
+            if r.get("resource") == "pods"}
+
+
 def verdict(claim: dict[str, Any]) -> str | None:
     """ADMITTED / REFUSED when gpugov decided this allocation, else None."""
     for d in (claim.get("status") or {}).get("devices") or []:
@@ -91,13 +101,55 @@ class Governor:
         self.kube, self.interval = kube, interval
         self.decisions: dict[str, str] = {}  # claim uid -> the last reason ("" = admitted)
         self.errors: list[str] = []  # what failed other than a write conflict (bounded)
+        self._groups: dict[str, str] = {}  # pod UID -> "<ns>/<PodGroup>" or ""
 
     async def _list(self, path: str) -> list[dict[str, Any]]:
         items, _ = await self.kube.list_all(path)
         return items
 
+    async def _group_of(self, claim: dict[str, Any]) -> str | None:
+        """`<ns>/<PodGroup>` of the pod the claim is reserved for (its
+        `scheduling.x-k8s.io/pod-group` label), cached by pod UID (labels of a gang member do
+        not move)."""
+        ns = claim["metadata"]["namespace"]
+        for ref in (claim.get("status") or {}).get("reservedFor") or []:
+            if ref.get("resource") != "pods":
+                continue
+            uid = str(ref.get("uid"))
+            if uid not in self._groups:
+                code, pod = await self.kube.request(
+                    "GET", f"/api/v1/namespaces/{ns}/pods/{ref.get('name')}")
+                if code != 200:
+                    return None
+                label = ((pod.get("metadata") or {}).get("labels") or {}).get(
+                    names.PODGROUP_LABEL)
+                if len(self._groups) > 100_000:
+                    self._groups.clear()
+                self._groups[uid] = f"{ns}/{label}" if label else ""
+            return self._groups[uid] or None
+        return None
+
+    async def _min_member(self, group: str) -> tuple[int | None, str]:
+        ns, name = group.split("/", 1)
+        # a list by name: the scheduler identity may list and watch PodGroups, not get them
+        code, doc = await self.kube.request(
+            "GET", f"/apis/{names.PODGROUP_GROUP}/{names.PODGROUP_VERSION}/namespaces/{ns}/"
+                   f"{names.PODGROUPS}", query=[("fieldSelector", f"metadata.name={name}")])
+        items = (doc or {}).get("items") or [] if code == 200 else []
+        if not items:
+            return None, f"PodGroup {group} does not exist (HTTP {code})"
+        n = (items[0].get("spec") or {}).get("minMember", 1)
+        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= 100_000:
+            return None, f"PodGroup {group}: spec.minMember {n!r}; allowed: 1..100000"
+        return n, ""
+
     async def round(self) -> int:
-        """Decide every allocated claim that waits on gpugov; returns how many were written."""
+        """Decide every allocated claim that waits on gpugov; returns how many were written.
+
+        A gang (pods of one PodGroup) is decided together: nothing is admitted until claims
+        of at least `minMember` of its pods wait (kube-scheduler holds each bound-to-be pod
+        meanwhile, up to its 10-minute binding timeout), then all of them are admitted when
+        they fit their queues together, or all refused."""
         claims = await self._list(CLAIMS)
         waiting = [c for c in claims if _ours(c)]
         if not waiting:
@@ -109,22 +161,65 @@ class Governor:
                            for n in namespaces})
         ledger = Ledger(queues_of(await self._list(QUEUES)))
         todo = []
+        admitted_pods: dict[str, set[str]] = {}
         for c in waiting:
             if verdict(c) == ADMITTED:  # counted first: what is admitted stays admitted
                 owner = tenancy.of(c["metadata"]["namespace"])
                 with contextlib.suppress(ChargeError):
                     ledger.admitted[c["metadata"]["uid"]] = (
                         owner.queue or "", claim_charge(c, devices))
+                group = await self._group_of(c)
+                if group:
+                    admitted_pods.setdefault(group, set()).update(_pods(c))
             elif verdict(c) is None:
                 todo.append(c)
         todo.sort(key=lambda c: (str(c["status"]["allocation"].get("allocationTimestamp")
                                      or ""), c["metadata"]["creationTimestamp"]))
-        written = 0
+        singles: list[dict[str, Any]] = []
+        gangs: dict[str, list[dict[str, Any]]] = {}
         for c in todo:
+            group = await self._group_of(c)
+            if group and len(admitted_pods.get(group, ())) == 0:
+                gangs.setdefault(group, []).append(c)
+            else:  # no gang, or its gang already runs: a member joining it
+                singles.append(c)
+        written = 0
+        for c in singles:
             try:
                 why = self._decide(c, tenancy, ledger, devices)
             except Exception as e:  # noqa: BLE001 - one claim never stops the others
                 why = f"gpugov could not value this claim: {type(e).__name__}: {e}"
+            if await self._write(c, why):
+                written += 1
+        for group, members in sorted(gangs.items()):
+            written += await self._gang(group, members, tenancy, ledger, devices)
+        return written
+
+    async def _gang(self, group: str, members: list[dict[str, Any]], tenancy: Tenancy,
+                    ledger: Ledger, devices: dict[tuple[str, str], dict[str, Any]]) -> int:
+        need, why = await self._min_member(group)
+        pods = {p for c in members for p in _pods(c)}
+        if need is not None and len(pods) < need:
+            for c in members:  # undecided: kube-scheduler keeps the pods waiting
+                self.decisions[c["metadata"]["uid"]] = (
+                    f"gang {group}: claims of {len(pods)} of its minMember {need} pods "
+                    "are allocated; waiting for the others")
+            return 0
+        if not why:
+            taken: list[str] = []
+            for c in members:
+                try:
+                    why = self._decide(c, tenancy, ledger, devices)
+                except Exception as e:  # noqa: BLE001
+                    why = f"gpugov could not value this claim: {type(e).__name__}: {e}"
+                if why:
+                    why = f"gang {group} ({len(pods)} pods) is refused as a whole: {why}"
+                    for uid in taken:
+                        ledger.admitted.pop(uid, None)
+                    break
+                taken.append(c["metadata"]["uid"])
+        written = 0
+        for c in members:
             if await self._write(c, why):
                 written += 1
         return written
