@@ -113,13 +113,18 @@ def peak_rss_mib(plane: LocalControlPlane, name: str) -> dict[str, float]:
 
 
 async def delete_pods(kube: Kube) -> None:
-    await kube.request("DELETE", f"/api/v1/namespaces/{NS}/pods", {"gracePeriodSeconds": 0},
-                       timeout=600)
+    """Delete the bench namespace's pods and wait until they are gone (a collection delete of
+    tens of thousands of pods outlives the apiserver's request timeout: it is asked again)."""
     while True:
+        try:
+            await kube.request("DELETE", f"/api/v1/namespaces/{NS}/pods",
+                               {"gracePeriodSeconds": 0}, timeout=600)
+        except Exception as e:  # the apiserver cut the request at its timeout; it goes on
+            print(json.dumps({"delete_pods": f"{type(e).__name__}: {e}"[:200]}), flush=True)
         items, _ = await kube.list_all(f"/api/v1/namespaces/{NS}/pods")
         if not items:
             return
-        await asyncio.sleep(1.0)
+        await asyncio.sleep(5.0)
 
 
 async def phase(kube: Kube, label: str, scheduler: str, count: int, limits: dict[str, str],
