@@ -217,3 +217,24 @@ def test_bad_power_domains_in_cluster_yaml_are_refused_naming_the_field(domains,
     with pytest.raises(ClusterFileError, match=None) as err:
         parse_cluster_yaml(data, "c.yaml")
     assert says in str(err.value)
+
+
+def test_what_already_runs_is_counted_over_rack_and_node_budgets():
+    # 2 A100 (400 W) behind a 400 W node budget and a rack that admits one GPU: a running
+    # 2-GPU pod is counted anyway (a restart, a panel derated under it, limits lowered by
+    # capping), and nothing new is admitted while it runs
+    d = PowerDomain("r", 600)  # 480 W: idle 80 W + one GPU at 360 W
+    spec = NodeSpec("a", 64000, 262144, 2, "A100-SXM4-80GB", power_budget_w=400.0,
+                    power_domain=d)
+    state = ClusterState([spec])
+    two = whole("two", 2)
+    with pytest.raises(ValueError, match="power"):
+        state.allocate(two, allocation_for(state, two, 0, (0, 1)))
+    with state.counting_running():
+        state.allocate(two, allocation_for(state, two, 0, (0, 1)))
+    assert state.domain_draw_mw()["r"] == (80_000 + 2 * 360_000, 480_000)
+    assert not state.feasible(PodRequest("more", 0, 0, 1, 1)).any()
+    state.release(two, allocation_for(state, two, 0, (0, 1)))
+    assert state.feasible(whole("one")).tolist() == [True]
+    assert not state.feasible(whole("both", 2)).any()
+    assert state.failure_reason(whole("both", 2)) == "power"

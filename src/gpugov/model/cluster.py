@@ -306,12 +306,14 @@ class ClusterState:
     @contextlib.contextmanager
     def counting_running(self):
         """Within: allocations count what already runs (a restart, a budget lowered under
-        running pods) without the racks' budgets refusing it; the draw is still summed."""
+        running pods, GPUs whose power limits were lowered) without the racks' or nodes'
+        power budgets refusing it; the draw is still summed."""
         before, self.admit_power = self.admit_power, False
         try:
             yield self
         finally:
             self.admit_power = before
+            self._fit_cache.clear()  # nothing computed without the budgets is kept
 
     def domain_draw_mw(self) -> dict[str, tuple[int, int]]:
         """(admitted, budget) milliwatts of each power domain."""
@@ -604,7 +606,7 @@ class ClusterState:
         if self.has_power:
             if pods is None:
                 pods = self.dev_pods[nodes]
-            power = (pods > 0) | (self._power_slots(nodes) >= 1)
+            power = (pods > 0) | (self._power_slots(nodes) >= 1) | (not self.admit_power)
             yield "power", (power & self._domain_fits(req, nodes)
                             if self.has_domains and domains else power)
         elif self.has_domains and domains:
@@ -1113,7 +1115,7 @@ class ClusterState:
             raise ValueError(f"{req.name}: devices {devs} on {self.names[n]} span NVLink "
                              "domains, and the pod needs one (gpugov.io/topology: required)")
         idle = len({d for d in devs if self.dev_pods[n, d] == 0})
-        if self.has_power and idle > 1 and self._slots[n] < idle:
+        if self.has_power and idle > 1 and self._slots[n] < idle and self.admit_power:
             raise ValueError(f"{req.name}: node {self.names[n]} has no power budget left")
         for d in devs:
             milli, mem = self.charge(req, n, d, alloc.mig_start)
