@@ -127,11 +127,15 @@ def compiled_forms(request: GpuRequest, name: str, state: ClusterState, *,
                         mig_profile=pname)
                 for pname, (_, ms, milli) in sorted(found.items(), key=lambda kv: kv[1][0])]
 
-    if kind == "mig":
-        if request.count != 1:
-            return []
-        return mig_forms(lambda g: [g.profile(request.mig_profile)]
-                         if request.mig_profile in g.profile_names() else [])
+    if kind == "mig":  # `count` instances of the profile (a GPU may hold several)
+        return [replace(f, gpu_count=request.count) for f in mig_forms(
+            lambda g: [g.profile(request.mig_profile)]
+            if request.mig_profile in g.profile_names() else [])]
+    if kind == "replica" and request.mig_profile:  # a replica of a time-sliced instance
+        return [replace(f, gpu_milli=1, gpu_memory_mib=request.memory_mib or 0,
+                        mode=DeviceMode.TIMESLICE) for f in mig_forms(
+            lambda g: [g.profile(request.mig_profile)]
+            if request.mig_profile in g.profile_names() else [])]
     if kind == "whole":
         need = request.memory_on(_card_mib(state, request.models)) or 0
         forms = [replace(base, gpu_count=request.count, gpu_memory_mib=need,
@@ -139,7 +143,7 @@ def compiled_forms(request: GpuRequest, name: str, state: ClusterState, *,
         if request.count == 1:
             forms += mig_forms(lambda g: [g.whole])
         return forms
-    if request.count != 1 or (kind == "replica" and request.mig_profile):
+    if request.count != 1:
         return []
     milli, mem = need_on(request, _card_mib(state, request.models))
     if kind == "replica":
@@ -287,10 +291,7 @@ def _why_required(request: GpuRequest, tier: TrustTier) -> str:
 
 def _inexpressible(request: GpuRequest) -> str:
     kind = request_kind(request)
-    if kind == "mig":
-        return (f"{request.count} MIG instances in one pod are not placed (one per pod); ask "
-                "for one instance per pod")
-    if kind == "replica" and request.mig_profile:
-        return (f"time-sliced MIG instances ({request.mig_profile}.shared) are not placed; ask "
-                "for the MIG instance itself")
+    if kind == "mig" or (kind == "replica" and request.mig_profile):
+        return (f"no GPU model of this fleet offers MIG profile {request.mig_profile}; ask for "
+                "a profile its MIG GPUs have")
     return "a fractional request takes one device; ask for whole GPUs instead"

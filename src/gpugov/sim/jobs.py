@@ -285,10 +285,14 @@ def gpu_request(path: Path | str, line: int, text: str,
         field = "annotations" if annotations and exc.spelling in annotations else "resources"
         raise TraceError(path, line, field, str(exc)) from None
     if req is not None:
-        try:  # what the state cannot hold (several MIG instances in a pod, ...)
+        try:  # what the state cannot hold
             req.to_pod_request("x", modes=True)
         except ValueError as exc:
             raise TraceError(path, line, "resources", str(exc)) from None
+        if req.mode is DeviceMode.MIG and req.count > 1:  # the job columns hold one per pod
+            raise TraceError(path, line, "resources", f"{req.count} MIG instances in one pod: "
+                             "the replay's job file places one instance per pod (gpugov's "
+                             "Kubernetes scheduler places several); write one per pod")
     return req
 
 
