@@ -359,6 +359,7 @@ uint64_t gg_qos_yield(int dev, int64_t expect) {
     struct board *b = &boards[dev];
     uint64_t t0 = gg_now_ns(), now = t0;
     unsigned int seed = (unsigned int)(t0 ^ (uint64_t)getpid());
+    int busy_polls = 0;
     if (expect <= 0) expect = 1000000;
     for (;;) {
         struct verdict v;
@@ -376,7 +377,11 @@ uint64_t gg_qos_yield(int dev, int64_t expect) {
             if (!v.busy && fits(&v, now, 0)) break;
             announce(b, before, now);
         }
-        int64_t nap = POLL_NS / 2 + (int64_t)(rand_r(&seed) % (POLL_NS / 2));
+        /* while high-priority work runs, look less and less often (up to 4x POLL_NS): a
+         * held process should not spin on the files */
+        busy_polls = v.busy ? busy_polls + 1 : 0;
+        int64_t poll = POLL_NS << (busy_polls < 8 ? 0 : busy_polls < 16 ? 1 : 2);
+        int64_t nap = poll / 2 + (int64_t)(rand_r(&seed) % (poll / 2));
         if (!v.busy && v.next_min > now && (int64_t)(v.next_min - now) < nap) nap = (int64_t)(v.next_min - now);
         sleep_ns(nap);
         now = gg_now_ns();
