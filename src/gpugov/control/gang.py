@@ -115,26 +115,29 @@ def empty_twin(state: ClusterState) -> ClusterState:
 def empty_cluster_fit(state: ClusterState, job: Job) -> tuple[int, str]:
     """(pods of `job` the empty cluster holds at once, up to all; the `REASONS` code of the
     first that does not fit, "" when all do). Whole GPUs and soft slices on soft devices:
-    exact; other modes: first fit on an empty copy of the cluster, answered from a cache per
-    request shape (`_EmptyFit`: the same answers, without a first fit per submitted job)."""
+    exact (the pods every node holds when empty); other modes: first fit on an empty copy of
+    the cluster. Answered from a cache per request shape (`_EmptyFit`): the same answers,
+    without an O(nodes) test per submitted job."""
     req = job.request
-    if state.fast_path(req):
-        fit = int(pods_per_node(state, req, free=False).sum())
-        if fit >= job.pods:
-            return job.pods, ""
-        if fit == 0:
-            return 0, empty_twin(state).failure_reason(req)
-        return fit, "gpu" if req.is_gpu else "cpu"
     fits = _FITS.get(state)
     if fits is None:
         fits = _FITS[state] = {}
-    shape = dataclasses.replace(req, name="") if req.name else req  # all but the name
+    shape = tuple(getattr(req, f) for f in _SHAPE_FIELDS)  # all but the pod's name
     known = fits.get(shape)
     if known is None:
         if len(fits) >= MAX_SHAPES:  # bounded: a flood of distinct shapes starts over
             fits.clear()
         known = fits[shape] = _EmptyFit()
+        if state.fast_path(req):  # how many pods the empty nodes hold, all at once
+            fit = int(pods_per_node(state, req, free=False).sum())
+            known.limit = (fit, empty_twin(state).failure_reason(req) if fit == 0
+                           else "gpu" if req.is_gpu else "cpu")
     return known.answer(state, req, job.pods)
+
+
+#: the PodRequest fields an empty-cluster answer depends on (every compared one but the name)
+_SHAPE_FIELDS = tuple(f.name for f in dataclasses.fields(PodRequest)
+                      if f.compare and f.name != "name")
 
 
 #: most request shapes whose empty-cluster answer is kept per state
@@ -142,10 +145,11 @@ MAX_SHAPES = 4096
 
 
 class _EmptyFit:
-    """What first fit on the empty cluster has shown for one request: `fit` pods placed
-    without a failure, and once a pod failed, `limit` = (pods placed before it, its reason).
-    First fit places pods in the same order whatever their number, so the answer for n
-    pods is (n, "") up to the first failure and (limit) past it."""
+    """What the empty cluster has shown for one request shape: `fit` pods placed by first fit
+    without a failure, and once a pod failed, `limit` = (pods placed before it, its reason);
+    on the fast path `limit` is set at once from the nodes' capacities. First fit places pods
+    in the same order whatever their number, so the answer for n pods is (n, "") up to the
+    first failure and `limit` past it."""
 
     __slots__ = ("fit", "limit")
 
@@ -167,8 +171,8 @@ class _EmptyFit:
         return placed, why
 
 
-#: per state: request -> what first fit on its empty twin has shown
-_FITS: WeakKeyDictionary[ClusterState, dict[PodRequest, _EmptyFit]] = WeakKeyDictionary()
+#: per state: request shape -> what the empty cluster has shown for it
+_FITS: WeakKeyDictionary[ClusterState, dict[tuple, _EmptyFit]] = WeakKeyDictionary()
 
 
 def first_fit_empty(state: ClusterState, req: PodRequest, pods: int) -> tuple[int, str]:
