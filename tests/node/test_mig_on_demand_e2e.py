@@ -15,6 +15,7 @@ from nvml_fake import H100_80
 from gpugov.k8s.annotations import (
     ALLOCATION,
     INVENTORY,
+    MIG_REQUESTS,
     MIG_REQUESTS_STATE,
     decode_allocation,
     decode_inventory,
@@ -52,9 +53,25 @@ def test_a_pod_gets_a_mig_instance_created_for_it_and_binds(k8s_control_plane, n
                     return inv.devices[0].mig_on_demand
                 await wait_until(published, TIMEOUT, "the agent's inventory")
                 q = await e.queue("q")
-                e.start_scheduler()
+                sched = e.start_scheduler()
+
+                async def synced():
+                    return "synced:" in e.log(sched)
+                await wait_until(synced, TIMEOUT, "the scheduler to sync")
                 t0 = time.monotonic()
                 await e.pods([e.pod("infer", q, limits={"nvidia.com/mig-2g.20gb": "1"})])
+                seen: dict[str, float] = {}
+
+                async def steps():  # when each step became visible in the API (for the log)
+                    while True:
+                        _, obj = await e.kube.request("GET", f"/api/v1/nodes/{name}")
+                        ann = obj["metadata"]["annotations"]
+                        if MIG_REQUESTS in ann:
+                            seen.setdefault("asked", time.monotonic() - t0)
+                        if "created" in ann.get(MIG_REQUESTS_STATE, ""):
+                            seen.setdefault("created", time.monotonic() - t0)
+                        await asyncio.sleep(0.05)
+                watcher = asyncio.create_task(steps())
                 try:
                     items = await e.wait_bound(1)
                 except TimeoutError:  # what each side saw, for the log
@@ -64,7 +81,9 @@ def test_a_pod_gets_a_mig_instance_created_for_it_and_binds(k8s_control_plane, n
                     print([(p["metadata"]["name"], p.get("status")) for p in await e.list()])
                     raise
                 took = time.monotonic() - t0
-                print(f"\non-demand MIG: pod created -> instance created -> bound in {took:.2f} s")
+                watcher.cancel()
+                print(f"\non-demand MIG: pod created -> asked {seen.get('asked', -1):.2f} s -> "
+                      f"created {seen.get('created', -1):.2f} s -> bound {took:.2f} s")
                 rec = decode_allocation(by_name(bound(items))["infer"]["metadata"]
                                         ["annotations"][ALLOCATION])
                 (d,) = rec.devices
