@@ -343,3 +343,95 @@ def test_a_gang_of_claim_pods_binds_all_or_nothing(dra_plane) -> None:
             await kube.close()
 
     asyncio.run(main())
+
+
+def test_a_dra_pod_is_preempted_for_a_higher_priority_pod_of_a_queue_under_its_guarantee(
+        dra_plane) -> None:
+    """kube-scheduler does not preempt for devices; the governor does: a low-priority DRA
+    pod of a queue over its guarantee holds the only GPU of its kind; a high-priority DRA pod
+    of a queue under its guarantee waits for it; the governor evicts the first (with an
+    Event saying why), and the second gets the GPU."""
+    from gpugov.k8s.devcluster.dev import install_crds
+
+    async def main() -> None:
+        await install_crds(dra_plane.kubeconfig)
+        kube = await Kube.from_kubeconfig(dra_plane.kubeconfig)
+        stop = asyncio.Event()
+        tasks = []
+        gov = Governor(kube, interval=0.3)
+        try:
+            features = await probe_features(kube, governed=True)
+            tasks = [asyncio.create_task(SlicePublisher(kube, features).run(stop)),
+                     asyncio.create_task(gov.run(stop))]
+            await _post(kube, "/api/v1/nodes", kwok_node("rc-n1", inventory(
+                gpu(0, model="RECLAIM-GPU"))))
+            g = "/apis/gpugov.io/v1alpha1"
+            for q, quota in (("rc-low", 0), ("rc-high", 1)):
+                await _post(kube, "/api/v1/namespaces", {"metadata": {"name": q}})
+                await _post(kube, f"{g}/queues", {
+                    "apiVersion": "gpugov.io/v1alpha1", "kind": "Queue",
+                    "metadata": {"name": q}, "spec": {"quota": {"gpu": quota}}})
+                await _post(kube, f"{g}/tenants", {
+                    "apiVersion": "gpugov.io/v1alpha1", "kind": "Tenant",
+                    "metadata": {"name": q}, "spec": {"queue": q, "namespaces": [q]}})
+            for name, value in (("rc-lo", 0), ("rc-hi", 1000)):
+                await _post(kube, "/apis/scheduling.k8s.io/v1/priorityclasses", {
+                    "apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+                    "metadata": {"name": name}, "value": value})
+            pick = 'device.attributes["gpu.gpugov.io"].model == "RECLAIM-GPU"'
+
+            async def make(ns: str, pclass: str) -> None:
+                await _post(kube, f"/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaims",
+                            claim("c", ns, [request("g", "gpu.gpugov.io", selector=pick)]))
+                pod = claim_pod("p", ns, {"gpu": "c"})
+                pod["spec"]["priorityClassName"] = pclass
+                await _post(kube, f"/api/v1/namespaces/{ns}/pods", pod)
+
+            async def bound(ns: str) -> str:
+                code, p = await kube.request("GET", f"/api/v1/namespaces/{ns}/pods/p")
+                return p["spec"].get("nodeName") or "" if code == 200 else "gone"
+
+            await make("rc-low", "rc-lo")
+            assert await wait_for(lambda: bound("rc-low"), "low bound") == "rc-n1"
+            await make("rc-high", "rc-hi")
+            assert await wait_for(lambda: bound("rc-high"), "high bound after reclaim",
+                                  timeout=120) == "rc-n1"
+            assert gov.evicted == ["rc-low/p"]
+            _, doc = await kube.request("GET", "/api/v1/namespaces/rc-low/events")
+            said = [e["message"] for e in doc["items"] if e.get("reason") == "Preempted"]
+            assert said and "preempted by gpugov for rc-high/p (priority 1000, queue rc-high " \
+                "under its guarantee): this pod's queue rc-low is over its guarantee" in said[0]
+        finally:
+            stop.set()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await kube.close()
+
+    asyncio.run(main())
+
+
+def test_reclaim_takes_the_lowest_priority_newest_pod_of_a_queue_over_its_guarantee() -> None:
+    from gpugov.k8s.dra.reclaim import Holder, Waiter, claim_demand, victims
+
+    led = Ledger({"hi": QueueNode("hi", None, None, {"gpu": 0}, {"gpu": 2}),
+                  "lo": QueueNode("lo", None, None, {"gpu": 3}, {"gpu": 1}),
+                  "ok": QueueNode("ok", None, None, {"gpu": 1}, {"gpu": 1})})
+    holders = [Holder("lo", "old", "u1", "lo", 0, "2026-01-01T00:00:00Z"),
+               Holder("lo", "new", "u2", "lo", 0, "2026-01-02T00:00:00Z"),
+               Holder("lo", "vip", "u3", "lo", 500, "2026-01-03T00:00:00Z"),
+               Holder("ok", "fair", "u4", "ok", 0, "2026-01-04T00:00:00Z")]
+    one = Charge(Fraction(1))
+    got = victims([Waiter("hi", "a", "hi", 100, one), Waiter("hi", "b", "hi", 200, one)],
+                  holders, led)
+    assert [(w.name, h.name) for w, h in got] == [("b", "new"), ("a", "old")]
+    # a waiter whose queue would go past its guarantee takes nothing
+    assert victims([Waiter("hi", "big", "hi", 900, Charge(Fraction(3)))], holders, led) == []
+    classes = {"gpu.gpugov.io", "gpu-slice.gpugov.io"}
+    spec = {"spec": {"devices": {"requests": [
+        {"name": "a", "exactly": {"deviceClassName": "gpu.gpugov.io", "count": 2}},
+        {"name": "b", "exactly": {"deviceClassName": "gpu-slice.gpugov.io",
+                                  "capacity": {"requests": {"compute": "30"}}}},
+        {"name": "c", "exactly": {"deviceClassName": "other.example.com"}}]}}}
+    assert claim_demand(spec, classes).gpu == Fraction(23, 10)
+    bad = {"spec": {"devices": {"requests": [{"name": "a", "exactly": {
+        "deviceClassName": "gpu.gpugov.io", "count": 10**9}}]}}}
+    assert claim_demand(bad, classes) is None

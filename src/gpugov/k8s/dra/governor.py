@@ -39,7 +39,8 @@ from gpugov.k8s.dra.ledger import (
     claim_isolation,
     device_index,
 )
-from gpugov.k8s.dra.slices import ADMITTED, DRIVER, REFUSED
+from gpugov.k8s.dra.reclaim import Holder, Waiter, claim_demand, victims
+from gpugov.k8s.dra.slices import ADMITTED, CLASSES, DRIVER, REFUSED, SLICE_CLASS
 from gpugov.k8s.scheduler import names
 from gpugov.k8s.scheduler.kube import Kube, message
 from gpugov.k8s.scheduler.tenancy import Tenancy
@@ -63,6 +64,23 @@ def _ours(claim: dict[str, Any]) -> list[dict[str, Any]]:
     alloc = (claim.get("status") or {}).get("allocation") or {}
     return [r for r in (alloc.get("devices") or {}).get("results") or []
             if r.get("driver") == DRIVER and ADMITTED in (r.get("bindingConditions") or [])]
+
+
+def _unschedulable(pod: dict[str, Any]) -> bool:
+    """kube-scheduler tried and found no node (its PodScheduled condition says so)."""
+    return any(c.get("type") == "PodScheduled" and c.get("status") == "False"
+               and c.get("reason") == "Unschedulable"
+               for c in (pod.get("status") or {}).get("conditions") or [])
+
+
+def _claim_names(pod: dict[str, Any]) -> list[str]:
+    """The pod's ResourceClaim names: named ones, and those created from its templates."""
+    out = [c["resourceClaimName"] for c in (pod.get("spec") or {}).get("resourceClaims") or []
+           if c.get("resourceClaimName")]
+    out += [s["resourceClaimName"] for s in
+            (pod.get("status") or {}).get("resourceClaimStatuses") or []
+            if s.get("resourceClaimName")]
+    return out
 
 
 def _pods(claim: dict[str, Any]) -> set[str]:
@@ -92,16 +110,19 @@ def queues_of(objs: list[dict[str, Any]]) -> dict[str, QueueNode]:
         usage = ((o.get("status") or {}).get("usage") or {})
         out[q.name] = QueueNode(q.name, q.parent, q.limit,
                                 {k: float(v) for k, v in usage.items()
-                                 if isinstance(v, int | float)})
+                                 if isinstance(v, int | float)}, dict(q.quota))
     return out
 
 
 class Governor:
-    def __init__(self, kube: Kube, interval: float = 1.0) -> None:
+    def __init__(self, kube: Kube, interval: float = 1.0, reclaim: bool = True) -> None:
         self.kube, self.interval = kube, interval
         self.decisions: dict[str, str] = {}  # claim uid -> the last reason ("" = admitted)
         self.errors: list[str] = []  # what failed other than a write conflict (bounded)
         self._groups: dict[str, str] = {}  # pod UID -> "<ns>/<PodGroup>" or ""
+        #: evict for pending DRA pods of queues under their guarantee (`reclaim.py`)
+        self.reclaim = reclaim
+        self.evicted: list[str] = []
 
     async def _list(self, path: str) -> list[dict[str, Any]]:
         items, _ = await self.kube.list_all(path)
@@ -152,7 +173,10 @@ class Governor:
         they fit their queues together, or all refused."""
         claims = await self._list(CLAIMS)
         waiting = [c for c in claims if _ours(c)]
-        if not waiting:
+        classes = set(CLASSES.values()) | {SLICE_CLASS}
+        unallocated = [c for c in claims if not (c.get("status") or {}).get("allocation")
+                       and claim_demand(c, classes) is not None]
+        if not waiting and not (self.reclaim and unallocated):
             return 0
         devices = device_index(await self._list(SLICES))
         namespaces = await self._list("/api/v1/namespaces")
@@ -193,7 +217,60 @@ class Governor:
                 written += 1
         for group, members in sorted(gangs.items()):
             written += await self._gang(group, members, tenancy, ledger, devices)
+        if self.reclaim and unallocated:
+            await self._reclaim(claims, classes, tenancy, ledger)
         return written
+
+    async def _reclaim(self, claims: list[dict[str, Any]], classes: set[str],
+                       tenancy: Tenancy, ledger: Ledger) -> None:
+        """Evict for pending DRA pods of queues under their guarantee (reclaim.py)."""
+        by_name = {(c["metadata"]["namespace"], c["metadata"]["name"]): c for c in claims}
+        pods = await self._list("/api/v1/pods")
+        waiters, holders = [], []
+        holding = {uid for c in claims if verdict(c) == ADMITTED for uid in _pods(c)}
+        for p in pods:
+            meta, spec = p.get("metadata") or {}, p.get("spec") or {}
+            ns, prio = meta.get("namespace", ""), spec.get("priority") or 0
+            owner = tenancy.of(ns)
+            if owner.queue is None or isinstance(prio, bool) or not isinstance(prio, int):
+                continue
+            if meta.get("uid") in holding and not meta.get("deletionTimestamp"):
+                holders.append(Holder(ns, meta["name"], meta["uid"], owner.queue, prio,
+                                      str(meta.get("creationTimestamp") or "")))
+                continue
+            if spec.get("nodeName") or not spec.get("resourceClaims") or \
+                    not _unschedulable(p):
+                continue
+            demand, total = None, None
+            for name in _claim_names(p):
+                c = by_name.get((ns, name))
+                if c is None or (c.get("status") or {}).get("allocation"):
+                    continue
+                demand = claim_demand(c, classes)
+                if demand is not None:
+                    total = demand if total is None else total + demand
+            if total is not None:
+                waiters.append(Waiter(ns, meta["name"], owner.queue, prio, total))
+        for w, h in victims(waiters, holders, ledger):
+            why = (f"preempted by gpugov for {w.namespace}/{w.name} (priority {w.priority}, "
+                   f"queue {w.queue} under its guarantee): this pod's queue {h.queue} is over "
+                   "its guarantee")
+            code, doc = await self.kube.request(
+                "POST", f"/api/v1/namespaces/{h.namespace}/pods/{h.name}/eviction",
+                {"apiVersion": "policy/v1", "kind": "Eviction",
+                 "metadata": {"name": h.name, "namespace": h.namespace}})
+            if code not in (200, 201):
+                log.info("reclaim: evicting %s/%s: HTTP %s: %s", h.namespace, h.name, code,
+                         message(doc))
+                continue
+            self.evicted.append(f"{h.namespace}/{h.name}")
+            log.info("reclaim: evicted %s/%s: %s", h.namespace, h.name, why)
+            await self.kube.request("POST", f"/api/v1/namespaces/{h.namespace}/events", {
+                "metadata": {"generateName": f"{h.name}.", "namespace": h.namespace},
+                "involvedObject": {"kind": "Pod", "namespace": h.namespace, "name": h.name,
+                                   "uid": h.uid, "apiVersion": "v1"},
+                "reason": "Preempted", "message": why, "type": "Warning",
+                "source": {"component": "gpugov-dra-governor"}})
 
     async def _gang(self, group: str, members: list[dict[str, Any]], tenancy: Tenancy,
                     ledger: Ledger, devices: dict[tuple[str, str], dict[str, Any]]) -> int:

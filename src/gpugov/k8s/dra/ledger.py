@@ -150,6 +150,7 @@ class QueueNode:
     parent: str | None
     limit: dict[str, float] | None
     usage: dict[str, float] = field(default_factory=dict)  # the scheduler's status.usage
+    quota: dict[str, float] = field(default_factory=dict)  # the guarantee (reclaim)
 
 
 @dataclass
