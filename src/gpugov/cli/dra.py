@@ -77,6 +77,9 @@ def dra_governor_cmd(
                                            help="default: the in-cluster service account"),
     interval: float = typer.Option(1.0, "--interval", callback=_positive_seconds,
                                    help="seconds between rounds"),
+    reclaim: bool = typer.Option(True, "--reclaim/--no-reclaim", help="evict lower-priority "
+                                 "DRA pods of queues over their guarantee for pending ones "
+                                 "of queues under it"),
 ) -> None:
     """Admit or refuse each claim kube-scheduler allocated on gpugov devices, by queue."""
     _kubeconfig_file(kubeconfig)
@@ -84,7 +87,7 @@ def dra_governor_cmd(
     async def body(kube, stop) -> None:  # noqa: ANN001
         from gpugov.k8s.dra.governor import Governor
 
-        await Governor(kube, interval).run(stop)
+        await Governor(kube, interval, reclaim).run(stop)
 
     _serve(kubeconfig, body)
 
