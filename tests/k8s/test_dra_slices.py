@@ -227,3 +227,18 @@ def test_claims_no_device_can_serve_stay_pending_with_a_reason(dra_plane) -> Non
             await kube.close()
 
     asyncio.run(main())
+
+
+def test_dra_classes_prints_the_device_classes_to_apply() -> None:
+    import yaml
+    from typer.testing import CliRunner
+
+    from gpugov.cli import app
+
+    res = CliRunner().invoke(app, ["dra", "classes", "--consumable-capacity"])
+    assert res.exit_code == 0, res.output
+    docs = list(yaml.safe_load_all(res.output))
+    assert [d["metadata"]["name"] for d in docs] == [
+        "gpu.gpugov.io", "mig.gpugov.io", "timeslice.gpugov.io", "mps.gpugov.io", SLICE_CLASS]
+    assert all(d["apiVersion"] == "resource.k8s.io/v1" and d["kind"] == "DeviceClass"
+               for d in docs)
