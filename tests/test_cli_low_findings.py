@@ -144,3 +144,11 @@ def test_low_failed_why_parts_add_up_to_the_failed_column() -> None:
         assert all(abs(p - m) < 1 for p, m in zip(parts, means, strict=True))
 
     parts_add_up()
+
+
+def test_low_top_cells_never_show_nan_or_inf() -> None:
+    """`top` formatted whatever number it got: a NaN fair share printed `nan`."""
+    from gpugov.observe import top
+
+    assert top._num(float("nan")) == "—" and top._num(float("inf")) == "—"
+    assert top._num(None) == "—" and top._num(1.5) == "1.50"

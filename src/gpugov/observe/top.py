@@ -27,7 +27,8 @@ GIB = 1024 * MIB
 
 
 def _num(x: float | None, fmt: str = "{:.2f}") -> str:
-    return "—" if x is None else fmt.format(x)
+    """A cell: `—` for no value, never `nan` or `inf` (a ratio over nothing)."""
+    return "—" if x is None or x != x or x in (float("inf"), float("-inf")) else fmt.format(x)
 
 
 def _gib(x: float | None) -> str:
