@@ -770,9 +770,9 @@ class SchedulerState:
         """Ask node agents for the MIG instances pending MIG pods need (`mig_on_demand.py`):
         the node annotations to write, and each such pod's reason."""
         assert self.cp is not None
-        pending = [(k, rec.job.request) for rec in self.jobs.values()
-                   if rec.job.status in (PENDING, REJECTED) for k in rec.pods
-                   if k not in self.waiting]
+        pending = [(k, rec.job.request) for rec in self.jobs.values()  # no instance to take
+                   if rec.job.status in (PENDING, REJECTED) and rec.job.blocked_by == "mig-slice"
+                   for k in rec.pods if k not in self.waiting]
         patches, said = self.on_demand.plan(self.cp.state, self.nodes, self.node_index,
                                             pending, now)
         for node, value in patches.items():
