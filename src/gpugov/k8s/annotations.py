@@ -77,6 +77,8 @@ def _load(annotation: str, text: str | bytes | None,
         data = json.loads(text)
     except (ValueError, TypeError) as exc:
         raise AnnotationError(annotation, f"not JSON ({exc})") from None
+    except RecursionError:  # nested thousands deep: json's recursion, not a value error
+        raise AnnotationError(annotation, "not JSON (nested too deep)") from None
     if not isinstance(data, dict):
         raise AnnotationError(annotation, f"expected a JSON object, got {type(data).__name__}")
     v = data.get("v")
