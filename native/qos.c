@@ -44,7 +44,7 @@
 #define POLL_NS 100000LL          /* low-priority launches re-read the board this often */
 #define FIT_MAX_NS 1000000000ULL  /* planned launches further ahead than this are garbage */
 #define FIT_MARGIN_NS 1000000ULL  /* and must end this long before it (a late start) */
-#define WAKE_GRACE_NS 10000000ULL /* a planned launch this late is still about to happen */
+#define WAKE_GRACE_NS 30000000ULL /* a planned launch this late is still about to happen */
 #define MAX_INFLIGHT 4096u        /* larger in-flight counts are garbage */
 #define WATCH_BUSY_NS 50000LL     /* the watcher polls completions this often while busy */
 #define WATCH_IDLE_NS 100000000LL /* and refreshes the heartbeat this often while idle */
