@@ -981,16 +981,22 @@ class ClusterState:
     def _shared_instance(self, req: PodRequest, node: int, device: int, start: int
                          ) -> tuple[int, int]:
         """(replicas, memory MiB) of the time-sliced instance at `start` of `device`."""
-        table = mig_table(self.nodes[node].model)
+        k, e = self._shared_entry(req, node, device, start)
+        return e[0], mig_table(self.nodes[node].model).placements[k].memory_mib
+
+    def _shared_entry(self, req: PodRequest, node: int, device: int, start: int
+                      ) -> tuple[int, list[int]]:
+        """(placement number, `mig_shared` entry) of the time-sliced instance at `start` of
+        `device`; ValueError when there is none."""
         try:
-            k = table.number(req.mig_profile, start)
+            k = mig_table(self.nodes[node].model).number(req.mig_profile, start)
         except KeyError as e:
             raise ValueError(f"{req.name}: {e.args[0]}") from None
         e = self.mig_shared.get((node, device, k))
         if e is None:
             raise ValueError(f"{req.name}: {req.mig_profile}@{start} on device {device} of "
                              f"{self.names[node]} is not a time-sliced instance")
-        return e[0], table.placements[k].memory_mib
+        return k, e
 
     def mig_instances(self, req: PodRequest, node: int, first: int | None = None
                       ) -> Allocation:
@@ -1186,14 +1192,7 @@ class ClusterState:
         """Take (`step` 1) or give back (-1) one replica of the time-sliced MIG instance at
         `alloc.mig_start` of device `d`."""
         table = mig_table(self.nodes[n].model)
-        try:
-            k = table.number(req.mig_profile, alloc.mig_start)
-        except KeyError as e:
-            raise ValueError(f"{req.name}: {e.args[0]}") from None
-        e = self.mig_shared.get((n, d, k))
-        if e is None:
-            raise ValueError(f"{req.name}: {req.mig_profile}@{alloc.mig_start} on device {d} "
-                             f"of {self.names[n]} is not a time-sliced instance")
+        k, e = self._shared_entry(req, n, d, alloc.mig_start)
         if step > 0 and (e[1] <= 0 or e[2] < alloc.memory_mib):
             raise ValueError(f"{req.name}: the time-sliced {req.mig_profile}@{alloc.mig_start} "
                              f"on device {d} of {self.names[n]} has no replica or memory left")
