@@ -559,7 +559,8 @@ def test_crd_generate_prints_outside_a_checkout_and_names_an_unwritable_folder(
     ["node", "run", "--node-name", "n1", "--config", "FILE"],
     ["node", "agent", "--node-name", "n1", "--mig-config", "FILE"],
     ["node", "device-plugin", "--node-name", "n1", "--devices", "FILE"],
-], ids=["run --config", "agent --mig-config", "device-plugin --devices"])
+    ["node", "dra-plugin", "--node-name", "n1", "--devices", "FILE"],
+], ids=["run --config", "agent --mig-config", "device-plugin --devices", "dra-plugin --devices"])
 def test_non_utf8_node_files_are_named_not_a_traceback(tmp_path: Path, argv) -> None:
     """Issue 22, finding 9: non-UTF-8 node config files printed a traceback, and
     `device-plugin --devices` did not name the file."""

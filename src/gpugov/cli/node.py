@@ -314,6 +314,8 @@ def node_dra_plugin_cmd(
     if devices is not None:
         try:
             fixed = static_inventory(devices)
+        except UnicodeDecodeError:
+            raise _fail(f"--devices {devices}: not UTF-8 text") from None
         except (OSError, AnnotationError) as e:
             raise _fail(f"--devices {devices}: {e}") from None
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
