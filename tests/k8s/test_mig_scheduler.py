@@ -274,3 +274,41 @@ def test_a_single_strategy_pod_lands_only_where_the_product_label_matches() -> N
     (d,) = b.record.devices
     assert (b.node, d.mig_profile) == ("h-0", "1g.10gb") and d.mig_uuid
     assert objs
+
+
+def test_hostile_mig_annotations_are_refused_naming_the_field() -> None:
+    """The on-demand and time-sliced MIG fields are bounded and named when wrong."""
+    from gpugov.k8s.annotations import (
+        decode_mig_requests,
+        decode_mig_requests_state,
+    )
+    bad = {
+        '{"v":1,"instances":[' + ",".join(['{"gpu":0,"profile":"1g.10gb","start":0}'] * 65)
+        + "]}": "at most 64",
+        '{"v":1,"instances":[{"gpu":-1,"profile":"1g.10gb","start":0}]}': "gpu",
+        '{"v":1,"instances":[{"gpu":0,"profile":"1g.10gb","start":"x"}]}': "start",
+        '{"v":1,"instances":[7]}': "instances[0]",
+        '{"v":2,"instances":[]}': "v=1",
+    }
+    for text, field in bad.items():
+        try:
+            decode_mig_requests(text)
+        except AnnotationError as e:
+            assert field in str(e), (field, str(e))
+        else:
+            raise AssertionError(text[:60])
+    try:
+        decode_mig_requests_state('{"v":1,"time":"t","results":{"0/1g.10gb@0":7}}')
+    except AnnotationError as e:
+        assert "results" in str(e)
+    else:
+        raise AssertionError("a non-string result was read")
+    (obj,) = nodes(pool("h", 1, [{"index": "0", "mode": "mig", "layout": ["1g.10gb"]}]))
+    inv = json.loads(obj["metadata"]["annotations"][INVENTORY])
+    inv["devices"][0]["mig"][0]["replicas"] = 10**9
+    try:
+        decode_inventory(json.dumps(inv))
+    except AnnotationError as e:
+        assert "mig[0].replicas" in str(e) and "1..64" in str(e)
+    else:
+        raise AssertionError("a billion replicas were read")
