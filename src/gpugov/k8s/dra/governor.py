@@ -38,6 +38,7 @@ from gpugov.k8s.dra.ledger import (
     claim_charge,
     claim_isolation,
     device_index,
+    pod_usage,
 )
 from gpugov.k8s.dra.reclaim import Holder, Waiter, claim_demand, victims
 from gpugov.k8s.dra.slices import ADMITTED, CLASSES, DRIVER, REFUSED, SLICE_CLASS
@@ -107,10 +108,9 @@ def queues_of(objs: list[dict[str, Any]]) -> dict[str, QueueNode]:
         except ValueError as e:
             log.warning("governor: %s", e)
             continue
-        usage = ((o.get("status") or {}).get("usage") or {})
-        out[q.name] = QueueNode(q.name, q.parent, q.limit,
-                                {k: float(v) for k, v in usage.items()
-                                 if isinstance(v, int | float)}, dict(q.quota))
+        # the scheduler's pods only: the claims in its usage are counted here (pod_usage)
+        out[q.name] = QueueNode(q.name, q.parent, q.limit, pod_usage(o.get("status") or {}),
+                                dict(q.quota))
     return out
 
 

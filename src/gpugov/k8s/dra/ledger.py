@@ -7,8 +7,8 @@ also one `mig-<profile>`. A claim charges the sum of its `gpu.gpugov.io` devices
 
 Admission (`Ledger.admit`): the claim's queue and every ancestor stay within their `limit`
 (a Queue's hard cap; `gpu`, `gpumem` and any `mig-<profile>` it names) counting what gpugov's
-scheduler already charged them (the Queue's `status.usage`, which it writes) plus the claims
-admitted here. A queue with no limit on a
+scheduler already charged them for pods (the Queue's `status.usage` less `status.draUsage`, the
+claims it counted: `pod_usage`) plus the claims admitted here. A queue with no limit on a
 resource does not cap it (its guarantee is a promise of the fair-share scheduler, which DRA
 pods of kube-scheduler do not go through).
 """
@@ -25,6 +25,11 @@ from gpugov.k8s.quantity import parse_quantity
 from gpugov.model.isolation import IsolationLevel
 
 GOVERNED = ("gpu", "gpumem")
+#: most results one allocation has (the apiserver's AllocationResultsMaxSize)
+MAX_RESULTS = 32
+#: `Queue.status.draUsage`: the part of `status.usage` that gpugov's scheduler counted from
+#: DRA claims (k8s/scheduler/dra_claims.py); the governor counts claims itself
+DRA_USAGE = "draUsage"
 
 
 class ChargeError(ValueError):
@@ -92,8 +97,12 @@ def claim_charge(claim: dict[str, Any], devices: Mapping[tuple[str, str], dict[s
                  ) -> Charge:
     """What the claim's allocated gpugov devices charge; ChargeError names the field."""
     alloc = (claim.get("status") or {}).get("allocation") or {}
+    results = (alloc.get("devices") or {}).get("results") or []
+    if len(results) > MAX_RESULTS:
+        raise ChargeError(f"status.allocation.devices.results: {len(results)} results; "
+                          f"allowed: at most {MAX_RESULTS}")
     total = Charge()
-    for i, r in enumerate((alloc.get("devices") or {}).get("results") or []):
+    for i, r in enumerate(results):
         if r.get("driver") != DRIVER:
             continue
         where = f"status.allocation.devices.results[{i}]"
@@ -142,6 +151,24 @@ def claim_isolation(claim: dict[str, Any], devices: Mapping[tuple[str, str], dic
         if level < weakest or not which:
             weakest, which = min(weakest, level), f"{r.get('pool')}/{r.get('device')}"
     return weakest, which
+
+
+def pod_usage(status: Mapping[str, Any]) -> dict[str, float]:
+    """A Queue's `status.usage` less its `status.draUsage`: what gpugov's scheduler charged
+    for pods. The one rule against double counting: the scheduler's usage includes the DRA
+    claims it counted and says which part that is; the governor counts claims itself."""
+    usage, dra = status.get("usage") or {}, status.get(DRA_USAGE) or {}
+    if not isinstance(usage, Mapping):
+        return {}
+    if not isinstance(dra, Mapping):
+        dra = {}
+    out = {}
+    for k, v in usage.items():
+        if isinstance(v, int | float) and not isinstance(v, bool):
+            d = dra.get(k, 0)
+            d = d if isinstance(d, int | float) and not isinstance(d, bool) else 0
+            out[k] = max(float(v) - float(d), 0.0)
+    return out
 
 
 @dataclass
