@@ -120,6 +120,8 @@ def queue_crd() -> dict[str, Any]:
     spec["x-kubernetes-validations"] = _queue_rules()
     status = {"type": "object", "properties": {
         "usage": _resource_map("what admitted pods of this queue (and children) hold"),
+        "draUsage": _resource_map("the part of usage held by DRA ResourceClaims of driver "
+                                  "gpu.gpugov.io (docs/dra.md)"),
         "fairShare": _resource_map("the queue's current fair share"),
         "pending": {"type": "integer", "minimum": 0, "description": "pending pods"},
         "admitted": {"type": "integer", "minimum": 0, "description": "admitted pods"},
