@@ -19,7 +19,7 @@ from typing import Any
 
 from gpugov.k8s.power import contract as power_contract
 from gpugov.k8s.power.writer import write_statuses
-from gpugov.k8s.scheduler import names
+from gpugov.k8s.scheduler import dra_claims, names
 from gpugov.k8s.scheduler.apply import Applier
 from gpugov.k8s.scheduler.kube import Kube, WatchExpired
 from gpugov.k8s.scheduler.state import SchedulerState
@@ -39,6 +39,10 @@ PATHS: dict[str, str] = {
                   f"{names.PODGROUPS}",
     "namespace": "/api/v1/namespaces",  # labels: Tenants that select namespaces by label
     "powerdomain": power_contract.PATH,  # racks' budgets (absent CRD: retried quietly)
+    # DRA claims of gpugov's driver are charged to their queues (dra_claims.py), valued from
+    # gpugov's slices (an API server without resource.k8s.io/v1: retried quietly)
+    "resourceclaim": dra_claims.CLAIMS_PATH,
+    "resourceslice": dra_claims.SLICES_PATH,
     "pod": "/api/v1/pods",
 }
 

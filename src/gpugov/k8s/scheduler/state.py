@@ -32,8 +32,10 @@ from gpugov.control.resources import demand_estimate
 from gpugov.control.workload import PENDING, REJECTED, RUNNING, Job, placement_request
 from gpugov.k8s.annotations import MIG_REQUESTS as ANN_MIG_REQUESTS
 from gpugov.k8s.annotations import Allocation as AllocationRecord
+from gpugov.k8s.dra.ledger import DRA_USAGE
 from gpugov.k8s.power.tracker import PowerTracker, device_priorities
 from gpugov.k8s.scheduler import names
+from gpugov.k8s.scheduler.dra_claims import ClaimBook, ledger_vector
 from gpugov.k8s.scheduler.held import (
     allocation_record,
     close_nodes,
@@ -187,6 +189,11 @@ class SchedulerState:
         self.power = PowerTracker()
         #: MIG instances asked of node agents for pending pods (`mig_on_demand.py`)
         self.on_demand = OnDemand()
+        #: allocated DRA claims of gpugov's driver, charged to their queues (`dra_claims.py`)
+        self.claims = ClaimBook()
+        #: queue -> why it takes no new pod: a claim of it cannot be valued
+        self.claim_holds: dict[str, str] = {}
+        self.claim_usage: np.ndarray | None = None  # [queue, resource]: claims' part of usage
 
     # -- watch events ------------------------------------------------------------------------
     def set_node(self, obj: dict[str, Any]) -> None:
@@ -233,6 +240,10 @@ class SchedulerState:
             if self.power.set_object(obj):
                 self.dirty = True
             return
+        if kind in ("resourceclaim", "resourceslice"):
+            if (self.claims.set_claim if kind == "resourceclaim" else self.claims.set_slice)(obj):
+                self.dirty = True  # the claims' charges are counted again
+            return
         store = self._store(kind)
         old = store.get(name)
         store[name] = obj
@@ -253,6 +264,11 @@ class SchedulerState:
             if self.power.delete_object(meta.get("name", "")):
                 self.dirty = True
             return
+        if kind in ("resourceclaim", "resourceslice"):
+            if (self.claims.delete_claim if kind == "resourceclaim"
+                    else self.claims.delete_slice)(obj):
+                self.dirty = True
+            return
         if self._store(kind).pop(meta.get("name", ""), None) is not None:
             self.dirty = True
             if kind == "tenant":
@@ -263,6 +279,8 @@ class SchedulerState:
         they change which Tenant owns it, its pods are charged again (a rebuild)."""
         if not self.tenants.set_namespace(name, labels):
             return
+        if name in self.claims.namespaces():
+            self.dirty = True  # its claims are charged elsewhere now
         for info in self.pods.values():
             if info.namespace == name:
                 before = (info.queue, info.trust, info.oversubscribe)
@@ -451,6 +469,7 @@ class SchedulerState:
         with self.cp.state.counting_running():  # what runs is counted, even over a budget
             self._count_bound(infos)
             problems = close_nodes(self.cp.state, infos)
+        self._charge_claims()
         for problem in problems:
             self._bad("node", problem)
 
@@ -525,6 +544,36 @@ class SchedulerState:
             what += f", charged to queue {queue}"
         self.held[info.key] = f"{why}: {what}"
         self._say("allocation", f"pod {info.key}: {self.held[info.key]}")
+
+    def _charge_claims(self) -> None:
+        """Charge every allocated gpugov DRA claim to its namespace's Tenant's queue, as
+        running usage (`dra_claims.py`); a claim that cannot be valued holds its queue."""
+        cp = self.cp
+        assert cp is not None
+        self.claim_holds = {}
+        self.claim_usage = np.zeros_like(cp.ledger.usage)
+        tree = cp.tree
+        for c in self.claims.charges():
+            owner = self.tenants.of(c.namespace)
+            queue = owner.queue
+            if queue is None or queue not in tree.names or \
+                    not tree.is_leaf[tree.names.index(queue)]:
+                why = (owner.why or f"namespace {c.namespace} has no Tenant") if queue is None \
+                    else f"queue {queue!r} is not a leaf queue of the Queue objects"
+                self._say("claim", f"ResourceClaim {c.key}: not charged to any queue: {why}")
+                continue
+            if c.charge is None:
+                self.claim_holds.setdefault(queue, (
+                    f"queue {queue}'s use is unknown: ResourceClaim {c.key} holds gpugov "
+                    f"devices that cannot be valued ({c.error}); new pods of the queue wait "
+                    "until the claim is fixed or deleted"))
+                self._say("claim", f"ResourceClaim {c.key}: {c.error}")
+                continue
+            leaf = tree.names.index(queue)
+            vec = ledger_vector(tree.resources, c.charge)
+            cp.ledger.add(leaf, vec, False)
+            for a in tree.paths[leaf]:
+                self.claim_usage[a] += vec
 
     def _charge_held(self, info: PodInfo) -> str:
         """Charge a held pod's request to its Tenant's queue (what it may be using counts
@@ -864,6 +913,9 @@ class SchedulerState:
         if leaf is None:
             self._condition(plan, info, code, detail)
             return
+        if info.queue in self.claim_holds:
+            self._condition(plan, info, reasons.OVER_QUOTA, self.claim_holds[info.queue])
+            return
         if info.group:
             groups.setdefault(f"{info.namespace}/{info.group}", []).append(info)
         elif key not in self.job_of:
@@ -979,7 +1031,7 @@ class SchedulerState:
         """Per Queue: usage, fair share (config units), pending and admitted pods — only the
         queues whose status changed since it was last written."""
         cp = self.cp
-        assert cp is not None
+        assert cp is not None and self.claim_usage is not None
         out = {}
         pending = Counter()
         admitted = Counter()
@@ -993,6 +1045,7 @@ class SchedulerState:
                                                       if q in cp.tree.paths[i][1:]]
             status = {
                 "usage": _amounts(cp.ledger.usage[q]),
+                DRA_USAGE: _amounts(self.claim_usage[q]),  # set by the rebuild
                 "fairShare": _amounts(cp.fair[q]),
                 "pending": int(sum(pending[i] for i in leaves)),
                 "admitted": int(sum(admitted[i] for i in leaves)),
