@@ -934,6 +934,26 @@ def priority_classes(objs: list[dict[str, Any]], policies: list[dict[str, Any]] 
 DEFAULT_CLASS = "gpugov-default"
 
 
+def qos_priority(explicit: int | None, preemptible: bool | None, trust: TrustTier
+                 ) -> tuple[int, str]:
+    """The in-GPU QoS class on the record (0 Guaranteed, 1 best-effort) and a warning.
+
+    Without `nvidia.com/priority` it comes from the pod's priority class as the queue config
+    knows it: a non-preemptible class is Guaranteed, any other (or none known:
+    `preemptible` None) best-effort. An explicit `1` always stands. An explicit `0` is
+    honoured only for a non-preemptible class or a trusted tenant: otherwise any tenant
+    could make its neighbours yield to it beyond what its queue allows, so it is recorded
+    as `1` and the warning says why (docs/scheduler.md, QoS class)."""
+    guaranteed = preemptible is False
+    if explicit is None:
+        return (0 if guaranteed else 1), ""
+    if explicit != 0 or guaranteed or trust is TrustTier.TRUSTED:
+        return (0 if explicit == 0 else 1), ""
+    return 1, ("nvidia.com/priority: 0 recorded as 1 (best-effort): priority 0 needs a "
+               "non-preemptible priority class (PriorityPolicy preemptible: false) or a "
+               "trusted Tenant")
+
+
 @dataclass
 class ConfigBuild:
     config: ControlConfig | None
