@@ -29,7 +29,9 @@ from gpugov.k8s.node_policy import (
     OTHER_NODE,
     OTHER_POD,
     POD_FIELDS,
+    SCHEDULER_FIELDS,
     node_scope_policies,
+    scheduler_node_policies,
 )
 from gpugov.k8s.scheduler.harness import gpu_node, gpu_pod
 from gpugov.k8s.webhook.policy import apply_policies, delete_policies
@@ -193,3 +195,60 @@ def test_node_agent_changes_only_its_own_node_and_pods(k8s_control_plane, tmp_pa
     assert POD_FIELDS in seen["allocation on a"] and POD_FIELDS in seen["label on pod a"]
     assert NODE_FIELDS in seen["other label on a"] and NODE_FIELDS in seen["taint on a"]
     assert NO_CLAIM in seen["unbound token"] and NO_CLAIM in seen["unbound token pod"]
+
+
+def test_scheduler_changes_only_the_mig_requests_annotation_of_a_node(k8s_control_plane,
+                                                                      tmp_path) -> None:
+    """gpugov's scheduler holds cluster-wide `patch` on nodes (on-demand MIG requests); the
+    apiserver's `<name>-scheduler-nodes` policy lets it change `gpugov.io/mig-requests` and
+    nothing else: not the inventory the node agent publishes, not labels, not the spec."""
+    cluster = k8s_control_plane
+    tag = f"sc{free_port() % 10000}"
+    system = f"gpugov-{tag}"
+    node = f"{tag}-a"
+    policies = scheduler_node_policies(system, name=f"gpugov-node-scope-{tag}")
+
+    async def main() -> dict[str, Any]:
+        seen: dict[str, Any] = {}
+        await apply_policies(cluster.kubeconfig, policies)
+        await cluster.acreate_nodes([gpu_node(node, 4)])
+        kc = await apply_component_rbac(cluster.kubeconfig, "scheduler", system,
+                                        tmp_path / "scheduler")
+        try:
+            async with cluster.api(kc) as api:
+                core = client.CoreV1Api(api)
+                for i in range(100):  # the policy is enforced a moment after it is created
+                    try:
+                        await core.patch_node(node, {"metadata": {"labels": {"probe": f"p{i}"}}},
+                                              _content_type=MERGE)
+                        await asyncio.sleep(0.2)
+                    except ApiException:
+                        break
+                else:
+                    raise AssertionError("the scheduler node policy never took effect")
+                await core.patch_node(node, {"metadata": {"annotations": {
+                    ann.MIG_REQUESTS: '{"v":1,"requests":[]}'}}}, _content_type=MERGE)
+                seen["inventory"] = await _denied(core.patch_node(
+                    node, {"metadata": {"annotations": {ann.INVENTORY: "{}"}}},
+                    _content_type=MERGE))
+                seen["label"] = await _denied(core.patch_node(
+                    node, {"metadata": {"labels": {"nvidia.com/gpu.product": "H100"}}},
+                    _content_type=MERGE))
+                seen["spec"] = await _denied(core.patch_node(
+                    node, {"spec": {"unschedulable": True}}, _content_type=MERGE))
+            async with cluster.api() as api:
+                n = await client.CoreV1Api(api).read_node(node)
+                seen["annotations"] = n.metadata.annotations
+                seen["unschedulable"] = n.spec.unschedulable
+        finally:
+            await delete_policies(cluster.kubeconfig, policies)
+            async with cluster.api() as api:
+                await client.CoreV1Api(api).delete_node(node)
+        return seen
+
+    seen = asyncio.run(main())
+    assert seen["annotations"][ann.MIG_REQUESTS] == '{"v":1,"requests":[]}'
+    assert seen["annotations"].get(ann.INVENTORY) != "{}"
+    assert not seen["unschedulable"]
+    for what in ("inventory", "label", "spec"):
+        assert SCHEDULER_FIELDS in seen[what], what

@@ -184,13 +184,15 @@ def test_chart_renders_the_node_scope_policy(helm) -> None:
                          check=False)
     assert out.returncode == 0, out.stderr
     docs = [d for d in yaml.safe_load_all(out.stdout) if d]
-    want = node_policy.node_scope_policies("gpu-ops", "rel-gpugov", "rel-gpugov-node-scope")
+    want = [*node_policy.node_scope_policies("gpu-ops", "rel-gpugov", "rel-gpugov-node-scope"),
+            *node_policy.scheduler_node_policies("gpu-ops", "rel-gpugov",
+                                                 "rel-gpugov-node-scope")]
     got = [d for d in docs if d["kind"].startswith("ValidatingAdmissionPolicy")
            and d["metadata"]["name"].startswith("rel-gpugov-node-scope")]
     def by_key(docs: list[dict]) -> dict:
         return {(d["kind"], d["metadata"]["name"]): d["spec"] for d in docs}
 
-    assert len(got) == 4 and by_key(got) == by_key(want)
+    assert len(got) == 6 and by_key(got) == by_key(want)
     sa = next(d for d in docs if d["kind"] == "ServiceAccount"
               and d["metadata"]["name"] == "rel-gpugov-node")
     assert sa["metadata"]["namespace"] == "gpu-ops"

@@ -199,12 +199,12 @@ def admission_policies() -> list[dict[str, Any]]:
     """The in-apiserver policies `up` installs: pod ownership (gpugov's annotations), node
     scope (node agents change only their own node and its pods) and tenant fences (only the
     tenant controller changes them, and only them)."""
-    from gpugov.k8s.node_policy import node_scope_policies
+    from gpugov.k8s.node_policy import node_scope_policies, scheduler_node_policies
     from gpugov.k8s.tenants.policy import all_policies
     from gpugov.k8s.webhook.policy import pod_ownership_policies
 
     return [*pod_ownership_policies(SYSTEM_NAMESPACE), *node_scope_policies(SYSTEM_NAMESPACE),
-            *all_policies(SYSTEM_NAMESPACE)]
+            *scheduler_node_policies(SYSTEM_NAMESPACE), *all_policies(SYSTEM_NAMESPACE)]
 
 
 async def install_policies(kubeconfig: Path) -> None:
