@@ -511,4 +511,6 @@ def test_the_schedulers_own_records_mark_memory_only_slices_uncapped_with_their_
     (mem,) = binds["mem"].devices
     (cores,) = binds["cores"].devices
     assert (mem.compute_limited, mem.priority) == (False, 1)
-    assert (cores.compute_limited, cores.priority) == (True, None)
+    # no nvidia.com/priority: its priority class (the default, preemptible) makes it
+    # best-effort (`translate.qos_priority`)
+    assert (cores.compute_limited, cores.priority) == (True, 1)

@@ -55,8 +55,10 @@ from gpugov.k8s.scheduler.translate import (
     engine_request,
     node_info,
     pod_info,
+    qos_priority,
 )
 from gpugov.model.cluster import ClusterState
+from gpugov.model.devices import DeviceMode
 from gpugov.model.isolation import IsolationLevel
 from gpugov.model.request import Allocation, PodRequest
 
@@ -80,6 +82,9 @@ class Bind:
     uid: str
     node: str
     record: AllocationRecord
+    #: said on the pod as a Warning Event after the bind ("" = nothing): e.g. an
+    #: `nvidia.com/priority: 0` recorded as 1 (`translate.qos_priority`)
+    warning: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -791,7 +796,7 @@ class SchedulerState:
             for key, record in zip(rec.pods, records, strict=True):
                 info = self.pods[key]
                 plan.binds.append(Bind(key, info.namespace, info.name, info.uid,
-                                       record.node, record))
+                                       record.node, record, self.qos_class(info)[1]))
                 self.inflight[key] = record
         demand = self._on_demand(plan, now)
         for rec in self.jobs.values():
@@ -1025,7 +1030,27 @@ class SchedulerState:
         return allocation_record(node, state, alloc.node, req, req.gpu_milli, alloc,
                                  info.request.mode,
                                  compute_stated=info.request.milli is not None,
-                                 priority=info.request.priority)
+                                 priority=self.qos_class(info)[0])
+
+    def qos_class(self, info: PodInfo) -> tuple[int | None, str]:
+        """The record's in-GPU priority and a warning (`translate.qos_priority`), from the
+        pod's priority class as the queue config resolves it (`_pclass`). Derived only where
+        the library shares a device between pods (soft slices, time-slice replicas of GPUs or
+        MIG instances); elsewhere only an explicit `nvidia.com/priority` is recorded."""
+        if info.request is None:
+            return None, ""
+        explicit = info.request.priority
+        cfg = self.build.config
+        preemptible = None if cfg is None else self._pclass(cfg, info).preemptible
+        try:
+            req = self.pod_request(info)
+            shared = req.slice_mode in (DeviceMode.SOFT, DeviceMode.TIMESLICE) or \
+                req.mig_shared
+        except ValueError:
+            shared = False
+        if explicit is None and not shared:
+            return None, ""
+        return qos_priority(explicit, preemptible, info.trust)
 
     def _queue_status(self) -> dict[str, dict[str, Any]]:
         """Per Queue: usage, fair share (config units), pending and admitted pods — only the
