@@ -72,6 +72,9 @@ class Applier:
             "bind", "POST", f"/api/v1/namespaces/{b.namespace}/pods/{b.name}/binding",
             binding_body(b))
         self.state.bind_result(b, 200 <= status < 300)
+        if b.warning and 200 <= status < 300 and self.events:
+            await self._event(b.namespace, b.name, b.uid, "QoSClassLowered", b.warning,
+                              "Warning")
 
     async def _node(self, name: str, annotations: dict[str, str | None]) -> None:
         """Merge gpugov's scheduler-owned node annotations (on-demand MIG requests); a
