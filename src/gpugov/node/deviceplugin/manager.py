@@ -6,6 +6,8 @@
   `kubelet.sock`. The manager polls the folder (no inotify dependency): when `kubelet.sock` has a
   new inode, or a plugin's own socket is gone, every plugin restarts on a fresh socket and
   registers again. Registration failures are logged and retried; they never stop the process.
+- Gone pods: every `sweep_s` the region folders and QoS board files of pods no longer on the
+  node are removed (`cleanup`).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import logging
 import os
 from pathlib import Path
 
+from gpugov.node.deviceplugin import cleanup
 from gpugov.node.deviceplugin.plugin import ResourcePlugin
 from gpugov.node.deviceplugin.pods import PodSource
 from gpugov.node.deviceplugin.resources import SOFT_REPLICAS, plugin_devices
@@ -34,8 +37,9 @@ class DevicePluginManager:
     def __init__(self, node: str, source: DeviceSource, pods: PodSource, plugin_dir: Path,
                  cfg: ResponseConfig, poll_s: float = 0.2,
                  soft_replicas: int = SOFT_REPLICAS, gpu_replicas: bool = False,
-                 mig_single: bool = False) -> None:
+                 mig_single: bool = False, sweep_s: float = cleanup.SWEEP_S) -> None:
         self.node, self.source, self.pods = node, source, pods
+        self.sweep_s = sweep_s  # how often gone pods' regions and boards are removed
         self.soft_replicas = soft_replicas
         self.gpu_replicas = gpu_replicas  # NVIDIA renameByDefault: false (resources.py)
         self.mig_single = mig_single  # NVIDIA's MIG single strategy (node/mig_strategy.py)
@@ -64,7 +68,8 @@ class DevicePluginManager:
             write_preload(self.cfg)
         await self._sync()
         self._tasks = [asyncio.create_task(self._watch_source()),
-                       asyncio.create_task(self._watch_kubelet())]
+                       asyncio.create_task(self._watch_kubelet()),
+                       asyncio.create_task(self._sweep_gone())]
 
     async def stop(self) -> None:
         for t in self._tasks:
@@ -153,6 +158,14 @@ class DevicePluginManager:
                 await self._sync()
             except Exception:
                 log.exception("applying a device change failed; keeping the previous state")
+
+    async def _sweep_gone(self) -> None:
+        while True:
+            await asyncio.sleep(self.sweep_s)
+            try:
+                await cleanup.sweep(self.cfg.state_dir, self.pods, self.node)
+            except Exception as exc:  # the API is away: the next sweep tries again
+                log.warning("removing gone pods' regions and QoS boards failed: %s", exc)
 
     async def _watch_kubelet(self) -> None:
         while True:
