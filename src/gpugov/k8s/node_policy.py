@@ -84,6 +84,12 @@ def _same(field: str, empty: str = "[]") -> str:
             f"(has(oldObject.metadata.{field}) ? oldObject.metadata.{field} : {empty})")
 
 
+def _rest() -> str:
+    """CEL: the spec, finalizers and owner references are unchanged."""
+    return (" && object.spec == oldObject.spec && " + _same("finalizers") + " && "
+            + _same("ownerReferences"))
+
+
 #: the two resources, one policy each (each type-checks against its own schema)
 RESOURCES = ("nodes", "pods")
 
@@ -107,8 +113,7 @@ def variables() -> list[dict[str, str]]:
 
 def validations(resource: str) -> list[dict[str, str]]:
     """The rules for `resource` ("nodes" or "pods"), the token's claim first."""
-    rest = " && object.spec == oldObject.spec && " + _same("finalizers") + " && " + \
-        _same("ownerReferences")
+    rest = _rest()
     claim = {"expression": "variables.nodeName != ''", "message": NO_CLAIM,
              "reason": "Forbidden"}
     if resource == "nodes":
@@ -139,12 +144,33 @@ def validations(resource: str) -> list[dict[str, str]]:
 
 def scheduler_validations() -> list[dict[str, str]]:
     """gpugov's scheduler on a Node: only `gpugov.io/mig-requests` may change."""
-    rest = " && object.spec == oldObject.spec && " + _same("finalizers") + " && " + \
-        _same("ownerReferences")
     return [{"expression": _only_changes("variables.newAnn", "variables.oldAnn",
                                          f"k in {_cel_list(SCHEDULER_NODE_ANNOTATIONS)}")
-             + " && variables.newLabels == variables.oldLabels" + rest,
+             + " && variables.newLabels == variables.oldLabels" + _rest(),
              "message": SCHEDULER_FIELDS, "reason": "Forbidden"}]
+
+
+def _update_policy(full: str, resource: str, match: str, user: str,
+                   validations: list[dict[str, str]]) -> list[dict[str, Any]]:
+    """A Deny ValidatingAdmissionPolicy on UPDATE of `resource` by `user`, and its binding."""
+    return [{
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicy", "metadata": {"name": full},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {"resourceRules": [{
+                "apiGroups": [""], "apiVersions": ["v1"], "operations": ["UPDATE"],
+                "resources": [resource]}]},
+            "matchConditions": [{"name": match,
+                                 "expression": f"request.userInfo.username == '{user}'"}],
+            "variables": variables(),
+            "validations": validations,
+        },
+    }, {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicyBinding", "metadata": {"name": full},
+        "spec": {"policyName": full, "validationActions": ["Deny"]},
+    }]
 
 
 def scheduler_node_policies(namespace: str = identities.SYSTEM_NAMESPACE,
@@ -153,25 +179,8 @@ def scheduler_node_policies(namespace: str = identities.SYSTEM_NAMESPACE,
     """`<name>-scheduler-nodes` and its binding, for the scheduler ServiceAccount of
     `release` in `namespace`."""
     user = identities.service_account("scheduler", namespace, release)
-    full = f"{name}-scheduler-nodes"
-    return [{
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "ValidatingAdmissionPolicy", "metadata": {"name": full},
-        "spec": {
-            "failurePolicy": "Fail",
-            "matchConstraints": {"resourceRules": [{
-                "apiGroups": [""], "apiVersions": ["v1"], "operations": ["UPDATE"],
-                "resources": ["nodes"]}]},
-            "matchConditions": [{"name": "scheduler-service-account",
-                                 "expression": f"request.userInfo.username == '{user}'"}],
-            "variables": variables(),
-            "validations": scheduler_validations(),
-        },
-    }, {
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "ValidatingAdmissionPolicyBinding", "metadata": {"name": full},
-        "spec": {"policyName": full, "validationActions": ["Deny"]},
-    }]
+    return _update_policy(f"{name}-scheduler-nodes", "nodes", "scheduler-service-account",
+                          user, scheduler_validations())
 
 
 def node_scope_policies(namespace: str = identities.SYSTEM_NAMESPACE,
@@ -181,29 +190,9 @@ def node_scope_policies(namespace: str = identities.SYSTEM_NAMESPACE,
     for the node ServiceAccount of `release` in `namespace`
     (`system:serviceaccount:<namespace>:<release>-node`)."""
     user = identities.service_account("node", namespace, release)
-    out: list[dict[str, Any]] = []
-    for resource in RESOURCES:
-        full = f"{name}-{resource}"
-        out.append({
-            "apiVersion": "admissionregistration.k8s.io/v1",
-            "kind": "ValidatingAdmissionPolicy", "metadata": {"name": full},
-            "spec": {
-                "failurePolicy": "Fail",
-                "matchConstraints": {"resourceRules": [{
-                    "apiGroups": [""], "apiVersions": ["v1"], "operations": ["UPDATE"],
-                    "resources": [resource]}]},
-                "matchConditions": [{"name": "node-service-account",
-                                     "expression": f"request.userInfo.username == '{user}'"}],
-                "variables": variables(),
-                "validations": validations(resource),
-            },
-        })
-        out.append({
-            "apiVersion": "admissionregistration.k8s.io/v1",
-            "kind": "ValidatingAdmissionPolicyBinding", "metadata": {"name": full},
-            "spec": {"policyName": full, "validationActions": ["Deny"]},
-        })
-    return out
+    return [obj for resource in RESOURCES
+            for obj in _update_policy(f"{name}-{resource}", resource, "node-service-account",
+                                      user, validations(resource))]
 
 
 #: the chart's copy of the policy's CEL (`files/node-scope.yaml`, read by
