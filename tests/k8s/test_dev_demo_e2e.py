@@ -80,6 +80,7 @@ def test_dev_demo_borrows_reclaims_and_preempts_as_its_summary_says(tmp_path: Pa
     finally:
         state = json.loads((work / "state.json").read_text()) \
             if (work / "state.json").exists() else {"processes": []}
+        prometheus = state.get("prometheus_url")
         pids = [(p["pid"], p["ticks"]) for p in state["processes"]]
         gpugov("dev", "down", "--dir", str(work))
     assert [p for p in pids if alive(*p)] == []
@@ -141,7 +142,10 @@ def test_dev_demo_borrows_reclaims_and_preempts_as_its_summary_says(tmp_path: Pa
         assert f"{v} was evicted for {p} (reclaim" in out
     assert f"{victim} was evicted for inference/urgent (preempt" in out
     assert "vision/finetune-4 waits: gpugov: waiting-for-fair-share" in out
-    assert "not measured" in out  # top on a dev cluster: no exporter, and it says so
+    if prometheus:  # `dev up` ran Prometheus and the simulated exporter: top shows used
+        assert "Devices (used: SIMULATED)" in out and "busy and memory are SIMULATED" in out
+    else:  # no Prometheus binary: no used view, and top says so
+        assert "not measured" in out
 
 
 def _pod(name: str, gpus: int = 1) -> dict:

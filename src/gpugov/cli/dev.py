@@ -120,8 +120,8 @@ def dev_demo_cmd(
 
     from gpugov.observe import top
 
-    console.print(top.render(asyncio.run(demo.top_snapshot(workdir / "kubeconfig")),
-                             width=console.width))
+    console.print(top.render(asyncio.run(demo.top_snapshot(
+        workdir / "kubeconfig", dev.prometheus_url(workdir))), width=console.width))
     for line in demo.summary(result):
         console.print(line, highlight=False, markup=False)
 

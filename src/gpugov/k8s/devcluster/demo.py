@@ -321,13 +321,31 @@ def summary(result: Result) -> list[str]:
     return lines
 
 
-async def top_snapshot(kubeconfig: Path) -> Any:
-    """The `gpugov top` picture of the cluster (declared and allocated; no Prometheus)."""
+async def top_snapshot(kubeconfig: Path, prometheus: str | None = None,
+                       settle: float = 20.0) -> Any:
+    """The `gpugov top` picture of the cluster: declared and allocated, plus the used view
+    from the dev cluster's Prometheus (the simulated exporter's series) when `prometheus`.
+
+    The demo's pods are seconds old, so it waits up to `settle` seconds for Prometheus to
+    have scraped their series twice (rate() needs two samples) before it draws."""
+    import asyncio
+    import time
+
     from gpugov.observe.cluster import api_client
+    from gpugov.observe.promapi import Prometheus
     from gpugov.observe.snapshot import from_cluster
 
     api = await api_client(kubeconfig)
     try:
-        return await from_cluster(api, None, None)
+        if not prometheus:
+            return await from_cluster(api, None, None)
+        async with Prometheus(prometheus) as prom:
+            deadline = time.monotonic() + settle
+            while True:
+                snap = await from_cluster(api, prom, None, window="30s")
+                if any(d.busy is not None for d in snap.devices) or \
+                        time.monotonic() >= deadline:
+                    return snap
+                await asyncio.sleep(2.0)
     finally:
         await api.close()

@@ -298,14 +298,20 @@ def next_steps(workdir: Path) -> list[str]:
             + "   # queues, devices, offenders"]
 
 
-def _prometheus_option(workdir: Path) -> str:
-    """` --prometheus URL` of the dev cluster's Prometheus (simulated used view), or ""."""
+def prometheus_url(workdir: Path) -> str | None:
+    """The dev cluster's Prometheus (simulated used view), or None when `up` started none."""
     try:
         url = ProcessSet.load(workdir).extra.get(used_view.PROMETHEUS_URL)
     except Exception:  # no state yet, or damaged: `dev down` names it
-        return ""
+        return None
+    return url if isinstance(url, str) else None
+
+
+def _prometheus_option(workdir: Path) -> str:
+    """` --prometheus URL` of the dev cluster's Prometheus (simulated used view), or ""."""
+    url = prometheus_url(workdir)
     # a short rate window: the simulated series are young (rate() divides by the window)
-    return f" --prometheus {url} --window 30s" if isinstance(url, str) else ""
+    return f" --prometheus {url} --window 30s" if url else ""
 
 
 def down(workdir: Path, grace: float = 10.0) -> list[str]:
