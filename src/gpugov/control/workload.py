@@ -77,7 +77,7 @@ class Job:
         self.charged = self.demand
         # immutable, and looked up for every pending job in every cycle: build it once
         self._shape = (r.cpu_milli, r.memory_mib, r.gpu_count, r.gpu_milli, r.models, self.pods,
-                       r.gpu_memory_mib)
+                       r.gpu_memory_mib, r.gpu_memory_percent, r.nvlink)
         if not r.is_plain or r.mode is not None or r.tenant:
             self._shape += (r.mode, r.mig_profile, int(r.min_isolation), r.tenant, r.sealed,
                             r.node_selector, r.tolerations, r.oversubscribe, r.node_affinity,
