@@ -54,10 +54,14 @@ def test_binds_with_allocation_records_and_explains_pending_pods(k8s_control_pla
                 reason, message = condition(p)
                 assert reason == "Unschedulable"
                 assert message.startswith("gpugov: over-quota") and q in message
-            status, events = await e.kube.request(
-                "GET", f"/api/v1/namespaces/{e.ns}/events",
-                query=[("fieldSelector", "reason=FailedScheduling")])
-            assert status == 200 and len(events["items"]) >= 2
+            async def two_events():  # Events are posted after the condition, not with it
+                status, events = await e.kube.request(
+                    "GET", f"/api/v1/namespaces/{e.ns}/events",
+                    query=[("fieldSelector", "reason=FailedScheduling")])
+                assert status == 200, events
+                return len(events["items"]) >= 2
+
+            await wait_until(two_events, TIMEOUT, "2 FailedScheduling Events")
 
             async def queue_status():
                 _, doc = await e.kube.request("GET", f"{QUEUES}/{q}")
