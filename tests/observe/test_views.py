@@ -198,3 +198,22 @@ def test_a_pod_is_charged_to_its_namespaces_tenant_not_to_the_queue_its_annotati
     assert any("charged to the Tenant's" in p for p in by_name["sneaky"].problems)
     # a namespace no Tenant claims is charged to nobody's queue, whatever it says
     assert Tenancy([], {}, {}).owner("team-c") == ("unknown", "unknown")
+
+
+def test_a_small_slice_using_part_of_its_share_is_not_called_idle() -> None:
+    """The idle threshold is a share of what the pod holds on the device: an absolute 5 %
+    of the device flagged a 0.1-GPU client using 60 % of its share (0.06 → rounding, young
+    rate windows) as an idle offender while its device was busy."""
+    from gpugov.observe.views import AllocatedDevice, DeviceUse, PodRecord, used_amount
+
+    def pod(milli: int) -> PodRecord:
+        return PodRecord("t", "p", "Running", "n", "t", "q", None,
+                         (AllocatedDevice("GPU-a", 0, "mps", milli, None),))
+
+    def idle(milli: int, busy: float) -> float:
+        return used_amount(pod(milli), [DeviceUse("t", "p", "GPU-a", None, busy)], 0.05)[1]
+
+    assert idle(100, 0.03) == 0.0  # 30 % of its 0.1 share: in use
+    assert idle(100, 0.001) == 0.1  # 1 % of its share: idle
+    assert idle(1000, 0.03) == 1.0  # a whole GPU 3 % busy: idle, as before
+    assert idle(1000, 0.06) == 0.0

@@ -29,7 +29,9 @@ def reconcile_cmd(
                                    help="seconds between cycles"),
     window: str = typer.Option("2m", "--window", help="rate window for device time"),
     idle_threshold: float = typer.Option(0.05, "--idle-threshold", callback=_finite_nonnegative,
-                                         help="busy fraction below which a GPU is idle"),
+                                         help="share of what a pod holds on a device below "
+                                         "which it is idle there (0.05: 5 % of a whole GPU, "
+                                         "0.5 % of a 0.1 slice)"),
     queues: Path | None = typer.Option(None, "--queues",
                                        help="control-plane config (queue quotas)"),
     max_pods: int = typer.Option(5000, "--max-pods", min=1, max=1_000_000,

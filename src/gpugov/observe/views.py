@@ -28,7 +28,9 @@ LABEL_GPU_MEMORY = "nvidia.com/gpu.memory"
 RESOURCE_GPU = "nvidia.com/gpu"
 UNKNOWN = "unknown"  # label value for a pod without queue/tenant annotations
 SCHEMA_VERSIONS = (1,)
-#: a device counts as used when its busy fraction (device time / wall time) reaches this
+#: a device counts as used by a pod when the pod's busy fraction (device time / wall time)
+#: reaches this share of what it holds there: 5 % of a whole GPU, 0.5 % of a 0.1 slice
+#: (an absolute 5 % called a 0.1-GPU client using 60 % of its share idle)
 DEFAULT_IDLE_THRESHOLD = 0.05
 
 
@@ -347,7 +349,7 @@ def used_amount(pod: PodRecord, uses: Iterable[DeviceUse], idle_threshold: float
             compute = None
             continue
         compute = None if compute is None else compute + busy
-        if busy >= idle_threshold:
+        if busy >= idle_threshold * min(1.0, d.milli / 1000.0):
             busy_devices += 1
         else:
             idle += d.milli / 1000.0
