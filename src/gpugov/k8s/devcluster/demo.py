@@ -322,12 +322,14 @@ def summary(result: Result) -> list[str]:
 
 
 async def top_snapshot(kubeconfig: Path, prometheus: str | None = None,
-                       settle: float = 20.0) -> Any:
+                       settle: float = 30.0) -> Any:
     """The `gpugov top` picture of the cluster: declared and allocated, plus the used view
     from the dev cluster's Prometheus (the simulated exporter's series) when `prometheus`.
 
-    The demo's pods are seconds old, so it waits up to `settle` seconds for Prometheus to
-    have scraped their series twice (rate() needs two samples) before it draws."""
+    The demo's pods are seconds old and rate() under-reads series younger than its window,
+    so it reads with a 10 s window and waits up to `settle` seconds until every device is
+    measured and no pod reads as idle (a simulated pod always uses 55-95 % of its share, so
+    an idle reading there is a young window, not a finding)."""
     import asyncio
     import time
 
@@ -342,8 +344,10 @@ async def top_snapshot(kubeconfig: Path, prometheus: str | None = None,
         async with Prometheus(prometheus) as prom:
             deadline = time.monotonic() + settle
             while True:
-                snap = await from_cluster(api, prom, None, window="30s")
-                if any(d.busy is not None for d in snap.devices) or \
+                snap = await from_cluster(api, prom, None, window="10s")
+                measured = bool(snap.devices) and all(d.busy is not None
+                                                      for d in snap.devices if d.allocated)
+                if (measured and not any(p.idle_compute for p in snap.pods)) or \
                         time.monotonic() >= deadline:
                     return snap
                 await asyncio.sleep(2.0)
