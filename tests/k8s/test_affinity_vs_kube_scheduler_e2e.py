@@ -63,6 +63,27 @@ def kube_pod(name: str, ns: str, scheduler: str, label: dict, terms: list[dict])
                                  "resources": {"requests": {"cpu": "10m"}}}]}}, terms)
 
 
+
+def _start_kube_scheduler(plane, kubeconfig, e) -> str:  # type: ignore[no-untyped-def]
+    """The real kube-scheduler with its own profile name, as a process of `e`."""
+    profile = f"kube-{e.uid}"
+    cfg = {"apiVersion": "kubescheduler.config.k8s.io/v1",
+           "kind": "KubeSchedulerConfiguration",
+           "clientConnection": {"kubeconfig": str(kubeconfig)},
+           "leaderElection": {"leaderElect": False},
+           "profiles": [{"schedulerName": profile}]}
+    path = Path(plane.workdir) / f"kube-scheduler-{e.uid}.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    kc = str(kubeconfig)
+    proc = f"kube-scheduler-{e.uid}"
+    plane.start_process(proc, [
+        str(plane.bin / "kube-scheduler"), f"--config={path}",
+        "--bind-address=127.0.0.1", f"--secure-port={free_port()}",
+        f"--authentication-kubeconfig={kc}", f"--authorization-kubeconfig={kc}",
+        f"--cert-dir={plane.workdir / ('certs-' + e.uid)}"])
+    e.procs.append(proc)
+    return profile
+
 def test_gpugov_node_affinity_decisions_equal_kube_schedulers(k8s_control_plane) -> None:
     plane = k8s_control_plane.plane
     rng = random.Random(20)
@@ -77,22 +98,7 @@ def test_gpugov_node_affinity_decisions_equal_kube_schedulers(k8s_control_plane)
             labels = {n["metadata"]["name"]: n["metadata"]["labels"] for n in made}
             q = await e.queue("q")
             e.start_scheduler()
-            profile = f"kube-{e.uid}"
-            cfg = {"apiVersion": "kubescheduler.config.k8s.io/v1",
-                   "kind": "KubeSchedulerConfiguration",
-                   "clientConnection": {"kubeconfig": str(k8s_control_plane.kubeconfig)},
-                   "leaderElection": {"leaderElect": False},
-                   "profiles": [{"schedulerName": profile}]}
-            path = Path(plane.workdir) / f"kube-scheduler-{e.uid}.yaml"
-            path.write_text(yaml.safe_dump(cfg))
-            kc = str(k8s_control_plane.kubeconfig)
-            proc = f"kube-scheduler-{e.uid}"
-            plane.start_process(proc, [
-                str(plane.bin / "kube-scheduler"), f"--config={path}",
-                "--bind-address=127.0.0.1", f"--secure-port={free_port()}",
-                f"--authentication-kubeconfig={kc}", f"--authorization-kubeconfig={kc}",
-                f"--cert-dir={plane.workdir / ('certs-' + e.uid)}"])
-            e.procs.append(proc)
+            profile = _start_kube_scheduler(plane, k8s_control_plane.kubeconfig, e)
 
             async def outcome(name: str) -> tuple[str, str] | None:
                 _, p = await e.kube.request("GET", f"/api/v1/namespaces/{e.ns}/pods/{name}")
@@ -188,22 +194,7 @@ def test_gpugov_pod_affinity_and_spread_decisions_equal_kube_schedulers(
             labels = {n["metadata"]["name"]: n["metadata"]["labels"] for n in made}
             q = await e.queue("q")
             e.start_scheduler()
-            profile = f"kube-{e.uid}"
-            cfg = {"apiVersion": "kubescheduler.config.k8s.io/v1",
-                   "kind": "KubeSchedulerConfiguration",
-                   "clientConnection": {"kubeconfig": str(k8s_control_plane.kubeconfig)},
-                   "leaderElection": {"leaderElect": False},
-                   "profiles": [{"schedulerName": profile}]}
-            path = Path(plane.workdir) / f"kube-scheduler-{e.uid}.yaml"
-            path.write_text(yaml.safe_dump(cfg))
-            kc = str(k8s_control_plane.kubeconfig)
-            proc = f"kube-scheduler-{e.uid}"
-            plane.start_process(proc, [
-                str(plane.bin / "kube-scheduler"), f"--config={path}",
-                "--bind-address=127.0.0.1", f"--secure-port={free_port()}",
-                f"--authentication-kubeconfig={kc}", f"--authorization-kubeconfig={kc}",
-                f"--cert-dir={plane.workdir / ('certs-' + e.uid)}"])
-            e.procs.append(proc)
+            profile = _start_kube_scheduler(plane, k8s_control_plane.kubeconfig, e)
             base = f"/api/v1/namespaces/{e.ns}/pods"
 
             async def outcome(name: str) -> tuple[str, str] | None:
