@@ -13,8 +13,10 @@
 //
 //	{"op":"capacity"}   -> {"ok":true,"capacity":{res:n},"allocatable":{res:n},
 //	                       "allocatableDevices":{res:{id:health}}} (healthy, as GetAllocatableDevices)
-//	{"op":"admit","pod":{"uid","name","namespace","containers":[{"name","limits":{res:n}}]}}
-//	                    -> {"ok":true,"containers":[{"name","deviceIDs":{res:[id]},"options":{...}}]}
+//	{"op":"admit","pod":{"uid","name","namespace","containers":[{"name","limits":{res:n}}],
+//	                     "initContainers":[{"name","limits":{res:n},"restartPolicy":"Always"?}]}}
+//	                    -> {"ok":true,"containers":[{"name","init","deviceIDs":{res:[id]},"options":{...}}]}
+//	                       (init containers first, in the order the kubelet admits them)
 //	                       or {"ok":false,"error":"..."} (what the kubelet puts in UnexpectedAdmissionError)
 //	{"op":"remove","uid":UID} -> the pod is no longer active; its devices are freed on the next admit
 //	{"op":"stop"}       -> stops the manager and exits (stdin EOF does the same)
@@ -50,15 +52,17 @@ func (sourcesReady) AddSource(string) {}
 func (sourcesReady) AllReady() bool   { return true }
 
 type containerSpec struct {
-	Name   string           `json:"name"`
-	Limits map[string]int64 `json:"limits"`
+	Name          string           `json:"name"`
+	Limits        map[string]int64 `json:"limits"`
+	RestartPolicy string           `json:"restartPolicy,omitempty"` // "Always": a sidecar
 }
 
 type podSpec struct {
-	UID        string          `json:"uid"`
-	Name       string          `json:"name"`
-	Namespace  string          `json:"namespace"`
-	Containers []containerSpec `json:"containers"`
+	UID            string          `json:"uid"`
+	Name           string          `json:"name"`
+	Namespace      string          `json:"namespace"`
+	Containers     []containerSpec `json:"containers"`
+	InitContainers []containerSpec `json:"initContainers,omitempty"`
 }
 
 type command struct {
@@ -83,19 +87,29 @@ func (d *driver) activePods() []*v1.Pod {
 	return out
 }
 
+func toContainer(c containerSpec) v1.Container {
+	limits := v1.ResourceList{}
+	for name, n := range c.Limits {
+		limits[v1.ResourceName(name)] = *resource.NewQuantity(n, resource.DecimalSI)
+	}
+	out := v1.Container{Name: c.Name, Resources: v1.ResourceRequirements{Limits: limits, Requests: limits}}
+	if c.RestartPolicy != "" {
+		policy := v1.ContainerRestartPolicy(c.RestartPolicy)
+		out.RestartPolicy = &policy
+	}
+	return out
+}
+
 func toPod(s podSpec) *v1.Pod {
 	pod := &v1.Pod{}
 	pod.UID = types.UID(s.UID)
 	pod.Name = s.Name
 	pod.Namespace = s.Namespace
+	for _, c := range s.InitContainers {
+		pod.Spec.InitContainers = append(pod.Spec.InitContainers, toContainer(c))
+	}
 	for _, c := range s.Containers {
-		limits := v1.ResourceList{}
-		for name, n := range c.Limits {
-			limits[v1.ResourceName(name)] = *resource.NewQuantity(n, resource.DecimalSI)
-		}
-		pod.Spec.Containers = append(pod.Spec.Containers, v1.Container{
-			Name: c.Name, Resources: v1.ResourceRequirements{Limits: limits, Requests: limits},
-		})
+		pod.Spec.Containers = append(pod.Spec.Containers, toContainer(c))
 	}
 	return pod
 }
@@ -125,14 +139,24 @@ func (d *driver) admit(s podSpec) map[string]any {
 	d.active[s.UID] = pod // the kubelet counts a pod active from admission on
 	d.mu.Unlock()
 	var out []map[string]any
+	// the kubelet's admit handler: init containers first, then the app containers
+	all := make([]*v1.Container, 0, len(pod.Spec.InitContainers)+len(pod.Spec.Containers))
+	inits := len(pod.Spec.InitContainers)
+	for i := range pod.Spec.InitContainers {
+		all = append(all, &pod.Spec.InitContainers[i])
+	}
 	for i := range pod.Spec.Containers {
-		c := &pod.Spec.Containers[i]
+		all = append(all, &pod.Spec.Containers[i])
+	}
+	for _, c := range all { // admission: every container's devices before any starts
 		if err := d.m.Allocate(pod, c); err != nil {
 			d.mu.Lock()
 			delete(d.active, s.UID) // a rejected pod never runs
 			d.mu.Unlock()
 			return map[string]any{"ok": false, "error": err.Error()}
 		}
+	}
+	for i, c := range all { // then each container's run options, as it starts
 		opts, err := d.m.GetDeviceRunContainerOptions(pod, c)
 		if err != nil {
 			return map[string]any{"ok": false, "error": err.Error()}
@@ -146,7 +170,7 @@ func (d *driver) admit(s podSpec) map[string]any {
 			sort.Strings(list)
 			ids[res] = list
 		}
-		out = append(out, map[string]any{"name": c.Name, "deviceIDs": ids, "options": opts})
+		out = append(out, map[string]any{"name": c.Name, "init": i < inits, "deviceIDs": ids, "options": opts})
 	}
 	return map[string]any{"ok": true, "containers": out}
 }
