@@ -40,6 +40,9 @@ class Resolution:
     #: `spec.guardrails` as written (the webhook's pod checks and placement read it through
     #: `gpugov.k8s.tenants.guardrails.parse`)
     guardrails: Mapping[str, Any] | None = None
+    #: `spec.dra` as written: DRA mode (the webhook turns GPU resources into claims,
+    #: `dra_translate.py`); None = the device plugin's extended resources
+    dra: Mapping[str, Any] | None = None
 
 
 def selector_matches(selector: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
@@ -108,8 +111,10 @@ def resolve(namespace: str, ns_labels: Mapping[str, str], tenants: list[dict[str
         schedulers = []
     names = tuple(s for s in schedulers[:MAX_SCHEDULERS] if isinstance(s, str) and s)
     guard = spec.get("guardrails")
+    dra = spec.get("dra")
     return Resolution(name, queue, trust, names, _oversubscribe(name, spec, trust),
-                      guard if isinstance(guard, Mapping) else None)
+                      guard if isinstance(guard, Mapping) else None,
+                      dra if isinstance(dra, Mapping) else None)
 
 
 def _oversubscribe(name: str, spec: Mapping[str, Any], trust: TrustTier) -> bool:
