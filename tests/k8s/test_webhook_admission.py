@@ -208,12 +208,25 @@ def test_allocation_records_are_refused_at_create_for_every_pod(limits, annots):
             "the pod")
 
 
-def test_two_gpu_containers_are_refused():
+def test_two_gpu_containers_of_one_shape_are_one_request_for_both():
     p = pod({"nvidia.com/gpu": 1})
     p["spec"]["containers"].append({"name": "side", "image": "x",
                                     "resources": {"limits": {"nvidia.com/gpu": 1}}})
     out = admission.mutate(review(p), lambda ns: INTERNAL)
-    assert "more than one container asks for GPUs" in out["response"]["status"]["message"]
+    assert out["response"]["allowed"], out
+    req = ann.decode_request(patch_of(out)["/metadata/annotations/gpugov.io~1request"])
+    assert (req.mode.value, req.count) == ("exclusive", 2)
+
+
+def test_two_gpu_containers_of_different_shapes_are_refused_naming_both():
+    p = pod({"nvidia.com/gpu": 1})
+    p["spec"]["containers"].append({"name": "side", "image": "x", "resources": {"limits": {
+        "nvidia.com/gpu": 1, "nvidia.com/gpumem": 10240}}})
+    out = admission.mutate(review(p), lambda ns: INTERNAL)
+    msg = out["response"]["status"]["message"]
+    assert "container 'main', container 'side': ask for different GPU shapes" in msg
+    assert "(1 whole GPU vs 1 soft slice (10240 MiB))" in msg
+    assert "give every GPU container of the pod the same per-device ask" in msg
 
 
 def test_untrusted_tenant_cannot_time_slice():

@@ -27,6 +27,8 @@ from typing import Any
 
 from gpugov.k8s import annotations as ann
 from gpugov.k8s import identities
+from gpugov.k8s.pod_containers import MAX_GPU_CONTAINERS, Kind
+from gpugov.k8s.pod_containers import containers as pod_containers
 from gpugov.k8s.quantity import parse_quantity, plain
 from gpugov.k8s.resources import RequestError, translate
 from gpugov.k8s.tenants.checks import tenant_problems
@@ -36,6 +38,7 @@ from gpugov.k8s.tenants.podchecks import (
     placement_patch,
     refusals,
 )
+from gpugov.k8s.webhook.multi_container import Ask, combine
 from gpugov.k8s.webhook.policy import (
     FORBIDDEN_AT_CREATE,
     OWNED_ANNOTATIONS,
@@ -189,19 +192,20 @@ def pod_request(pod: Mapping[str, Any], names: ResourceNames = DEFAULT_NAMES
     The container with GPU resources (any spelling `names` knows) carries it; with none,
     annotations alone may (KAI's `gpu-fraction`/`gpu-memory`, given to the first container
     or the one `gpu-fraction-container-name` names, init containers included). Limits win
-    over requests for the same resource.
+    over requests for the same resource. Several GPU containers (init containers included)
+    that ask the same per-device shape are one request for what they hold at once
+    (`webhook.multi_container`); different shapes are refused naming the containers.
     """
     meta = pod.get("metadata") or {}
     annots = {k: v for k, v in (meta.get("annotations") or {}).items()
               if k not in OWNED and k not in RECORDS}  # records, never a request
     sel = (pod.get("spec") or {}).get("nodeSelector") or {}
     limits = [(where, _limits(where, c, names)) for where, c in _containers(pod)]
-    gpu = [(w, lim) for w, lim in limits if canonical_limits(lim, names)[0]]
+    kinds = [kind for _, kind, _ in pod_containers(pod)]  # aligned with _containers
+    gpu = [(w, lim, kind) for (w, lim), kind in zip(limits, kinds, strict=False)
+           if canonical_limits(lim, names)[0]]
     if len(gpu) > 1:
-        raise RequestError(", ".join(w for w, _ in gpu),
-                           "more than one container asks for GPUs",
-                           "put the GPU work in one container (gpugov gives one GPU request "
-                           "per pod)")
+        return _several(gpu, annots, sel, names)
     if KAI_CONTAINER in annots:
         wanted = str(annots[KAI_CONTAINER])
         found = [c.get("name") for _, c in _containers(pod)]
@@ -212,6 +216,22 @@ def pod_request(pod: Mapping[str, Any], names: ResourceNames = DEFAULT_NAMES
             raise RequestError(KAI_CONTAINER, "gives no size",
                                f"add {KAI_FRACTION} or {KAI_MEMORY}, or drop it")
     return translate(gpu[0][1] if gpu else {}, annots, sel, names)
+
+
+def _several(gpu: list[tuple[str, dict[str, Any], Kind]], annots: Mapping[str, Any],
+             sel: Mapping[str, Any], names: ResourceNames) -> GpuRequest:
+    """Several GPU containers: each translated on its own, then combined (or refused)."""
+    asks = []
+    for where, lim, kind in gpu[:MAX_GPU_CONTAINERS + 1]:
+        try:
+            req = translate(lim, annots, sel, names)
+        except RequestError as exc:
+            raise RequestError(f"{where}: {exc.spelling}", exc.problem, exc.instead) from None
+        if req is not None:  # `nvidia.com/gpu: 0`: asks for none
+            asks.append(Ask(where, kind, req))
+    if len(asks) == 1:
+        return asks[0].request
+    return combine(asks)
 
 
 def kai_patch(pod: Mapping[str, Any], gpu: GpuRequest) -> list[dict[str, Any]]:
