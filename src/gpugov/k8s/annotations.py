@@ -454,9 +454,49 @@ def decode_mig_requests_state(text: str | bytes | None) -> dict[str, str]:
 
 # ---------------------------------------------------------------- gpugov.io/allocated
 
-def encode_allocated(device_ids: list[str], time_rfc3339: str) -> str:
-    return json.dumps({"v": VERSION, "deviceIDs": list(device_ids), "time": time_rfc3339},
-                      separators=(",", ":"))
+def encode_allocated(device_ids: list[str], time_rfc3339: str,
+                     containers: list[ContainerClaim] | None = None) -> str:
+    """`containers`: a pod with several GPU containers also records which container got which
+    IDs, in the order the kubelet allocated them (the device plugin's next container)."""
+    data: dict[str, Any] = {"v": VERSION, "deviceIDs": list(device_ids), "time": time_rfc3339}
+    if containers:
+        data["containers"] = [{"name": c.name, "resource": c.resource,
+                               "deviceIDs": list(c.device_ids)} for c in containers]
+    return json.dumps(data, separators=(",", ":"))
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerClaim:
+    """The device IDs of one resource one container of a pod got (`gpugov.io/allocated`)."""
+
+    name: str
+    resource: str
+    device_ids: tuple[str, ...]
+
+
+#: most container records one allocated annotation may hold
+MAX_CONTAINER_CLAIMS = 256
+
+
+def decode_allocated_containers(text: str | bytes | None) -> list[ContainerClaim]:
+    """The per-container records of `gpugov.io/allocated` ([] when it has none)."""
+    a = ALLOCATED
+    d = _load(a, text)
+    raw = _get(a, d, "containers", list, [])
+    if len(raw) > MAX_CONTAINER_CLAIMS:
+        raise AnnotationError(a, f"containers: {len(raw)} records, at most "
+                              f"{MAX_CONTAINER_CLAIMS}")
+    out = []
+    for i, c in enumerate(raw):
+        where = f"containers[{i}]."
+        if not isinstance(c, dict):
+            raise AnnotationError(a, f"containers[{i}]: expected an object")
+        ids = _get(a, c, "deviceIDs", list, where=where)
+        if not all(isinstance(x, str) for x in ids):
+            raise AnnotationError(a, f"{where}deviceIDs: every entry must be a string")
+        out.append(ContainerClaim(_get(a, c, "name", str, where=where),
+                                  _get(a, c, "resource", str, where=where), tuple(ids)))
+    return out
 
 
 def decode_allocated(text: str | bytes | None) -> tuple[list[str], str]:
