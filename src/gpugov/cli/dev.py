@@ -42,6 +42,11 @@ def dev_up_cmd(
     nodes: Path | None = typer.Option(None, "--nodes", help="cluster.yaml or nodes CSV "
                                       "(default: the built-in mixed fleet)"),
     directory: Path | None = typer.Option(None, "--dir", help="work dir (state, logs, certs)"),
+    dra_pool: list[str] = typer.Option([], "--dra-pool", metavar="POOL",
+                                       help="serve this node pool's GPUs through DRA (label "
+                                       "gpugov.io/dra=true; repeatable): turns on the DRA alpha "
+                                       "gates and runs `gpugov dra publish --govern` and `gpugov "
+                                       "dra governor` (docs/dra.md)"),
 ) -> None:
     """Start a local cluster with gpugov; the last line printed is `export KUBECONFIG=...`."""
     from rich.console import Console
@@ -58,7 +63,7 @@ def dev_up_cmd(
         build.ensure_cache_root()  # a bad XDG_CACHE_HOME: one line naming it, exit 2
         workdir = directory or dev.default_dir()
         with console.status("starting") as status:
-            plane = dev.up(workdir, nodes, say=status.update)
+            plane = dev.up(workdir, nodes, say=status.update, dra_pools=tuple(dra_pool))
     except (ClusterFileError, StartError, build.BuildError) as e:
         raise _fail(str(e)) from None
     except OSError as e:  # a folder it cannot create or write: name it, no traceback
@@ -66,6 +71,10 @@ def dev_up_cmd(
     console.print(f"gpugov dev cluster up in {plane.procs.extra.get('up_seconds')} s "
                   f"({plane.server}, nodes: {plane.procs.extra.get('nodes')}); stop it with: "
                   f"gpugov dev down --dir {plane.workdir}", soft_wrap=True)
+    if plane.procs.extra.get("dra_nodes"):
+        console.print(f"DRA (driver gpu.gpugov.io) serves: {plane.procs.extra['dra_nodes']}; "
+                      "gates on: DRAConsumableCapacity, DRADeviceBindingConditions",
+                      soft_wrap=True, highlight=False, markup=False)
     for line in dev.next_steps(plane.workdir):
         console.print(line, soft_wrap=True, highlight=False, markup=False)
     typer.echo(f"export KUBECONFIG={plane.kubeconfig}")

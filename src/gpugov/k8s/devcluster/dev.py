@@ -14,6 +14,12 @@ as the chart's ServiceAccount under the chart's RBAC (packaged with gpugov, so t
 any install); when those rules cannot be loaded `up` refuses to start, never falling back to
 the admin. The kubectl built with the binaries is linked as `<workdir>/bin/kubectl`.
 Every process is recorded in the work dir's state file; `down` stops exactly those.
+
+DRA (`dra_pools`, `gpugov dev up --dra-pool NAME`; docs/dra.md, "Install"): those pools' nodes
+are labelled `gpugov.io/dra=true` (as are pools the cluster file labels so), the control plane
+runs with the alpha gates `DRA_GATES`, the node-scoped slice policy is installed, and `gpugov
+dra publish --govern` (slices of the kwok nodes, which have no kubelet plugin, and the
+DeviceClasses) and `gpugov dra governor` run as the scheduler's ServiceAccount.
 """
 
 from __future__ import annotations
@@ -36,6 +42,9 @@ from gpugov.k8s.power import devcluster as power_dev
 from gpugov.k8s.webhook import registration
 
 DEFAULT_QUEUE = "default"
+#: the alpha gates the DRA option turns on (kube-apiserver, kube-scheduler, controller
+#: manager): soft slices by capacity, and governing kube-scheduler's allocations
+DRA_GATES = "--feature-gates=DRAConsumableCapacity=true,DRADeviceBindingConditions=true"
 SYSTEM_NAMESPACE = "gpugov-system"
 CATCH_ALL_TENANT = "default"
 
@@ -213,18 +222,60 @@ async def install_policies(kubeconfig: Path) -> None:
     await apply_policies(kubeconfig, admission_policies())
 
 
+def dra_nodes(objs: list[dict[str, Any]], pools: tuple[str, ...]) -> list[str]:
+    """Label the nodes of `pools` `gpugov.io/dra=true` (in place); returns every node so
+    labelled, the cluster file's own included. StartError names an unknown pool."""
+    from gpugov.k8s.dra.slices import DRA_LABEL
+
+    known = sorted({o["metadata"]["labels"].get("gpugov.io/pool", "") for o in objs})
+    for name in pools:
+        if name not in known:
+            raise StartError(f"--dra-pool {name!r}: no such node pool; pools: "
+                             f"{', '.join(known)}")
+    out = []
+    for o in objs:
+        labels = o["metadata"]["labels"]
+        if labels.get("gpugov.io/pool") in pools:
+            labels[DRA_LABEL] = "true"
+        if labels.get(DRA_LABEL) == "true":
+            out.append(o["metadata"]["name"])
+    return out
+
+
+def start_dra(plane: LocalControlPlane, sched_kc: Path, say: Callable[[str], None]) -> None:
+    """The slice policy, then `gpugov dra publish --govern` and `gpugov dra governor` as the
+    scheduler's ServiceAccount (kwok nodes have no kubelet, so no kubelet plugin)."""
+    from gpugov.k8s.dra import slice_policy
+    from gpugov.k8s.webhook.policy import apply_policies
+
+    say("DRA: the node-scoped ResourceSlice policy")
+    asyncio.run(apply_policies(plane.kubeconfig, slice_policy.policies(SYSTEM_NAMESPACE)))
+    say("DRA: starting gpugov dra publish (slices, DeviceClasses) and gpugov dra governor")
+    plane.start_process("gpugov-dra-publish", gpugov_argv(
+        "dra", "publish", "--govern", "--kubeconfig", str(sched_kc)))
+    plane.start_process("gpugov-dra-governor", gpugov_argv(
+        "dra", "governor", "--kubeconfig", str(sched_kc)))
+
+
 def up(workdir: Path, nodes: Path | None = None,
-       say: Callable[[str], None] = lambda _m: None) -> LocalControlPlane:
-    """Bring the whole local cluster up; raises StartError / ClusterFileError / BuildError."""
+       say: Callable[[str], None] = lambda _m: None,
+       dra_pools: tuple[str, ...] = ()) -> LocalControlPlane:
+    """Bring the whole local cluster up; raises StartError / ClusterFileError / BuildError.
+    `dra_pools`: node pools served by DRA (module doc)."""
     workdir = workdir.resolve()
     if is_up(workdir):
         raise StartError(f"a dev cluster is already running in {workdir}; "
                          f"run `gpugov dev down --dir {workdir}` first")
     cluster = load_cluster_file(nodes) if nodes is not None else builtin_fleet()
+    node_objs = node_objects(cluster)
+    dra = dra_nodes(node_objs, tuple(dra_pools))  # a bad pool: before anything starts
     check_rules()  # before anything starts
     t0 = time.monotonic()
     build.ensure_binaries(progress=say)
-    plane = LocalControlPlane(workdir, scheduler_config=True, progress=say, audit=True)
+    gates = {c: [DRA_GATES] for c in ("kube-apiserver", "kube-scheduler",
+                                      "kube-controller-manager")} if dra else None
+    plane = LocalControlPlane(workdir, scheduler_config=True, progress=say, audit=True,
+                              extra_args=gates)
     plane.start()
     try:
         say("installing CRDs")
@@ -243,11 +294,13 @@ def up(workdir: Path, nodes: Path | None = None,
         sched_kc = _component_kubeconfig(plane, "scheduler", say)
         plane.start_process("gpugov-scheduler", gpugov_argv(
             "scheduler", "--kubeconfig", str(sched_kc), "--lease-namespace", SYSTEM_NAMESPACE))
+        if dra:
+            start_dra(plane, sched_kc, say)
         say("starting gpugov tenants (each Tenant's fences)")
         tenants_kc = _component_kubeconfig(plane, "tenants", say)
         plane.start_process("gpugov-tenants", gpugov_argv(
             "tenants", "--kubeconfig", str(tenants_kc), "--system-namespace", SYSTEM_NAMESPACE))
-        objs, domains = power_dev.with_domains(cluster, node_objects(cluster))
+        objs, domains = power_dev.with_domains(cluster, node_objs)
         say(f"creating {len(objs)} fake GPU nodes")
 
         async def make() -> None:
@@ -268,6 +321,8 @@ def up(workdir: Path, nodes: Path | None = None,
         raise
     plane.procs.extra["up_seconds"] = round(time.monotonic() - t0, 2)
     plane.procs.extra["nodes"] = str(nodes) if nodes is not None else "built-in"
+    if dra:
+        plane.procs.extra["dra_nodes"] = ",".join(dra)
     plane.procs.save()
     link_kubectl(workdir)
     return plane
