@@ -34,7 +34,7 @@ from typing import Any
 from gpugov.k8s.dra.slices import API, CLASSES, DRIVER, SLICE_CLASS
 from gpugov.model.catalog import CATALOG
 from gpugov.model.devices import DeviceMode
-from gpugov.model.gpu_request import GpuRequest, largest_card_mib
+from gpugov.model.gpu_request import GpuRequest
 
 #: the label on every template gpugov writes
 MANAGED_BY = "app.kubernetes.io/managed-by"
@@ -231,7 +231,8 @@ def differs(stored: dict[str, Any], wanted: dict[str, Any]) -> str:
 
 _MODELS = re.compile(re.escape(_ATTR) + r"\.model in \[(.*)\]")
 _MIG = re.compile(re.escape(_ATTR) + r'\.migProfile == (".*")')
-_NEED = re.compile(re.escape(_CAP) + r'\.(memory|compute)\.compareTo\(quantity\("(\d+)(Mi)?"\)\) >= 0')
+_NEED = re.compile(re.escape(_CAP)
+                   + r'\.(memory|compute)\.compareTo\(quantity\("(\d+)(Mi)?"\)\) >= 0')
 
 
 def _read_exact(ex: dict[str, Any], into: dict[str, Any]) -> str:

@@ -73,8 +73,10 @@ MAX_QUEUE_DEPTH = 10_000
 ORIGINAL_SCHEDULER = "gpugov.io/original-scheduler"
 #: the KAI annotations a pod asked with, once the webhook wrote them as container resources
 ORIGINAL_REQUEST = "gpugov.io/original-request"
+#: DRA mode's record of each container's request and claim (`dra_translate.py`)
+DRA_REQUEST = "gpugov.io/dra-request"
 #: annotations the webhook itself writes as records: never read as a request
-RECORDS = (ORIGINAL_SCHEDULER, ORIGINAL_REQUEST)
+RECORDS = (ORIGINAL_SCHEDULER, ORIGINAL_REQUEST, DRA_REQUEST)
 #: queue labels of KAI-Scheduler (and Run:ai before it): they must name the Tenant's queue
 QUEUE_LABELS = ("kai.scheduler/queue", "runai/queue")
 #: Volcano's pod annotation naming its queue: the same rule
@@ -452,6 +454,12 @@ def mutate(req: Mapping[str, Any], resolve_tenancy, scheduler_name: str = ann.SC
     spoofed = [k for k in FORBIDDEN_AT_CREATE if k in annots]
     if spoofed:
         return response(uid, False, create_message(spoofed[0]), code=403)
+    from gpugov.k8s.webhook import dra_translate  # a DRA-mode Tenant: claims (docs/dra.md)
+
+    dra = dra_translate.mutate(req, pod, resolve_tenancy, scheduler_name, system_namespace,
+                               options)
+    if dra is not None:
+        return dra
     try:
         gpu = pod_request(pod, options.names)
     except RequestError as exc:

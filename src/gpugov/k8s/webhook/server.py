@@ -36,7 +36,7 @@ from gpugov.k8s import identities
 from gpugov.k8s.crds import GROUP, VERSION
 from gpugov.k8s.devcluster.client import api_client
 from gpugov.k8s.scheduler.kube import Kube
-from gpugov.k8s.webhook import admission
+from gpugov.k8s.webhook import admission, dra_translate
 from gpugov.k8s.webhook.cache import TenancyCache
 from gpugov.k8s.webhook.tenancy import Resolution, TenancyError, resolve
 
@@ -353,6 +353,8 @@ class WebhookApp:
                                       self.scheduler_name, self.system_namespace, self.options)
             elif isinstance(out, Exception):
                 raise out
+            # DRA mode: write the pod's ResourceClaimTemplates (not on dryRun) or refuse it
+            out = await dra_translate.ensure_templates(self.tenancy.api, req, out)
         except ReviewTimeout:
             out = self._over_budget("mutate", req)
         except Exception as exc:  # never crash; refuse the GPU pod with the reason
