@@ -170,6 +170,21 @@ def tenant_crd() -> dict[str, Any]:
             "oversubscribed, as the NVIDIA device plugin's time-slicing (isolation none; only "
             "a trusted tenant)"}}}
     spec["properties"]["guardrails"] = _guardrails_schema()
+    spec["properties"]["dra"] = {  # webhook/dra_translate.py, docs/dra.md "Translation"
+        "type": "object", "description": "DRA mode: the webhook turns this tenant's GPU "
+        "pods' extended resources (every spelling) into ResourceClaims on gpugov's DRA "
+        "driver, one per GPU container; absent: the device plugin's extended resources",
+        "properties": {
+            "allocator": {"type": "string", "enum": ["kube-scheduler", "gpugov"],
+                          "default": "kube-scheduler",
+                          "description": "who allocates the claims: kube-scheduler (from "
+                          "gpugov's ResourceSlices, governed by `gpugov dra governor`) or "
+                          "gpugov's scheduler (refused while it does not allocate claims)"},
+            "models": {"type": "array", "maxItems": 32, "x-kubernetes-list-type": "set",
+                       "items": {"type": "string", "minLength": 1, "maxLength": 64},
+                       "description": "the GPU models this tenant's DRA pods run on: a "
+                       "share of the card (nvidia.com/gpumem-percentage, KAI gpu-fraction) "
+                       "is resolved over their memory sizes when a pod names no models"}}}
     spec["x-kubernetes-validations"] = [{
         "rule": "has(self.namespaces) != has(self.namespaceSelector)",
         "message": "set exactly one of namespaces and namespaceSelector"}, {
