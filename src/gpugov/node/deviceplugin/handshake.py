@@ -13,6 +13,12 @@ docs/device-plugin.md for why it is safe):
 3. `matching` (Allocate): candidates whose devices are exactly the kubelet's; the caller claims
    the first with a resourceVersion-conditional PATCH and moves to the next on a conflict.
 
+A pod with several containers asking for the resource (init containers included) gets one
+Allocate per container, in the kubelet's admission order (`k8s.pod_containers`): the next
+container's Allocate takes devices of the pod's record that no container running beside it
+holds (`next_step`, `held_keys`), an init container's devices are handed on by the kubelet, and
+`gpugov.io/allocated` records which container got which IDs (docs/device-plugin.md).
+
 Pure functions over pod dicts and the plugin's device list; no I/O.
 """
 
@@ -27,17 +33,27 @@ from gpugov.k8s.annotations import (
     ALLOCATION,
     AllocatedDevice,
     AnnotationError,
+    ContainerClaim,
     Inventory,
     InventoryDevice,
     decode_allocated,
+    decode_allocated_containers,
     decode_allocation,
 )
 from gpugov.k8s.driver_capabilities import DEFAULT as DEFAULT_CAPABILITIES
 from gpugov.k8s.driver_capabilities import CapabilityError
 from gpugov.k8s.driver_capabilities import of_pod as capabilities_of
+from gpugov.k8s.pod_containers import Step, effective, resource_steps
 from gpugov.model.devices import DeviceMode
 from gpugov.node.deviceplugin.pods import Pod
-from gpugov.node.deviceplugin.resources import GPU, MPS, SHARED, PluginDevice, mig_resource
+from gpugov.node.deviceplugin.resources import (
+    GPU,
+    MPS,
+    REPLICA_SEP,
+    SHARED,
+    PluginDevice,
+    mig_resource,
+)
 from gpugov.placement.topology import preferred_allocation
 
 _TERMINAL = ("Succeeded", "Failed")
@@ -59,10 +75,26 @@ class Candidate:
     trust_tier: str | None
     #: NVIDIA_DRIVER_CAPABILITIES its GPU container asks for (k8s.driver_capabilities)
     driver_capabilities: str = DEFAULT_CAPABILITIES
+    #: its containers that ask for this resource, in admission order (several: one Allocate each)
+    steps: tuple[Step, ...] = ()
+    #: which of those containers got which IDs so far (this resource), in order
+    claims: tuple[ContainerClaim, ...] = ()
+    #: every container record of its gpugov.io/allocated (all resources), rewritten on a claim
+    all_claims: tuple[ContainerClaim, ...] = ()
 
     @property
     def ref(self) -> str:
         return f"{self.namespace}/{self.name}"
+
+    @property
+    def multi(self) -> bool:
+        """Several of its containers ask for this resource: one Allocate per container."""
+        return len(self.steps) > 1
+
+    @property
+    def partial(self) -> bool:
+        """Some but not all of its containers got their devices (the kubelet admits it now)."""
+        return self.multi and 0 < len(self.claims) < len(self.steps)
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,12 +211,20 @@ def candidates(pods: Iterable[Pod], node: str, resource: str, inventory: Invento
             rejected.append(Rejected(ref, str(exc)))
             continue
         allocated: tuple[str, ...] = ()
+        records: tuple[ContainerClaim, ...] = ()
         if ALLOCATED in ann:
             try:
                 allocated = tuple(decode_allocated(ann[ALLOCATED])[0])
+                records = tuple(decode_allocated_containers(ann[ALLOCATED]))
             except AnnotationError as exc:
                 rejected.append(Rejected(ref, str(exc)))
                 continue
+        steps = tuple(resource_steps(pod, resource))
+        need = effective((s.kind, s.size) for s in steps)
+        if len(steps) > 1 and need > len(slices):
+            rejected.append(Rejected(ref, f"{ALLOCATION}: {len(slices)} {resource} devices for "
+                                          f"containers that hold {need} at once"))
+            continue
         slices.sort(key=lambda s: s[0])
         found.append(Candidate(
             namespace=md.get("namespace", ""), name=md.get("name", ""), uid=md.get("uid", ""),
@@ -192,26 +232,76 @@ def candidates(pods: Iterable[Pod], node: str, resource: str, inventory: Invento
             wanted=tuple(k for k, _ in slices), slices=tuple(slices),
             claimed_ids=tuple(sorted(i for i in allocated if i in resource_ids)),
             allocated_ids=allocated, trust_tier=ann.get("gpugov.io/trust-tier"),
-            driver_capabilities=caps))
+            driver_capabilities=caps, steps=steps if len(steps) > 1 else (),
+            claims=tuple(r for r in records if r.resource == resource), all_claims=records))
     found.sort(key=lambda c: c.order)
     return found, rejected
 
 
+def key_of(device_id: str) -> str:
+    """The device (GPU or MIG UUID) a kubelet ID stands for."""
+    return device_id.split(REPLICA_SEP, 1)[0]
+
+
+def next_step(c: Candidate) -> Step | None:
+    """The container of a several-container pod whose Allocate comes next (None: all done)."""
+    return c.steps[len(c.claims)] if c.multi and len(c.claims) < len(c.steps) else None
+
+
+def held_keys(c: Candidate) -> set[str]:
+    """Devices of the pod that containers running beside the next one hold: the app
+    containers' and sidecars' claimed so far (a regular init container's are handed on)."""
+    out: set[str] = set()
+    for step, claim in zip(c.steps, c.claims, strict=False):
+        if step.holds:
+            out.update(key_of(i) for i in claim.device_ids)
+    return out
+
+
+def fits_next(c: Candidate, request: Sequence[PluginDevice]) -> bool:
+    """The kubelet's devices can be the next container's: its size, distinct devices of the
+    pod's record, none held by a container running beside it."""
+    step = next_step(c)
+    keys = [d.key for d in request]
+    return (step is not None and len(request) == step.size and len(set(keys)) == len(keys)
+            and set(keys) <= set(c.wanted) and not set(keys) & held_keys(c))
+
+
+def repeated(c: Candidate, request: Sequence[PluginDevice]) -> ContainerClaim | None:
+    """The container claim of a several-container pod these exact IDs repeat (a retry)."""
+    ids = tuple(sorted(d.id for d in request))
+    return next((cl for cl in c.claims if tuple(sorted(cl.device_ids)) == ids), None)
+
+
 def matching(cands: Sequence[Candidate], request: Sequence[PluginDevice]) -> list[Candidate]:
-    """Candidates this Allocate can be for: a re-Allocate of the same IDs first, then pods
-    whose devices equal the kubelet's, in admit order."""
+    """Candidates this Allocate can be for: the next container of a pod the kubelet is
+    admitting (some of its containers got devices) first, then a re-Allocate of the same IDs,
+    then pods whose devices equal the kubelet's (or whose first container they fit), in admit
+    order."""
     ids = tuple(sorted(d.id for d in request))
     keys = tuple(sorted(d.key for d in request))
-    again = [c for c in cands if c.claimed_ids == ids]
-    fresh = [c for c in cands if not c.claimed_ids and c.wanted == keys]
-    return again + fresh
+    admitting = [c for c in cands if c.partial and fits_next(c, request)]
+    again = [c for c in cands if (c.claimed_ids == ids and not c.multi)
+             or (c.multi and repeated(c, request) is not None)]
+    fresh = [c for c in cands if not c.claimed_ids and not c.claims
+             and (fits_next(c, request) if c.multi else c.wanted == keys)]
+    out: list[Candidate] = []
+    for c in admitting + again + fresh:
+        if c not in out:
+            out.append(c)
+    return out
 
 
 def preferred_ids(cands: Sequence[Candidate], available: Sequence[PluginDevice],
                   must_include: Sequence[str], size: int) -> list[str]:
     """GetPreferredAllocation: steer the kubelet to the next waiting pod's devices."""
     must = set(must_include)
-    for c in cands:
+    for c in sorted(cands, key=lambda c: not c.partial):  # the pod being admitted first
+        if c.multi:
+            chosen = _next_ids(c, available, must_include, size)
+            if chosen:
+                return chosen
+            continue
         if c.claimed_ids or len(c.wanted) != size:
             continue
         need = Counter(c.wanted)
@@ -224,6 +314,28 @@ def preferred_ids(cands: Sequence[Candidate], available: Sequence[PluginDevice],
         if not +need and must <= set(chosen):
             return chosen
     return _by_topology(available, must_include, size)
+
+
+def _next_ids(c: Candidate, available: Sequence[PluginDevice], must_include: Sequence[str],
+              size: int) -> list[str]:
+    """The next container's IDs: `must_include` (devices the kubelet hands on from an init
+    container) plus the lowest free replica of devices of the pod's record no container
+    beside it holds; [] when the next container is not of this size or they do not fit."""
+    step = next_step(c)
+    if step is None or step.size != size:
+        return []
+    free = set(c.wanted) - held_keys(c)
+    must_keys = [key_of(i) for i in must_include]
+    if not set(must_keys) <= free or len(set(must_keys)) != len(must_keys):
+        return []
+    chosen, used = list(must_include), set(must_keys)
+    for d in sorted(available, key=lambda d: (d.index, d.mig_start or 0, _replica(d.id))):
+        if len(chosen) == size:
+            break
+        if d.healthy and d.key in free and d.key not in used and d.id not in chosen:
+            chosen.append(d.id)
+            used.add(d.key)
+    return chosen if len(chosen) == size else []
 
 
 def _replica(device_id: str) -> int:

@@ -18,9 +18,18 @@ from pathlib import Path
 import grpc
 from prometheus_client import Counter, Histogram
 
-from gpugov.k8s.annotations import ALLOCATED, Inventory, encode_allocated
+from gpugov.k8s.annotations import ALLOCATED, ContainerClaim, Inventory, encode_allocated
 from gpugov.model.devices import DeviceMode
-from gpugov.node.deviceplugin.handshake import Candidate, candidates, matching, preferred_ids
+from gpugov.node.deviceplugin.handshake import (
+    Candidate,
+    candidates,
+    fits_next,
+    held_keys,
+    matching,
+    next_step,
+    preferred_ids,
+    repeated,
+)
 from gpugov.node.deviceplugin.pods import PodSource
 from gpugov.node.deviceplugin.resources import PluginDevice, socket_name
 from gpugov.node.deviceplugin.response import ResponseConfig, container_response
@@ -191,18 +200,24 @@ class ResourcePlugin(pb_grpc.DevicePluginServicer):
             if not found:
                 raise AllocateError("no_match", self._no_match(ids, request, cands, rejected))
             for c in found:
-                resp = self._response(c, request)  # fails before any claim is written
-                if c.claimed_ids:  # the kubelet allocates the same container again
+                container, fresh = _container(c, request)
+                resp = self._response(c, request, container)  # fails before any claim
+                if not fresh:  # the kubelet allocates the same container again
                     await self._scrub(c, request)  # a scrub that failed before is retried
                     return resp, "reclaimed"
-                value = encode_allocated(sorted(set(c.allocated_ids) | set(ids)), _now())
+                claims = list(c.all_claims)
+                if container is not None:  # one of several containers: record which
+                    claims.append(ContainerClaim(container, self.resource, tuple(sorted(ids))))
+                value = encode_allocated(sorted(set(c.allocated_ids) | set(ids)), _now(),
+                                         claims or None)
                 try:
                     ok = await self.pods.patch_annotations(c.namespace, c.name,
                                                            c.resource_version, {ALLOCATED: value})
                 except LookupError:
                     continue  # deleted since the list: try the next one
                 if ok:
-                    log.info("Allocate %s %s -> pod %s", self.resource, ids, c.ref)
+                    log.info("Allocate %s %s -> pod %s%s", self.resource, ids, c.ref,
+                             f" container {container}" if container else "")
                     await self._scrub(c, request)
                     return resp, "ok"
                 CONFLICTS.labels(self.resource).inc()
@@ -239,11 +254,12 @@ class ResourcePlugin(pb_grpc.DevicePluginServicer):
             log.info("scrubbed %s (%d bytes, %.2f s) before handing it to %s", d.key,
                      result.bytes, result.seconds, c.ref)
 
-    def _response(self, c: Candidate, request: list[PluginDevice]) -> pb.ContainerAllocateResponse:
+    def _response(self, c: Candidate, request: list[PluginDevice],
+                  container: str | None = None) -> pb.ContainerAllocateResponse:
         try:
             return container_response(request, dict(c.slices), self.cfg,
                                       (c.namespace, c.name, c.uid), c.trust_tier,
-                                      c.driver_capabilities)
+                                      c.driver_capabilities, container=container)
         except (ValueError, OSError) as exc:
             raise AllocateError("error", f"pod {c.ref}: {exc}") from None
 
@@ -252,10 +268,31 @@ class ResourcePlugin(pb_grpc.DevicePluginServicer):
         keys = sorted(d.key for d in request)
         msg = (f"no pod bound to node {self.node} has a gpugov.io/allocation for exactly "
                f"{self.resource} devices {keys} (kubelet IDs {sorted(ids)})")
-        waiting = [f"{c.ref} wants {list(c.wanted)}" for c in cands if not c.claimed_ids]
+        waiting = [f"{c.ref} wants {list(c.wanted)}" for c in cands
+                   if not c.claimed_ids and not c.multi]
+        for c in cands:
+            step = next_step(c)
+            if step is not None:
+                held = sorted(held_keys(c))
+                waiting.append(f"{c.ref} container {step.name!r} wants {step.size} of "
+                               f"{list(c.wanted)}" + (f" except {held}" if held else ""))
         if waiting:
             msg += "; waiting pods: " + ", ".join(waiting[:5])
         if rejected:
             msg += "; pods with unusable annotations: " + "; ".join(
                 f"{r.pod}: {r.reason}" for r in rejected[:5])
         return msg
+
+
+def _container(c: Candidate, request: list[PluginDevice]) -> tuple[str | None, bool]:
+    """(which of the pod's several GPU containers this Allocate is for, None for a pod with
+    one; whether it is a fresh claim rather than the kubelet repeating one)."""
+    if not c.multi:
+        return None, not c.claimed_ids
+    if fits_next(c, request):
+        step = next_step(c)
+        assert step is not None
+        return step.name, True
+    again = repeated(c, request)
+    return (again.name if again is not None else None), False
+

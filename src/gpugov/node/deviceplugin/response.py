@@ -10,7 +10,8 @@ Soft slices: the library is mounted read-only and preloaded by mounting a one-li
 `/etc/ld.so.preload` (an image's `ENV LD_PRELOAD` cannot override it), the per-device limits
 are `GPUGOV_MEMORY_LIMIT_<i>` / `GPUGOV_CORE_LIMIT_<i>` with `i` the container's CUDA ordinal
 (`CUDA_DEVICE_ORDER=PCI_BUS_ID`, so ordinals follow NVML index order), and the pod's accounting
-region lives in a host folder the exporter reads (docs/enforcement.md).
+region lives in a host folder the exporter reads (docs/enforcement.md); each of a pod's several
+GPU containers has its own region in `containers/<name>/` of that folder.
 
 Time-slice replicas (of a GPU, or of a time-sliced MIG instance: record `mig.replicas`): the
 record's `memoryMiB` is the replica's memory cap (what it named, else card (instance) ÷
@@ -97,6 +98,16 @@ class ResponseConfig:
         safe = re.sub(r"[^A-Za-z0-9_.-]", "-", f"{namespace}_{name}_{uid}")
         return self.state_dir / "regions" / safe
 
+    def container_region_dir(self, namespace: str, name: str, uid: str,
+                             container: str | None) -> Path:
+        """The region folder one container mounts: the pod's, or (one of a pod's several GPU
+        containers) `containers/<name>/` inside it. Containers on different devices must
+        not share a region: its device slots are their own ordinals."""
+        pod = self.region_dir(namespace, name, uid)
+        if container is None:
+            return pod
+        return pod / "containers" / re.sub(r"[^A-Za-z0-9_.-]", "-", container)[:253]
+
     def qos_dir(self, key: str) -> Path:
         """The folder of one device's QoS boards (one file per pod on the device)."""
         return self.state_dir / "qos" / re.sub(r"[^A-Za-z0-9_.-]", "-", key)
@@ -111,10 +122,12 @@ def container_response(request: list[PluginDevice],
                        slices: dict[str, AllocatedDevice], cfg: ResponseConfig,
                        pod: tuple[str, str, str], trust_tier: str | None,
                        capabilities: str = DRIVER_CAPABILITIES,
+                       container: str | None = None,
                        ) -> pb.ContainerAllocateResponse:
     """The answer for one container: `request` are the kubelet's devices, `slices` the
     scheduler's slice per device key (GPU or MIG UUID); `capabilities` what the pod's GPU
-    container asks in NVIDIA_DRIVER_CAPABILITIES (`k8s.driver_capabilities`)."""
+    container asks in NVIDIA_DRIVER_CAPABILITIES (`k8s.driver_capabilities`); `container`:
+    which of the pod's several GPU containers it is (its own region), None for the one."""
     keys: list[str] = []
     for d in sorted(request, key=lambda d: (d.index, d.mig_start or 0)):
         if d.key not in keys:
@@ -146,7 +159,7 @@ def container_response(request: list[PluginDevice],
                 resp.envs[f"GPUGOV_CORE_LIMIT_{i}"] = str(core_percent(s.milli))
         for i, s in capped:  # memory only: compute is the driver's time-slicing
             resp.envs[f"GPUGOV_MEMORY_LIMIT_{i}"] = f"{s.memory_mib}Mi"
-        region = cfg.region_dir(*pod)
+        region = cfg.container_region_dir(*pod, container)
         region.mkdir(parents=True, exist_ok=True)
         # ordinal -> UUID for the exporter (docs/contracts.md, pod regions)
         (region / "devices").write_text("".join(k + "\n" for k in keys))
@@ -162,7 +175,8 @@ def container_response(request: list[PluginDevice],
                                     read_only=True))
         resp.mounts.append(pb.Mount(container_path=CONTAINER_REGION_DIR, host_path=str(region),
                                     read_only=False))
-        _qos_boards(resp, cfg, sorted((i, keys[i]) for i, _ in soft + capped), region.name)
+        _qos_boards(resp, cfg, sorted((i, keys[i]) for i, _ in soft + capped),
+                    cfg.region_dir(*pod).name)  # one board per pod and device
     mps = [(i, slices[k]) for i, k in enumerate(keys) if slices[k].mode == DeviceMode.MPS]
     if mps:
         _mps_client(resp, mps, cfg)
