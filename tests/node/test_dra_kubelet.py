@@ -26,6 +26,7 @@ from gpugov.k8s.scheduler.kube import Kube
 from gpugov.model.devices import DeviceMode
 from gpugov.node.dra.plugin import DraPlugin
 from gpugov.node.dra.prepare import NodePaths
+from gpugov.node.dra.source import KubeClaimSource
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -78,8 +79,12 @@ class Loop:
 
 
 class KubeClaims:
-    def __init__(self, kube: Kube) -> None:
-        self.kube = kube
+    def __init__(self, kube: Kube, source: KubeClaimSource | None = None) -> None:
+        self.kube, self.source = kube, source
+
+    async def preemptible(self, claim: dict) -> bool | None:
+        """The plugin's own reading of the pods' priority class (`KubeClaimSource`)."""
+        return await self.source.preemptible(claim) if self.source is not None else None
 
     async def get_claim(self, namespace: str, name: str) -> dict | None:
         status, doc = await self.kube.request(
@@ -92,6 +97,7 @@ def node(dra_plane, peer_binary) -> Iterator[dict]:
     loop = Loop()
     short = Path(tempfile.mkdtemp(prefix="dra", dir="/tmp"))
     kube = loop.run(Kube.from_kubeconfig(dra_plane.kubeconfig))
+    api = loop.run(_api_client(dra_plane.kubeconfig))
     try:
         features = loop.run(probe_features(kube))
         pub = SlicePublisher(kube, features)
@@ -103,7 +109,8 @@ def node(dra_plane, peer_binary) -> Iterator[dict]:
         lib = short / "libgpugov.so"
         lib.write_bytes(b"\x7fELF fake")
         paths = NodePaths(cdi_dir=short / "cdi", state_dir=short / "state", library=lib)
-        plugin = DraPlugin(NODE, lambda: INV, features, paths, KubeClaims(kube),
+        plugin = DraPlugin(NODE, lambda: INV, features, paths,
+                           KubeClaims(kube, KubeClaimSource(api)),
                            plugin_dir=short / "plugins" / "gpu.gpugov.io",
                            registry_dir=short / "registry")
         loop.run(plugin.start())
@@ -119,8 +126,17 @@ def node(dra_plane, peer_binary) -> Iterator[dict]:
         publishing.result(10)
     finally:
         loop.run(kube.close())
+        loop.run(api.close())
         loop.close()
         shutil.rmtree(short, ignore_errors=True)
+
+
+async def _api_client(kubeconfig: Path):  # noqa: ANN202 - kubernetes_asyncio's ApiClient
+    from kubernetes_asyncio import client, config
+
+    cfg = client.Configuration()
+    await config.load_kube_config(config_file=str(kubeconfig), client_configuration=cfg)
+    return client.ApiClient(cfg)
 
 
 def wait(fn, what: str, timeout: float = 60):  # noqa: ANN001, ANN201
@@ -216,6 +232,62 @@ def test_a_slice_claim_is_prepared_as_a_slice_and_survives_a_kubelet_restart(nod
     assert not node["paths"].spec_file(uid).exists()
     assert not Path(mounts["/var/run/gpugov"]["hostPath"]).exists()
     assert peer.unprepare(ns, "p") == {"ok": True}  # again: nothing left, no error
+
+
+def test_slice_claims_get_the_qos_boards_and_their_pods_class_sets_the_priority(node) -> None:
+    """The QoS boards of docs/enforcement.md on the DRA path: each claim on a shared GPU
+    mounts the device's board folder read-only and its own board file writable; a pod of a
+    non-preemptible class (PriorityPolicy) is Guaranteed (priority 0), a claim's own
+    GpuConfig priority 0 on a preemptible pod is recorded as 1; unprepare removes the board."""
+    from gpugov.k8s.devcluster.dev import install_crds
+
+    loop, kube = node["loop"], node["kube"]
+    ns = _ns(node, "dra-qos")
+    loop.run(install_crds(node["plane"].kubeconfig))
+    for path, body in (
+        ("/apis/scheduling.k8s.io/v1/priorityclasses",
+         {"metadata": {"name": "dra-serving"}, "value": 1000}),
+        ("/apis/gpugov.io/v1alpha1/prioritypolicies",
+         {"apiVersion": "gpugov.io/v1alpha1", "kind": "PriorityPolicy",
+          "metadata": {"name": "dra-serving"}, "spec": {"preemptible": False}})):
+        status, doc = loop.run(kube.request("POST", path, body))
+        assert status in (201, 409), doc
+    wait(lambda: node["peer"].registered("gpu.gpugov.io"), "registration")
+    slice_ = {"memory": "10Gi", "compute": "20"}
+    serving = claim_pod("serve", ns, {"gpu": "hi"})
+    serving["spec"]["priorityClassName"] = "dra-serving"
+    _schedule(node, ns, [claim("hi", ns, [request("gpu", SLICE_CLASS, capacity=slice_)])],
+              serving)
+    tenant_says_0 = claim("lo", ns, [request("gpu", SLICE_CLASS, capacity=slice_)])
+    tenant_says_0["spec"]["devices"]["config"] = [{"requests": ["gpu"], "opaque": {
+        "driver": "gpu.gpugov.io", "parameters": {
+            "apiVersion": "gpu.gpugov.io/v1alpha1", "kind": "GpuConfig", "priority": 0}}}]
+    _schedule(node, ns, [tenant_says_0], claim_pod("batch", ns, {"gpu": "lo"}))
+    assert node["peer"].prepare(ns, "serve")["ok"] and node["peer"].prepare(ns, "batch")["ok"]
+    hi, lo = (_spec(node, _claim_uid(node, ns, n)) for n in ("hi", "lo"))
+    assert _env(hi)["GPUGOV_TASK_PRIORITY"] == _env(hi)["CUDA_TASK_PRIORITY"] == "0"
+    assert _env(lo)["GPUGOV_TASK_PRIORITY"] == "1"  # a tenant's own 0 on a preemptible pod
+    folder = node["paths"].qos_dir("GPU-a100-0001")  # the soft GPU's board folder
+    for spec, name in ((hi, "hi"), (lo, "lo")):
+        env = _env(spec)
+        own = env["GPUGOV_QOS_SELF"]
+        assert env["GPUGOV_QOS_DIR"] == "/var/run/gpugov-qos"
+        assert own == f"claim_{ns}_{name}_{_claim_uid(node, ns, name)}"
+        mounts = {m["containerPath"]: m for m in spec["devices"][0]["containerEdits"]["mounts"]}
+        board_dir = mounts["/var/run/gpugov-qos/0"]
+        assert board_dir["hostPath"] == str(folder) and "ro" in board_dir["options"]
+        mine = mounts[f"/var/run/gpugov-qos/0/{own}"]
+        assert mine["hostPath"] == str(folder / own) and "rw" in mine["options"]
+        assert (folder / own).is_file()
+        assert env["GPUGOV_DEVICE_UUIDS"] == "GPU-a100-0001"
+    # the claim region names the pod that uses it (the exporter's claim attribution)
+    region = node["paths"].region_dir(ns, "hi", _claim_uid(node, ns, "hi"))
+    _, pod = loop.run(kube.request("GET", f"/api/v1/namespaces/{ns}/pods/serve"))
+    assert (region / "pods").read_text() == f"serve {pod['metadata']['uid']}\n"
+    own_hi = _env(hi)["GPUGOV_QOS_SELF"]
+    assert node["peer"].unprepare(ns, "serve") == {"ok": True}
+    assert not (folder / own_hi).exists() and (folder / _env(lo)["GPUGOV_QOS_SELF"]).exists()
+    assert node["peer"].unprepare(ns, "batch") == {"ok": True}
 
 
 def test_two_gpu_containers_and_a_gpu_init_container_each_get_their_own_claim(node) -> None:

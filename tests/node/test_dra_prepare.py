@@ -273,3 +273,46 @@ def test_a_restarted_plugin_answers_from_its_records_and_unprepares(tmp_path) ->
         assert not list((paths.state_dir / "dra").iterdir())
 
     asyncio.run(main())
+
+
+def _cfg(priority: int, source: str) -> dict:
+    return {"source": source, "opaque": {"driver": "gpu.gpugov.io", "parameters": {
+        "apiVersion": "gpu.gpugov.io/v1alpha1", "kind": "GpuConfig", "priority": priority}}}
+
+
+@pytest.mark.parametrize(("device", "config", "preemptible", "want"), [
+    # a slice shares its GPU: the QoS class comes from the pods' priority class
+    ("gpu-1", None, False, "0"), ("gpu-1", None, True, "1"), ("gpu-1", None, None, "1"),
+    # a tenant's own 0 needs a non-preemptible class (else 1, as gpugov's scheduler records)
+    ("gpu-1", _cfg(0, "FromClaim"), True, "1"), ("gpu-1", _cfg(0, "FromClaim"), None, "1"),
+    ("gpu-1", _cfg(0, "FromClaim"), False, "0"), ("gpu-1", _cfg(1, "FromClaim"), False, "1"),
+    # a DeviceClass's config is an admin's word
+    ("gpu-1", _cfg(0, "FromClass"), True, "0"),
+    # a whole GPU shares nothing: only an explicit priority, judged the same way
+    ("gpu-0", None, False, None), ("gpu-0", _cfg(0, "FromClaim"), True, "1"),
+])
+def test_the_qos_priority_is_decided_as_the_scheduler_decides_a_pods(
+        tmp_path, device, config, preemptible, want) -> None:
+    extra = {"consumedCapacity": {"memory": "10Gi", "compute": "50"}} if device == "gpu-1" \
+        else {}
+    got = build(_claim([_r(device, **extra)], [config] if config else None), "n", INV, ON,
+                _paths(tmp_path), preemptible)
+    env = dict(e.split("=", 1) for e in got.spec["devices"][0]["containerEdits"]["env"])
+    assert env.get("GPUGOV_TASK_PRIORITY") == want and env.get("CUDA_TASK_PRIORITY") == want
+
+
+def test_a_claims_board_file_is_never_taken_by_the_device_plugins_sweep(tmp_path) -> None:
+    """The device plugin removes board files named like a gone pod's region
+    (`<ns>_<pod>_<uid>`, no live pod with that UID): a claim's board must not look like one."""
+    from gpugov.node.deviceplugin.cleanup import leftovers
+
+    paths = _paths(tmp_path)
+    got = build(_claim([_r("gpu-1", consumedCapacity={"memory": "10Gi"})]), "n", INV, ON,
+                paths)
+    (board,) = got.boards
+    Path(board).parent.mkdir(parents=True)
+    Path(board).touch()
+    pod_board = Path(board).parent / "ns_p_0123456789ab"
+    pod_board.touch()
+    assert Path(board).name == "claim_ns_c_u-1"
+    assert leftovers(paths.state_dir, set(), now=1e12, grace_s=0) == [pod_board]

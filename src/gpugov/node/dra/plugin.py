@@ -50,6 +50,10 @@ class ClaimSource(Protocol):
     async def get_claim(self, namespace: str, name: str) -> dict[str, Any] | None:
         """The ResourceClaim object, None when it does not exist."""
 
+    async def preemptible(self, claim: dict[str, Any]) -> bool | None:
+        """Whether any pod the claim is reserved for has a preemptible priority class
+        (gpugov's PriorityPolicy); None when that cannot be read (counts as preemptible)."""
+
 
 def _atomic_write(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -138,12 +142,19 @@ class DraPlugin(pb_grpc.DRAPluginServicer):
             if uid != claim.uid:
                 raise PrepareError(f"ResourceClaim {claim.namespace}/{claim.name} has UID "
                                    f"{uid}, not {claim.uid} (deleted and created again)")
-            prepared = build(obj, self.node, self.inventory(), self.features, self.paths)
+            ask = getattr(self.claims, "preemptible", None)  # None: counts as preemptible
+            prepared = build(obj, self.node, self.inventory(), self.features, self.paths,
+                             await ask(obj) if ask is not None else None)
             edits = prepared.spec["devices"][0]["containerEdits"]
             if any(m["containerPath"] == CONTAINER_REGION_DIR for m in edits.get("mounts", [])):
                 region = self.paths.region_dir(claim.namespace, claim.name, claim.uid)
                 region.mkdir(parents=True, exist_ok=True)
                 (region / "devices").write_text("".join(u + "\n" for u in prepared.uuids))
+                # the exporter's attribution: which pods use the claim (name, UID per line)
+                _atomic_write(region / "pods", "".join(f"{n} {u}\n" for n, u in prepared.pods))
+            for board in prepared.boards:
+                Path(board).parent.mkdir(parents=True, exist_ok=True)
+                Path(board).touch()
             self._write_spec(prepared)
             _atomic_write(record, prepared.to_json())
             return self._answer(prepared)
@@ -180,6 +191,11 @@ class DraPlugin(pb_grpc.DRAPluginServicer):
         for claim in request.claims:
             try:
                 async with self._locks.setdefault(claim.uid, asyncio.Lock()):
+                    record = self._record(claim.uid)
+                    if record.exists():  # its QoS board files
+                        for board in Prepared.from_json(record.read_text()).boards:
+                            with contextlib.suppress(FileNotFoundError):
+                                Path(board).unlink()
                     with contextlib.suppress(FileNotFoundError):
                         self.paths.spec_file(claim.uid).unlink()
                     shutil.rmtree(self.paths.region_dir(claim.namespace, claim.name, claim.uid),

@@ -11,8 +11,15 @@ slice is a slice on the node. The id is attached to the claim's first device onl
 kubelet collects every device's ids, and applying one CDI device twice would create its device
 nodes twice.
 
-Opaque config of this driver (`GpuConfig`, `claim_config`) sets the task priority
-(`GPUGOV_TASK_PRIORITY`, `CUDA_TASK_PRIORITY`). Refused, with the field named (the kubelet
+QoS (the library's in-GPU priority and QoS floor, docs/enforcement.md): a slice or capped
+replica gets the device plugin's boards — each device's `<state>/qos/<device key>/` read-only
+at `/var/run/gpugov-qos/<ordinal>/`, with the claim's own board file (`claim_<ns>_<claim>_<uid>`,
+a name the device plugin's sweep of gone pods never takes) writable over it — and its
+priority (`GPUGOV_TASK_PRIORITY`, `CUDA_TASK_PRIORITY`), decided as gpugov's scheduler decides
+a pod's QoS class (`translate.qos_priority`): from the pods' priority class (non-preemptible:
+0, Guaranteed; else 1), and a `GpuConfig` priority 0 (`claim_config`) is honoured when the
+DeviceClass (an admin) sets it or the pods' class is non-preemptible, else recorded as 1.
+Refused, with the field named (the kubelet
 shows it on the pod): a claim not allocated, a device of another pool (node), a device the
 node does not have, several requests for this driver in one claim, a config field or value
 `GpuConfig` does not have, an MPS client while no MPS control daemon runs. An MPS client gets
@@ -31,6 +38,8 @@ from typing import Any
 from gpugov.k8s.annotations import Inventory, InventoryDevice, MigInstance
 from gpugov.k8s.dra.slices import COMPUTE_FULL, DRIVER, Features, node_devices
 from gpugov.k8s.quantity import parse_quantity
+from gpugov.k8s.scheduler.translate import qos_priority
+from gpugov.model.isolation import TrustTier
 
 CDI_VERSION = "0.6.0"
 CDI_KIND = "gpugov.io/claim"
@@ -39,6 +48,10 @@ CONTAINER_REGION_DIR = "/var/run/gpugov"
 PRELOAD = "/etc/ld.so.preload"
 CONTROL_DEVICES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")
 CONTAINER_MPS_PIPE = "/mps/pipe"
+CONTAINER_QOS_DIR = "/var/run/gpugov-qos"
+#: a claim's board file name starts so: never `<ns>_<pod>_<uid>`, which the device plugin's
+#: sweep removes once no live pod has that UID (`deviceplugin/cleanup.py`)
+BOARD_PREFIX = "claim_"
 #: the most GPU memory one device can have (bounds a tenant-written quantity), MiB
 MAX_MEMORY_MIB = 1 << 24
 
@@ -64,6 +77,11 @@ class NodePaths:
         pattern, names cannot hold `_`) beside, not inside, the device plugin's `regions/`,
         which the exporter reads as pods."""
         return self.state_dir / "claim-regions" / _safe(f"{namespace}_{name}_{claim_uid}")
+
+    def qos_dir(self, key: str) -> Path:
+        """One device's QoS board folder (GPU or MIG UUID), the device plugin's
+        (`ResponseConfig.qos_dir`): pods of both paths on one device meet there."""
+        return self.state_dir / "qos" / re.sub(r"[^A-Za-z0-9_.-]", "-", key)
 
     def spec_file(self, claim_uid: str) -> Path:
         return self.cdi_dir / f"gpugov.io-claim_{_safe(claim_uid)}.json"
@@ -98,17 +116,22 @@ class Prepared:
     spec: dict[str, Any] = field(default_factory=dict)
     #: the devices' UUIDs in CUDA ordinal order (the region's `devices` file, as for pods)
     uuids: list[str] = field(default_factory=list)
+    #: host paths of the claim's QoS board files (created at prepare, removed at unprepare)
+    boards: list[str] = field(default_factory=list)
+    #: the pods the claim is reserved for, `[name, uid]` (the exporter's attribution)
+    pods: list[list[str]] = field(default_factory=list)
 
     def to_json(self) -> str:
         return json.dumps({"uid": self.uid, "namespace": self.namespace, "name": self.name,
-                           "devices": self.devices, "spec": self.spec, "uuids": self.uuids},
-                          sort_keys=True)
+                           "devices": self.devices, "spec": self.spec, "uuids": self.uuids,
+                           "boards": self.boards, "pods": self.pods}, sort_keys=True)
 
     @classmethod
     def from_json(cls, text: str) -> Prepared:
         d = json.loads(text)
         return cls(d["uid"], d["namespace"], d["name"], list(d["devices"]), dict(d["spec"]),
-                   list(d.get("uuids") or []))
+                   list(d.get("uuids") or []), [str(b) for b in d.get("boards") or []],
+                   [[str(x) for x in p] for p in d.get("pods") or []])
 
 
 def cdi_id(claim_uid: str) -> str:
@@ -197,7 +220,8 @@ def claim_config(claim: dict[str, Any]) -> dict[str, Any]:
     """The driver's opaque config of the allocation (from the class and the claim, the
     claim's last): `{"apiVersion": "gpu.gpugov.io/v1alpha1", "kind": "GpuConfig",
     "priority": 0|1}` — HAMi's task priority (0 high, 1 low). PrepareError names any other
-    field or value."""
+    field or value. `priority_from_class`: the priority is the DeviceClass's (an admin's),
+    not the claim's (a tenant's)."""
     meta = claim.get("metadata") or {}
     ref = f"ResourceClaim {meta.get('namespace')}/{meta.get('name')}"
     alloc = (claim.get("status") or {}).get("allocation") or {}
@@ -222,20 +246,56 @@ def claim_config(claim: dict[str, Any]) -> dict[str, Any]:
             if isinstance(value, bool) or value not in (0, 1):
                 raise PrepareError(f"{where}.priority: {value!r}; allowed: 0 (high), 1 (low)")
             out["priority"] = value
+            out["priority_from_class"] = c.get("source") == "FromClass"
     return out
 
 
+def reserved_pods(claim: dict[str, Any]) -> list[list[str]]:
+    """`[name, uid]` of each pod the claim is reserved for (`status.reservedFor`)."""
+    out = []
+    for r in (claim.get("status") or {}).get("reservedFor") or []:
+        if isinstance(r, dict) and r.get("resource") == "pods" and not r.get("apiGroup"):
+            out.append([str(r.get("name") or ""), str(r.get("uid") or "")])
+    return out
+
+
+def board_name(namespace: str, name: str, claim_uid: str) -> str:
+    """The claim's board file name in each device's QoS folder (`BOARD_PREFIX`)."""
+    return BOARD_PREFIX + _safe(f"{namespace}_{name}_{claim_uid}")
+
+
+def claim_priority(config: dict[str, Any], shared: bool, preemptible: bool | None
+                   ) -> tuple[int | None, str]:
+    """The claim's in-GPU priority and a warning, as gpugov's scheduler decides a pod's QoS
+    class (`translate.qos_priority`): derived from the pods' priority class where the library
+    shares a device (`shared`), else only an explicit priority; an explicit 0 needs a
+    non-preemptible class, unless the DeviceClass (an admin) set it. A trusted Tenant's own
+    0 is recorded as 1 here: the node does not read Tenants (docs/dra.md, QoS)."""
+    explicit = config.get("priority")
+    if explicit is None and not shared:
+        return None, ""
+    if explicit is not None and config.get("priority_from_class"):
+        return int(explicit), ""
+    prio, warning = qos_priority(explicit, preemptible, TrustTier.INTERNAL)
+    return prio, warning.replace("nvidia.com/priority", "GpuConfig priority").replace(
+        " or a trusted Tenant", " or a DeviceClass that sets it")
+
+
 def build(claim: dict[str, Any], node: str, inv: Inventory, features: Features,
-          paths: NodePaths) -> Prepared:
-    """The prepared claim (devices and CDI spec); PrepareError when it cannot be served."""
+          paths: NodePaths, preemptible: bool | None = None) -> Prepared:
+    """The prepared claim (devices and CDI spec); PrepareError when it cannot be served.
+    `preemptible`: whether the claim's pods' priority class is preemptible (None: unknown,
+    which counts as preemptible)."""
     meta = claim.get("metadata") or {}
     uid = str(meta.get("uid") or "")
     targets = resolve(claim, node, inv, features)
     config = claim_config(claim)
+    limited = [(i, t) for i, t in enumerate(targets)
+               if t.kind != "mps" and (t.memory_mib or t.compute)]
+    priority, _warning = claim_priority(config, bool(limited), preemptible)
     env: list[str] = []
-    if "priority" in config:  # read by images built for HAMi too (docs/device-plugin.md)
-        env += [f"GPUGOV_TASK_PRIORITY={config['priority']}",
-                f"CUDA_TASK_PRIORITY={config['priority']}"]
+    if priority is not None:  # read by images built for HAMi too (docs/device-plugin.md)
+        env += [f"GPUGOV_TASK_PRIORITY={priority}", f"CUDA_TASK_PRIORITY={priority}"]
     uuids = [t.mig.uuid if t.mig is not None else t.gpu.uuid for t in targets]
     if any(not u for u in uuids):
         raise PrepareError(f"ResourceClaim {meta.get('namespace')}/{meta.get('name')}: a "
@@ -263,27 +323,42 @@ def build(claim: dict[str, Any], node: str, inv: Inventory, features: Features,
         mounts += [{"hostPath": str(pipe), "containerPath": CONTAINER_MPS_PIPE, "options": rw},
                    {"hostPath": str(paths.state_dir / "mps" / "shm"),
                     "containerPath": "/dev/shm", "options": rw}]
-    limited = [(i, t) for i, t in enumerate(targets)
-               if t.kind != "mps" and (t.memory_mib or t.compute)]
+    boards: list[str] = []
     if limited:
         if paths.library is None:
             raise PrepareError("soft slices and time-slice replicas need the enforcement "
                                "library, and this plugin runs without libgpugov.so")
+        # limits by CUDA ordinal: the position of the device's UUID in the visible list
+        ordinals = {u: k for k, u in enumerate(dict.fromkeys(uuids))}
         for i, t in limited:
             if t.memory_mib:
-                env.append(f"GPUGOV_MEMORY_LIMIT_{i}={t.memory_mib}Mi")
+                env.append(f"GPUGOV_MEMORY_LIMIT_{ordinals[uuids[i]]}={t.memory_mib}Mi")
             if t.compute:
-                env.append(f"GPUGOV_CORE_LIMIT_{i}={t.compute}")
+                env.append(f"GPUGOV_CORE_LIMIT_{ordinals[uuids[i]]}={t.compute}")
         env.append(f"GPUGOV_SHARED_REGION={CONTAINER_REGION_DIR}/region")
+        # the library charges by UUID (docs/enforcement.md), as on the device plugin's path
+        env.append(f"GPUGOV_DEVICE_UUIDS={visible}")
         ro = ["ro", "nosuid", "nodev", "bind"]
+        rw = ["rw", "nosuid", "nodev", "bind"]
         mounts += [
             {"hostPath": str(paths.library), "containerPath": CONTAINER_LIBRARY,
              "options": ro},
             {"hostPath": str(paths.preload_file), "containerPath": PRELOAD, "options": ro},
             {"hostPath": str(paths.region_dir(str(meta.get("namespace")), str(meta.get("name")),
                                               uid)), "containerPath": CONTAINER_REGION_DIR,
-             "options": ["rw", "nosuid", "nodev", "bind"]},
+             "options": rw},
         ]
+        # QoS boards: each shared device's folder read-only, the claim's own file writable
+        # over it (the device plugin's contract, `deviceplugin/response._qos_boards`)
+        own = board_name(str(meta.get("namespace")), str(meta.get("name")), uid)
+        for key in dict.fromkeys(uuids[i] for i, _ in limited):
+            folder = paths.qos_dir(key)
+            inside = f"{CONTAINER_QOS_DIR}/{ordinals[key]}"
+            boards.append(str(folder / own))
+            mounts += [{"hostPath": str(folder), "containerPath": inside, "options": ro},
+                       {"hostPath": str(folder / own), "containerPath": f"{inside}/{own}",
+                        "options": rw}]
+        env += [f"GPUGOV_QOS_DIR={CONTAINER_QOS_DIR}", f"GPUGOV_QOS_SELF={own}"]
     edits: dict[str, Any] = {"env": env, "deviceNodes": nodes}
     if mounts:
         edits["mounts"] = mounts
@@ -292,4 +367,4 @@ def build(claim: dict[str, Any], node: str, inv: Inventory, features: Features,
     devices = [{"request": t.request, "pool": t.pool, "device": t.name,
                 "cdi": [cdi_id(uid)] if i == 0 else []} for i, t in enumerate(targets)]
     return Prepared(uid, str(meta.get("namespace") or ""), str(meta.get("name") or ""),
-                    devices, spec, list(dict.fromkeys(uuids)))
+                    devices, spec, list(dict.fromkeys(uuids)), boards, reserved_pods(claim))

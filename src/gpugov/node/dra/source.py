@@ -18,10 +18,53 @@ log = logging.getLogger(__name__)
 
 
 class KubeClaimSource:
-    """ResourceClaims through the API (resource.k8s.io/v1)."""
+    """ResourceClaims through the API (resource.k8s.io/v1), and what the QoS class of a
+    claim's pods needs: their priority class and gpugov's PriorityPolicy of that name."""
 
     def __init__(self, api: client.ApiClient) -> None:
         self.custom = client.CustomObjectsApi(api)
+        self.core = client.CoreV1Api(api)
+        self.sched = client.SchedulingV1Api(api)
+
+    async def preemptible(self, claim: dict[str, Any]) -> bool | None:
+        """True when any pod the claim is reserved for has a preemptible priority class (as
+        gpugov's scheduler reads it: `translate.priority_classes`), False when all are
+        non-preemptible, None when it cannot be read (logged; counts as preemptible)."""
+        from gpugov.k8s.scheduler.translate import priority_classes
+        from gpugov.node.dra.prepare import reserved_pods
+
+        ns = str((claim.get("metadata") or {}).get("namespace") or "")
+        pods = reserved_pods(claim)
+        if not pods:
+            return None
+        out = False
+        try:
+            for name, uid in pods:
+                listed = await self.core.list_namespaced_pod(
+                    ns, field_selector=f"metadata.name={name}")
+                pod = next((x for x in listed.items if x.metadata.uid == uid), None)
+                cls = pod.spec.priority_class_name if pod is not None else None
+                if not cls:
+                    return True  # no class: Kubernetes' priority 0, best-effort
+                pc = await self.sched.read_priority_class(cls)
+                try:
+                    policy = [await self.custom.get_cluster_custom_object(
+                        "gpugov.io", "v1alpha1", "prioritypolicies", cls)]
+                except ApiException as e:
+                    if e.status != 404:
+                        raise
+                    policy = []
+                classes, problems = priority_classes(
+                    [{"metadata": {"name": cls}, "value": pc.value}], policy)
+                if problems:
+                    log.warning("claim %s/%s: %s", ns, claim["metadata"].get("name"), problems)
+                    return None
+                out = out or classes[0].preemptible
+        except ApiException as e:
+            log.warning("claim %s/%s: the pods' priority class cannot be read (HTTP %s): its "
+                        "QoS class is best-effort", ns, claim["metadata"].get("name"), e.status)
+            return None
+        return out
 
     async def get_claim(self, namespace: str, name: str) -> dict[str, Any] | None:
         try:
