@@ -40,5 +40,14 @@ class KubeletPeer(JsonLinePeer):
             "uid": uid, "name": name, "namespace": namespace,
             "containers": [{"name": container, "limits": limits}]}})
 
+    def admit_pod(self, uid: str, name: str, containers: list[dict[str, Any]],
+                  init_containers: list[dict[str, Any]] | None = None,
+                  namespace: str = "default") -> dict[str, Any]:
+        """A pod of several containers, each `{"name", "limits", "restartPolicy"?}`; the
+        answer lists init containers first (`"init": true`), as the kubelet admits them."""
+        return self.call({"op": "admit", "pod": {
+            "uid": uid, "name": name, "namespace": namespace, "containers": containers,
+            "initContainers": init_containers or []}})
+
     def remove(self, uid: str) -> dict[str, Any]:
         return self.call({"op": "remove", "uid": uid})
