@@ -1,8 +1,8 @@
-"""Governance of DRA claims. gpugov's scheduler holds a pod that names ResourceClaims with a
-reason naming spec.resourceClaims (it does not allocate claims yet) instead of binding it with
-its claims unallocated. Claims kube-scheduler allocates from gpugov's devices are charged to
-their Tenant's queue by the governor (binding conditions): within the limits they bind, over
-them they are held with the queue and the numbers, without a queue they get no device."""
+"""Governance of DRA claims. gpugov's scheduler holds a claim pod until its claims exist, and
+refuses one asking for GPUs on both paths naming the fields. Claims kube-scheduler allocates
+from gpugov's devices are charged to their Tenant's queue by the governor (binding
+conditions): within the limits they bind, over them they are held with the queue and the
+numbers, without a queue they get no device."""
 
 from __future__ import annotations
 
@@ -53,12 +53,13 @@ def test_a_claim_pod_sent_to_gpugovs_scheduler_is_held_with_the_reason() -> None
     plan = st.cycle(T0)
     assert [b.name for b in plan.binds] == ["plain"]
     msgs = {c.name: (c.code, c.message) for c in plan.conditions}
-    for name in ("dra", "both"):
-        code, msg = msgs[name]
-        assert code == INVALID
-        assert "spec.resourceClaims ['gpu']" in msg
-        assert "does not allocate DynamicResourceAllocation claims yet" in msg
-        assert "kube-scheduler allocates claims from gpugov's ResourceSlices" in msg
+    # gpugov's scheduler allocates claims itself now (tests/k8s/test_dra_alloc*.py): a claim
+    # pod waits for its template's claim; GPUs asked on both paths are refused by field
+    code, msg = msgs["dra"]
+    assert code == "claims-pending" and "ResourceClaimTemplate one-gpu" in msg
+    code, msg = msgs["both"]
+    assert code == INVALID
+    assert "nvidia.com/ resources and spec.resourceClaims" in msg
 
 
 # ---------------------------------------------------------------- kube-scheduler, governed

@@ -167,7 +167,8 @@ def test_the_book_recounts_only_when_a_charge_can_change() -> None:
     c = allocated("a", "gpu-0")
     assert book.set_claim(c)
     c2 = {**c, "status": {**c["status"], "reservedFor": [{"resource": "pods", "uid": "x"}]}}
-    assert not book.set_claim(c2)  # a reservation does not change the charge
+    assert book.set_claim(c2)  # a reservation says whose it is (gpugov's own: its pod's)
+    assert not book.set_claim(c2)  # the same again: nothing to count again
     assert book.set_claim(allocated("a", "gpu-0", verdict="gpugov.io/refused"))
     assert not book.claims
 

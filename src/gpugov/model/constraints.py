@@ -35,6 +35,10 @@ class Taint:
                              f"{', '.join(TAINT_EFFECTS)}")
 
 
+#: taints gpugov puts on nodes in its own state only: a toleration must name them by key
+INTERNAL_TAINT_PREFIX = "internal.gpugov.io/"
+
+
 @dataclass(frozen=True, slots=True)
 class Toleration:
     key: str = ""
@@ -56,8 +60,8 @@ class Toleration:
     def matches(self, taint: Taint) -> bool:
         if self.effect and self.effect != taint.effect:
             return False
-        if not self.key:
-            return True
+        if not self.key:  # but gpugov's state-only taints (k8s/scheduler/dra_alloc.py)
+            return not taint.key.startswith(INTERNAL_TAINT_PREFIX)
         if self.key != taint.key:
             return False
         return self.operator == "Exists" or self.value == taint.value

@@ -16,7 +16,7 @@ from collections import Counter
 from typing import Any
 
 from gpugov.k8s.annotations import encode_allocation
-from gpugov.k8s.scheduler import names
+from gpugov.k8s.scheduler import dra_alloc, names
 from gpugov.k8s.scheduler.kube import MERGE, STRATEGIC, Kube, message
 from gpugov.k8s.scheduler.state import Bind, Condition, Evict, Plan, SchedulerState
 
@@ -50,6 +50,8 @@ class Applier:
         tasks += [self._condition(c) for c in plan.conditions]
         tasks += [self._queue(q, s) for q, s in plan.queue_status.items()]
         tasks += [self._node(n, a) for n, a in plan.node_annotations.items()]
+        releases, self.state.dra.releases = self.state.dra.releases, []
+        tasks += [self._release(k, uid) for k, uid in dict.fromkeys(releases)]
         if tasks:
             await asyncio.gather(*tasks)
 
@@ -68,13 +70,33 @@ class Applier:
         return status, doc
 
     async def _bind(self, b: Bind) -> None:
+        if b.claims:  # DRA claims gpugov allocated: allocation and reservation first
+            why = await dra_alloc.write_claims(self.kube, b.namespace, b.name, b.uid, b.claims)
+            if why:
+                log.warning("pod %s/%s not bound: %s", b.namespace, b.name, why)
+                self.outcomes["bind-claims-failed"] += 1
+                self.state.dra.releases += [(k, b.uid) for k, _, _ in b.claims]
+                self.state.bind_result(b, False)
+                return
         status, _ = await self._call(
             "bind", "POST", f"/api/v1/namespaces/{b.namespace}/pods/{b.name}/binding",
             binding_body(b))
         self.state.bind_result(b, 200 <= status < 300)
+        if b.claims and not 200 <= status < 300:
+            self.state.dra.releases += [(k, b.uid) for k, _, _ in b.claims]
         if b.warning and 200 <= status < 300 and self.events:
             await self._event(b.namespace, b.name, b.uid, "QoSClassLowered", b.warning,
                               "Warning")
+
+    async def _release(self, key: str, pod_uid: str) -> None:
+        """Release a claim gpugov allocated for a pod that left (or was never bound)."""
+        try:
+            status = await dra_alloc.release_claim(self.kube, key, pod_uid)
+        except (TimeoutError, OSError) as e:
+            status = 0
+            log.warning("release claim %s: %s", key, e)
+        ok = 200 <= status < 300 or status == 404
+        self.outcomes[f"claim-release-{'ok' if ok else status}"] += 1
 
     async def _node(self, name: str, annotations: dict[str, str | None]) -> None:
         """Merge gpugov's scheduler-owned node annotations (on-demand MIG requests); a

@@ -16,7 +16,7 @@ pod, with a reason naming the claim, until the claim is fixed or gone.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -79,8 +79,10 @@ def counted(claim: Mapping[str, Any]) -> dict[str, Any] | None:
 
 def _slim(claim: Mapping[str, Any], results: Any) -> dict[str, Any]:
     meta = claim.get("metadata") or {}
+    # reservedFor: a claim gpugov's own scheduler allocated is its pod's (`dra_alloc.ours`)
     return {"metadata": {"namespace": meta.get("namespace", ""), "name": meta.get("name", "")},
-            "status": {"allocation": {"devices": {"results": results}}}}
+            "status": {"allocation": {"devices": {"results": results}},
+                       "reservedFor": (claim.get("status") or {}).get("reservedFor")}}
 
 
 def value(claim: dict[str, Any], devices: Mapping[tuple[str, str], dict[str, Any]]
@@ -120,6 +122,8 @@ class ClaimBook:
         self.claims: dict[str, dict[str, Any]] = {}  # ns/name -> `counted(...)`
         self.slices: dict[str, Any] = {}  # slice name -> its spec (gpugov's driver only)
         self._devices: dict[tuple[str, str], dict[str, Any]] | None = None
+        self._by_node: dict[str, list[dict[str, Any]]] | None = None
+        self.version = 0  # bumped when the published devices change
 
     def set_claim(self, obj: dict[str, Any]) -> bool:
         key, slim = _key(obj), counted(obj)
@@ -141,13 +145,15 @@ class ClaimBook:
         if self.slices.get(name) == spec:
             return False
         self.slices[name] = spec
-        self._devices = None
+        self._devices = self._by_node = None
+        self.version += 1
         return bool(self.claims)  # devices matter only to claims that name them
 
     def delete_slice(self, obj: dict[str, Any]) -> bool:
         if self.slices.pop((obj.get("metadata") or {}).get("name", ""), None) is None:
             return False
-        self._devices = None
+        self._devices = self._by_node = None
+        self.version += 1
         return bool(self.claims)
 
     def devices(self) -> dict[tuple[str, str], dict[str, Any]]:
@@ -155,15 +161,47 @@ class ClaimBook:
             self._devices = device_index([{"spec": s} for s in self.slices.values()])
         return self._devices
 
-    def charges(self) -> list[ClaimCharge]:
-        """Every counted claim, valued; in key order (stable messages)."""
+    def by_node(self) -> dict[str, list[dict[str, Any]]]:
+        """pool (node) -> its published devices; {} when the slices cannot be read."""
+        if self._by_node is None:
+            try:
+                devices = self.devices()
+            except Exception:  # noqa: BLE001 - charges() names the problem
+                devices = {}
+            out: dict[str, list[dict[str, Any]]] = {}
+            for (pool, _name), d in devices.items():
+                out.setdefault(pool, []).append(d)
+            self._by_node = out
+        return self._by_node
+
+    def published(self, node: str) -> set[str]:
+        return {str(d.get("name")) for d in self.by_node().get(node, [])}
+
+    def devices_of(self, skip: Callable[[dict[str, Any]], bool] | None = None
+                   ) -> list[tuple[str, str]]:
+        """(pool, device) of every counted claim's results (but the skipped claims')."""
+        out = []
+        for c in self.claims.values():
+            if skip is not None and skip(c):
+                continue
+            results = c["status"]["allocation"]["devices"]["results"]
+            for r in results if isinstance(results, list) else ():
+                if isinstance(r, Mapping):
+                    out.append((str(r.get("pool")), str(r.get("device"))))
+        return out
+
+    def charges(self, skip: Callable[[dict[str, Any]], bool] | None = None
+                ) -> list[ClaimCharge]:
+        """Every counted claim (but the skipped: gpugov's own, charged as its pod), valued;
+        in key order (stable messages)."""
+        keys = [k for k in sorted(self.claims) if skip is None or not skip(self.claims[k])]
         try:
             devices = self.devices()
         except Exception as e:  # noqa: BLE001 - a slice of a shape nobody expected
             why = f"gpugov's ResourceSlices cannot be read ({type(e).__name__}: {e})"
             return [ClaimCharge(k, self.claims[k]["metadata"]["namespace"], None, why)
-                    for k in sorted(self.claims)]
-        return [value(self.claims[k], devices) for k in sorted(self.claims)]
+                    for k in keys]
+        return [value(self.claims[k], devices) for k in keys]
 
     def namespaces(self) -> set[str]:
         return {(c.get("metadata") or {}).get("namespace", "") for c in self.claims.values()}

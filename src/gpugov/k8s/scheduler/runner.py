@@ -19,7 +19,7 @@ from typing import Any
 
 from gpugov.k8s.power import contract as power_contract
 from gpugov.k8s.power.writer import write_statuses
-from gpugov.k8s.scheduler import dra_claims, names
+from gpugov.k8s.scheduler import dra_alloc, dra_claims, names
 from gpugov.k8s.scheduler.apply import Applier
 from gpugov.k8s.scheduler.kube import Kube, WatchExpired
 from gpugov.k8s.scheduler.state import SchedulerState
@@ -43,6 +43,8 @@ PATHS: dict[str, str] = {
     # gpugov's slices (an API server without resource.k8s.io/v1: retried quietly)
     "resourceclaim": dra_claims.CLAIMS_PATH,
     "resourceslice": dra_claims.SLICES_PATH,
+    # DeviceClasses: gpugov's scheduler allocates claims of its own classes (dra_alloc.py)
+    "deviceclass": dra_alloc.CLASSES_PATH,
     "pod": "/api/v1/pods",
 }
 

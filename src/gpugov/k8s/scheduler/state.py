@@ -34,7 +34,7 @@ from gpugov.k8s.annotations import MIG_REQUESTS as ANN_MIG_REQUESTS
 from gpugov.k8s.annotations import Allocation as AllocationRecord
 from gpugov.k8s.dra.ledger import DRA_USAGE
 from gpugov.k8s.power.tracker import PowerTracker, device_priorities
-from gpugov.k8s.scheduler import names
+from gpugov.k8s.scheduler import dra_alloc, names
 from gpugov.k8s.scheduler.dra_claims import ClaimBook, ledger_vector
 from gpugov.k8s.scheduler.held import (
     allocation_record,
@@ -85,6 +85,9 @@ class Bind:
     #: said on the pod as a Warning Event after the bind ("" = nothing): e.g. an
     #: `nvidia.com/priority: 0` recorded as 1 (`translate.qos_priority`)
     warning: str = ""
+    #: DRA claims gpugov allocated for the pod: (claim key, uid, status.allocation), written
+    #: before the Binding (`dra_alloc.write_claims`)
+    claims: tuple[tuple[str, str, dict[str, Any]], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,6 +202,8 @@ class SchedulerState:
         #: queue -> why it takes no new pod: a claim of it cannot be valued
         self.claim_holds: dict[str, str] = {}
         self.claim_usage: np.ndarray | None = None  # [queue, resource]: claims' part of usage
+        #: claim pods, every claim and DeviceClass: gpugov allocating claims (`dra_alloc.py`)
+        self.dra = dra_alloc.DraPods()
 
     # -- watch events ------------------------------------------------------------------------
     def set_node(self, obj: dict[str, Any]) -> None:
@@ -245,8 +250,14 @@ class SchedulerState:
             if self.power.set_object(obj):
                 self.dirty = True
             return
+        if kind == "deviceclass":
+            self.dra.set_class(obj)
+            return
         if kind in ("resourceclaim", "resourceslice"):
-            if (self.claims.set_claim if kind == "resourceclaim" else self.claims.set_slice)(obj):
+            if kind == "resourceclaim":
+                self.dra.set_claim(obj)
+            if (self.claims.set_claim if kind == "resourceclaim" else self.claims.set_slice)(obj) \
+                    and not (kind == "resourceclaim" and self._ours(obj)):
                 self.dirty = True  # the claims' charges are counted again
             return
         store = self._store(kind)
@@ -269,7 +280,12 @@ class SchedulerState:
             if self.power.delete_object(meta.get("name", "")):
                 self.dirty = True
             return
+        if kind == "deviceclass":
+            self.dra.delete_class(obj)
+            return
         if kind in ("resourceclaim", "resourceslice"):
+            if kind == "resourceclaim":
+                self.dra.delete_claim(obj)
             if (self.claims.delete_claim if kind == "resourceclaim"
                     else self.claims.delete_slice)(obj):
                 self.dirty = True
@@ -314,6 +330,11 @@ class SchedulerState:
         key = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
         if self.presence.set_pod(key, obj):
             self.dirty = True  # inter-pod constraints appeared or left: requests change
+        if spec.get("schedulerName") == self.scheduler_name:
+            self.dra.set_pod(key, obj)
+            phase = _mapping(obj.get("status")).get("phase")
+            if phase in ("Succeeded", "Failed"):
+                self.dra.delete_pod(key, str(meta.get("uid") or ""))
         if spec.get("schedulerName") != self.scheduler_name and \
                 names.ANN_ALLOCATION not in _mapping(meta.get("annotations")) and \
                 not (spec.get("nodeName") and declares_gpu(spec)):
@@ -367,6 +388,8 @@ class SchedulerState:
     def delete_pod(self, key: str) -> None:
         self.version += 1
         self._preq.pop(key, None)
+        gone = self.pods.get(key)
+        self.dra.delete_pod(key, gone.uid if gone is not None else "")
         if self.presence.delete(key):
             self.dirty = True
         self.poisoned.pop(key, None)
@@ -558,7 +581,12 @@ class SchedulerState:
         self.claim_holds = {}
         self.claim_usage = np.zeros_like(cp.ledger.usage)
         tree = cp.tree
-        for c in self.claims.charges():
+        for pool, device in self.claims.devices_of(skip=self._ours):
+            i, d = self.node_index.get(pool), dra_alloc.device_index_of(device)
+            if i is not None and d is not None and d < int(cp.state.gpu_count[i]):
+                with contextlib.suppress(ValueError):  # kube-scheduler's: held whole
+                    dra_alloc.hold_device(cp.state, i, d)
+        for c in self.claims.charges(skip=self._ours):
             owner = self.tenants.of(c.namespace)
             queue = owner.queue
             if queue is None or queue not in tree.names or \
@@ -636,12 +664,26 @@ class SchedulerState:
         pod asks for something gpugov's scheduler does not place."""
         cached = self._preq.get(info.key)
         terms = self.presence.request_terms(info.key)
+        tr = self._dra_attach(info)  # a claim pod: its claims' request (ValueError: why not)
         if cached is not None and cached[0] is info and cached[1] == (self.card_mib,
-                                                                     self.taints, terms):
+                                                                     self.taints, terms, tr):
             return cached[2]
-        preq = engine_request(info, self.card_mib, self.taints, terms)
-        self._preq[info.key] = (info, (self.card_mib, self.taints, terms), preq)
+        preq = dra_alloc.constrain(engine_request(info, self.card_mib, self.taints, terms), tr)
+        self._preq[info.key] = (info, (self.card_mib, self.taints, terms, tr), preq)
         return preq
+
+    def _dra_attach(self, info: PodInfo) -> dra_alloc.Translation | None:
+        """A claim pod's request from its claims (`dra_alloc.py`), set as its request; None
+        for other pods. ClaimProblem (a ValueError): why it cannot be placed yet."""
+        if info.key not in self.dra.pods:
+            return None
+        tr = self.dra.translation(info.key, self.claims.by_node(), self.claims.version)
+        if tr is not None and info.request != tr.request:
+            info.request, info.gpu_declared = tr.request, True
+        return tr
+
+    def _ours(self, claim: dict[str, Any]) -> bool:
+        return dra_alloc.ours(claim, self.pods, self.scheduler_name)
 
     def _unplaceable(self, info: PodInfo) -> str:
         """Why a pending pod cannot be given to the engine ("" = it can)."""
@@ -789,14 +831,17 @@ class SchedulerState:
             try:
                 records = [self.allocation_record(self.pods[key], alloc)
                            for key, alloc in zip(rec.pods, job.allocations, strict=True)]
+                claims = [self._dra_claims(self.pods[key], alloc, r.node)
+                          for key, alloc, r in zip(rec.pods, job.allocations, records,
+                                                   strict=True)]
             except Exception as e:  # noqa: BLE001 - not bound; the engine starts over
                 self._poison(plan, [self.pods[k] for k in rec.pods], e)
                 self.dirty = True
                 continue
-            for key, record in zip(rec.pods, records, strict=True):
+            for key, record, writes in zip(rec.pods, records, claims, strict=True):
                 info = self.pods[key]
                 plan.binds.append(Bind(key, info.namespace, info.name, info.uid,
-                                       record.node, record, self.qos_class(info)[1]))
+                                       record.node, record, self.qos_class(info)[1], writes))
                 self.inflight[key] = record
         demand = self._on_demand(plan, now)
         for rec in self.jobs.values():
@@ -819,6 +864,15 @@ class SchedulerState:
         plan.power_status = self.power.statuses(cp.state, device_priorities(self.pods.values()),
                                                 partial=bool(self.node_selector))
         return plan
+
+    def _dra_claims(self, info: PodInfo, alloc: Allocation, node: str
+                    ) -> tuple[tuple[str, str, dict[str, Any]], ...]:
+        """A claim pod's claims' allocations for its placement (`dra_alloc.py`)."""
+        tr = self._dra_attach(info)
+        if tr is None:
+            return ()
+        return self.dra.claim_writes(tr, info.key, info.uid, node, alloc.devices,
+                                     alloc.instances, self.claims.published(node))
 
     def _on_demand(self, plan: Plan, now: float) -> dict[str, tuple[str, str]]:
         """Ask node agents for the MIG instances pending MIG pods need (`mig_on_demand.py`):
@@ -887,6 +941,12 @@ class SchedulerState:
                                 f"waiting for {len(self.waiting[key])} evicted pod(s) to leave")
                 continue
             self.waiting.pop(key, None)
+            if key in self.dra.pods and not info.error:
+                try:
+                    self._dra_attach(info)
+                except dra_alloc.ClaimProblem as e:
+                    self._condition(plan, info, e.code, str(e))
+                    continue
             if info.error:
                 self._condition(plan, info, INVALID, info.error)
                 continue

@@ -165,11 +165,12 @@ def node_info(obj: dict[str, Any]) -> NodeInfo:
     blocked, problem = _blocked_devices(meta, gpus, inv, inv_problem)
     if problem:
         problems.append(problem)
-    if labels.get("gpugov.io/dra") == "true" and gpus > 0:  # k8s/dra/slices.DRA_LABEL
-        blocked = tuple(range(gpus))  # DRA claims hold them: never offered on both paths
-        problems.append(f"node {name}: label gpugov.io/dra=true: its GPUs are served by "
-                        "DRA (driver gpu.gpugov.io); gpugov's scheduler places no "
-                        "nvidia.com/ pod on them")
+    if labels.get("gpugov.io/dra") == "true":  # k8s/dra/slices.DRA_LABEL
+        # DRA claims take them: only claim pods tolerate this state-only taint, so no GPU is
+        # offered on both paths (k8s/scheduler/dra_alloc.py)
+        from gpugov.k8s.scheduler.dra_alloc import DRA_TAINT
+
+        taints = (*taints, DRA_TAINT)
     if shared is not None and gpus > 0:
         # the NVIDIA plugin's replicas are `nvidia.com/gpu` IDs gpugov's device plugin does
         # not serve: no gpugov pod (whole, time-slice or MPS) can be admitted on them
@@ -620,10 +621,11 @@ def _pod_info(obj: dict[str, Any], tenancy: Tenancy, old: PodInfo | None) -> Pod
     labels = meta.get("labels") or {}
     request, cpu, mem, error = _translated(obj, spec, ann)
     errors = [error] if error else []
-    if spec.get("resourceClaims"):  # DRA claims: refused until gpugov allocates them
+    if spec.get("resourceClaims"):  # DRA claims: allocated by gpugov (k8s/dra/claims.py)
         from gpugov.k8s.dra.claims import refusal
 
-        errors.append(refusal(spec))
+        if refusal(spec):
+            errors.append(refusal(spec))
     allocation = None
     if names.ANN_ALLOCATION in ann:
         # an unreadable record is no error of the pod's request: the binding is what counts
