@@ -190,12 +190,15 @@ def mutate(req: Mapping[str, Any], pod: Mapping[str, Any],
     namespace = req.get("namespace") or meta.get("namespace") or "default"
     try:
         res = resolve_tenancy(namespace)
-        setting = dra_setting(res)
     except TenancyError:
         return None  # the device-plugin path refuses with the same reason
+    uid = req["uid"]
+    try:
+        setting = dra_setting(res)
+    except TenancyError as exc:  # never fall back to the other path on a malformed setting
+        return adm.response(uid, False, f"gpugov: {exc}")
     if setting is None:
         return None
-    uid = req["uid"]
     allocator, fleet = setting
     try:
         needs = container_requests(pod, options.names)

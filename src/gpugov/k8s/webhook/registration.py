@@ -118,6 +118,8 @@ def configurations(ca_pem: bytes, url: str | None = None,
     mutating = _hook("mutate.pods.gpugov.io", _client(url, service, "/mutate", ca_pem), skip,
                      timeout)
     mutating["reinvocationPolicy"] = "Never"
+    # DRA mode writes the pod's ResourceClaimTemplates (dra_translate.py), never on dryRun
+    mutating["sideEffects"] = "NoneOnDryRun"
     validating = _hook("validate.pods.gpugov.io", _client(url, service, "/validate", ca_pem),
                        skip, timeout)
     owners = _owner_hook(_client(url, service, "/validate", ca_pem), skip, timeout,
