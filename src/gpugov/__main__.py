@@ -1,7 +1,25 @@
-"""`python -m gpugov …` runs the `gpugov` command (child processes use it: no console script
-needed, and the same interpreter and package as the parent)."""
+"""The `gpugov` command: the console script's entry point (`main`), and `python -m gpugov …`
+(child processes use it: no console script needed, and the same interpreter and package as
+the parent).
 
-from gpugov.cli import app
+`gpugov --version` is answered here, before typer and the command groups are imported (that
+took most of its time); every other command line goes to the typer app unchanged.
+"""
+
+import sys
+
+
+def main() -> None:
+    if sys.argv[1:] == ["--version"]:  # exactly what the app prints for it, and exit 0
+        from gpugov import __version__
+
+        sys.stdout.write(f"gpugov {__version__}\n")
+        sys.stdout.flush()
+        return
+    from gpugov.cli import app
+
+    app(prog_name="gpugov")  # usage lines say `gpugov`, not `python -m gpugov`
+
 
 if __name__ == "__main__":
-    app(prog_name="gpugov")  # usage lines say `gpugov`, not `python -m gpugov`
+    main()

@@ -8,6 +8,8 @@ from typing import Any
 import typer
 from typer.core import TyperGroup
 
+from gpugov.cli import _lean_typer
+
 
 class _OneLineErrors(TyperGroup):
     """A usage error (a bad option value, an unknown option or command) is one `error:` line
@@ -101,6 +103,7 @@ def placeholder(param) -> str | None:  # type: ignore[no-untyped-def]
 
 
 _plain_help_types()
+_lean_typer.install()  # no pydantic for plain option values, no rich Markdown until used
 
 
 def _reflow(text: str) -> str:
