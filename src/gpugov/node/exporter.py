@@ -27,6 +27,7 @@ from prometheus_client.registry import Collector
 from gpugov.node import hami_metrics as hami
 from gpugov.node import metric_names as mn
 from gpugov.node.detect import Findings, detect, nvml_pids
+from gpugov.node.dra.regions import scan_claims
 from gpugov.node.nvml.dcgm_fields import DRIVER_VERSION_LABEL, FIELDS, pcie_fallback
 from gpugov.node.nvml.discovery import GpuInfo, catalog_model, discover
 from gpugov.node.nvml.gpm import GpmSampler
@@ -43,7 +44,8 @@ log = logging.getLogger(__name__)
 DEV_LABELS = ["gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname", "hostname",
               DRIVER_VERSION_LABEL, "GPU_I_PROFILE", "GPU_I_ID", "namespace", "pod",
               "container", "pod_uid"]
-POD_LABELS = ["namespace", "pod", "container", "gpu", "UUID"]
+# `claim`: the DRA claim whose region it is (`claim-regions/`), empty for the device plugin's
+POD_LABELS = ["namespace", "pod", "container", "gpu", "UUID", "claim"]
 
 
 @dataclass
@@ -54,6 +56,8 @@ class ExporterConfig:
     proc_root: Path = Path("/proc")
     # HAMi's metric names too (opt-in: gpugov.node.hami_metrics; $GPUGOV_EXPORTER_HAMI_METRICS=1)
     hami_metrics: bool = field(default_factory=lambda: os.environ.get(hami.ENV) == "1")
+    #: <state>/claim-regions of the DRA kubelet plugin; None = beside `regions`
+    claim_regions: Path | None = None
 
 
 class NodeCollector(Collector):
@@ -131,6 +135,11 @@ class NodeCollector(Collector):
         samples = sample_all(self.nvml)
         topo = self._discovery(samples)
         regions, problems = scan(self.cfg.regions)
+        claim_dir = self.cfg.claim_regions or (
+            self.cfg.regions.parent / "claim-regions" if self.cfg.regions else None)
+        by_claim, claims, claim_problems = scan_claims(claim_dir)
+        claims = [""] * len(regions) + claims  # the claim of each region, by index
+        regions, problems = regions + by_claim, problems + claim_problems
         for p in problems:
             self.errors[p.reason] += 1
         procs = (ProcTable.read(self.cfg.proc_root, nvml_pids(samples))
@@ -196,14 +205,15 @@ class NodeCollector(Collector):
         for model, n in sorted(models.items()):
             gpus.add_metric([model, self.hostname], n)
         yield gpus
-        yield from self._pod_metrics(regions, findings)
+        yield from self._pod_metrics(regions, findings, claims)
         if self.cfg.hami_metrics:
             yield from hami.families(samples, topo, regions, findings, self.hostname,
                                      self._hami_clock, time.monotonic())
         yield from self._detection_metrics(findings, topo)
         yield self._errors_metric()
 
-    def _pod_metrics(self, regions: list[PodRegion], f: Findings) -> Iterator[Metric]:
+    def _pod_metrics(self, regions: list[PodRegion], f: Findings,
+                     claims: list[str] | None = None) -> Iterator[Metric]:
         used = GaugeMetricFamily(mn.POD_MEMORY_USED, "GPU memory charged by the enforcement "
                                  "library (bytes)", labels=POD_LABELS)
         limit = GaugeMetricFamily(mn.POD_MEMORY_LIMIT, "The library's memory limit (bytes)",
@@ -226,7 +236,8 @@ class NodeCollector(Collector):
                 if not (reg.mem_limit[k] or reg.core_limit[k] or reg.used[k] or any(counters)):
                     continue
                 gpu, uuid = f.placement.get((ri, k), ("", ""))
-                labels = [r.namespace, r.pod, "", str(gpu), uuid]
+                labels = [r.namespace, r.pod, r.container, str(gpu), uuid,
+                          claims[ri] if claims else ""]
                 used.add_metric(labels, reg.used[k])
                 if reg.mem_limit[k]:
                     limit.add_metric(labels, reg.mem_limit[k])

@@ -6,7 +6,8 @@ HAMi splits them over two processes: its scheduler (allocation views: `hami_gpu_
 node both come from what the node really holds: allocations are the pod regions' limits on each
 device (what the enforcement library enforces), usage is NVML's and the regions' charges.
 Labels are HAMi's (`node, device_uuid, device_index, device_type`; per container `namespace,
-pod, container, vdevice_index, device_uuid`). `container` is empty: a region is per pod.
+pod, container, vdevice_index, device_uuid`). `container` is empty: a region is per pod
+(one of a pod's several GPU containers: its own region, named).
 """
 
 from __future__ import annotations
@@ -69,7 +70,7 @@ def families(samples: list[DeviceSample], topo: dict[int, GpuInfo], regions: lis
         mem_alloc[gpu] = mem_alloc.get(gpu, 0) + reg.mem_limit[k]
         core_alloc[gpu] = core_alloc.get(gpu, 0) + reg.core_limit[k]
         pods.setdefault(gpu, set()).add(str(r.path))
-        labels = [r.namespace, r.pod, "", str(k), uuid]
+        labels = [r.namespace, r.pod, r.container, str(k), uuid]
         used.add_metric(labels, reg.used[k])
         if reg.mem_limit[k]:
             limit.add_metric(labels, reg.mem_limit[k])
