@@ -1,0 +1,68 @@
+"""Usage by claim: the node exporter reads the DRA kubelet plugin's claim regions
+(`<state>/claim-regions/<ns>_<claim>_<uid>/`, with the `pods` file the plugin writes at
+prepare) beside the device plugin's pod regions, on the fake NVML, scraped by a real
+Prometheus: a claim's charged memory carries its claim and its pod; a device-plugin pod's
+carries no claim; a claim's process is not taken for a bypass."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from nvml_fake import A100_80
+from region_files import SlotSpec, start_ticks, write_region
+from test_exporter_prometheus import PROMETHEUS, series, serve_exporter, serve_prometheus
+
+from gpugov.node.dra.regions import scan_claims
+
+GiB = 1 << 30
+POD_UID = "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0"
+CLAIM_UID = "11111111-2222-3333-4444-555555555555"
+INFER_UID = "99999999-8888-7777-6666-555555555555"
+
+
+def _claim_region(root: Path, ns: str, claim: str, uid: str, pods: str | None,
+                  slots: list[SlotSpec], limit: int = 20 * GiB) -> Path:
+    folder = root / "claim-regions" / f"{ns}_{claim}_{uid}"
+    write_region(folder / "region", [limit], [30], slots)
+    (folder / "devices").write_text("GPU-fake-0\n")
+    if pods is not None:
+        (folder / "pods").write_text(pods)
+    return folder
+
+
+def test_claim_regions_name_their_claim_and_first_pod(tmp_path) -> None:
+    """Pure: the `pods` file gives the pod; a missing or garbage one leaves it empty."""
+    _claim_region(tmp_path, "team-b", "slice", CLAIM_UID, f"infer {INFER_UID}\n", [])
+    _claim_region(tmp_path, "team-b", "unreserved", CLAIM_UID, None, [])
+    _claim_region(tmp_path, "team-b", "hostile", CLAIM_UID, "../../etc x\n" * 3 + "\xff", [])
+    regions, claims, problems = scan_claims(tmp_path / "claim-regions")
+    got = {c: (r.namespace, r.pod, r.uid) for r, c in zip(regions, claims, strict=True)}
+    assert got == {"slice": ("team-b", "infer", INFER_UID),
+                   "unreserved": ("team-b", "", ""), "hostile": ("team-b", "", "")}
+    assert problems == []
+    assert scan_claims(tmp_path / "nothing") == ([], [], [])
+
+
+@pytest.mark.skipif(not os.access(PROMETHEUS, os.X_OK),
+                    reason="needs Prometheus (Debian package `prometheus`)")
+def test_the_exporter_attributes_usage_by_claim_and_pod(node, fakes, sleepers, tmp_path):
+    by_plugin, by_claim = sleepers.start(), sleepers.start()
+    node.gpu(A100_80, f"proc {by_plugin} {GiB}", f"proc {by_claim} {2 * GiB}", "util 50 5")
+    write_region(tmp_path / "regions" / f"team-a_trainer-0_{POD_UID}" / "region", [20 * GiB],
+                 [30], [SlotSpec(by_plugin, start_ticks(by_plugin), [GiB])])
+    _claim_region(tmp_path, "team-b", "slice", CLAIM_UID, f"infer {INFER_UID}\n",
+                  [SlotSpec(by_claim, start_ticks(by_claim), [2 * GiB])])
+    with serve_exporter(node, fakes, tmp_path) as port, \
+            serve_prometheus(port, tmp_path) as q:
+        used = series(q("gpugov_pod_memory_used_bytes"), "namespace", "pod", "claim", "gpu")
+        assert used == {("team-a", "trainer-0", "", "0"): GiB,
+                        ("team-b", "infer", "slice", "0"): 2 * GiB}
+        by = series(q('sum by (namespace, claim) (gpugov_pod_memory_limit_bytes{claim!=""})'),
+                    "namespace", "claim")
+        assert by == {("team-b", "slice"): 20 * GiB}
+        assert series(q("gpugov_pod_compute_limit_ratio"), "claim", "pod")[
+            ("slice", "infer")] == 0.3
+        # the claim's process is accounted: nothing unaccounted on the device
+        assert q("gpugov_device_memory_unaccounted_bytes") == []
