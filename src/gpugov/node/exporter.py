@@ -236,7 +236,7 @@ class NodeCollector(Collector):
                 if not (reg.mem_limit[k] or reg.core_limit[k] or reg.used[k] or any(counters)):
                     continue
                 gpu, uuid = f.placement.get((ri, k), ("", ""))
-                labels = [r.namespace, r.pod, "", str(gpu), uuid,
+                labels = [r.namespace, r.pod, r.container, str(gpu), uuid,
                           claims[ri] if claims else ""]
                 used.add_metric(labels, reg.used[k])
                 if reg.mem_limit[k]:
