@@ -159,10 +159,22 @@ def test_refusals_keep_todays_messages():
     other = pod(container("a", HAMI), schedulerName="volcano")
     out = admission.mutate(review(other), lambda ns: DRA)["response"]
     assert out["status"]["code"] == 403 and "schedulerName 'volcano'" in out["status"]["message"]
-    gpugov = Resolution("t", "q", TrustTier.INTERNAL, dra={"allocator": "gpugov"})
-    if not dra_translate.gpugov_allocates():
-        out = admission.mutate(review(pod(container("a", HAMI))), lambda ns: gpugov)["response"]
-        assert "spec.dra.allocator: gpugov" in out["status"]["message"]
+
+
+def test_gpugovs_allocator_gets_the_pod_and_refuses_what_it_does_not_allocate():
+    gpugov = Resolution("t", "q", TrustTier.INTERNAL,
+                        dra={"allocator": "gpugov", "models": ["H100-SXM5-80GB"]})
+    assert dra_translate.gpugov_allocates()
+    after, _ = mutated(pod(container("a", HAMI)), gpugov)
+    assert after["spec"]["schedulerName"] == ann.SCHEDULER_NAME
+    for p in (pod(container("a"), annotations={"gpu-fraction": "0.5"}),
+              pod(container("a", {"nvidia.com/gpu": "2", "nvidia.com/gpumem": "1000"}))):
+        out = admission.mutate(review(p), lambda ns: gpugov)["response"]
+        assert not out["allowed"]
+        assert "spec.dra.allocator: kube-scheduler" in out["status"]["message"]
+    bad = Resolution("t", "q", TrustTier.INTERNAL, dra={"models": ["no-such-gpu"]})
+    out = admission.mutate(review(pod(container("a", HAMI))), lambda ns: bad)["response"]
+    assert not out["allowed"] and "spec.dra.models" in out["status"]["message"]
 
 
 def test_a_pod_written_for_gpugovs_scheduler_is_handed_to_kube_scheduler():

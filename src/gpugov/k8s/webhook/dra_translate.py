@@ -228,6 +228,10 @@ def mutate(req: Mapping[str, Any], pod: Mapping[str, Any],
                                    exc.instead) from None
     except RequestError as exc:
         return adm.response(uid, False, f"gpugov: {exc}")
+    if allocator == "gpugov":
+        refusal = _gpugov_refusal(needs, shapes)
+        if refusal:
+            return adm.response(uid, False, f"gpugov: {refusal}")
     try:
         guards = adm.guardrails_of(res.tenant, res.trust, res.guardrails)
     except adm.GuardrailError as exc:
@@ -277,6 +281,25 @@ def _scheduler_patch(pod: Mapping[str, Any], res: Resolution, allocator: str,
                 f"Tenant {res.tenant!r}, whose claims kube-scheduler allocates (spec.dra); "
                 "instead, leave schedulerName unset or have an admin list the scheduler in "
                 "the Tenant's spec.schedulers")
+
+
+def _gpugov_refusal(needs: list[Need], shapes: list[tpl.Shape]) -> str:
+    """What gpugov's own claim allocation does not take (`k8s/dra/allocate.py` refuses
+    `firstAvailable` and `constraints`), said at admission rather than left pending."""
+    for need, shape in zip(needs, shapes, strict=True):
+        where = f"{need.key[:-1]} {need.name!r}: {', '.join(need.request.spellings)}"
+        if shape.memory_percent is not None:
+            return (f"{where}: a share of the card is a prioritized list (firstAvailable), "
+                    "which gpugov's scheduler does not allocate yet; instead, ask for memory "
+                    "in MiB (nvidia.com/gpumem, gpu-memory), or have an admin set the "
+                    "Tenant's spec.dra.allocator: kube-scheduler")
+        if shape.same_nvlink or (shape.kind == "slice" and shape.count > 1):
+            how = "in one NVLink domain" if shape.same_nvlink else "each with a slice"
+            return (f"{where}: several devices {how} need claim constraints, which "
+                    "gpugov's scheduler does not allocate yet; "
+                    "instead, ask for one device per container, or have an admin set the "
+                    "Tenant's spec.dra.allocator: kube-scheduler")
+    return ""
 
 
 def claim_name(container: str) -> str:
