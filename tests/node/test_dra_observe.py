@@ -7,14 +7,18 @@ carries no claim; a claim's process is not taken for a bypass."""
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
 from nvml_fake import A100_80
 from region_files import SlotSpec, start_ticks, write_region
-from test_exporter_prometheus import PROMETHEUS, series, serve_exporter, serve_prometheus
+from test_exporter_prometheus import PROMETHEUS, series, serve_exporter
 
 from gpugov.node.dra.regions import scan_claims
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "observe"))
+import obs_prometheus  # noqa: E402
 
 GiB = 1 << 30
 POD_UID = "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0"
@@ -54,15 +58,65 @@ def test_the_exporter_attributes_usage_by_claim_and_pod(node, fakes, sleepers, t
                  [30], [SlotSpec(by_plugin, start_ticks(by_plugin), [GiB])])
     _claim_region(tmp_path, "team-b", "slice", CLAIM_UID, f"infer {INFER_UID}\n",
                   [SlotSpec(by_claim, start_ticks(by_claim), [2 * GiB])])
-    with serve_exporter(node, fakes, tmp_path) as port, \
-            serve_prometheus(port, tmp_path) as q:
-        used = series(q("gpugov_pod_memory_used_bytes"), "namespace", "pod", "claim", "gpu")
-        assert used == {("team-a", "trainer-0", "", "0"): GiB,
-                        ("team-b", "infer", "slice", "0"): 2 * GiB}
-        by = series(q('sum by (namespace, claim) (gpugov_pod_memory_limit_bytes{claim!=""})'),
-                    "namespace", "claim")
-        assert by == {("team-b", "slice"): 20 * GiB}
-        assert series(q("gpugov_pod_compute_limit_ratio"), "claim", "pod")[
-            ("slice", "infer")] == 0.3
-        # the claim's process is accounted: nothing unaccounted on the device
-        assert q("gpugov_device_memory_unaccounted_bytes") == []
+    with serve_exporter(node, fakes, tmp_path) as port:
+        prom = obs_prometheus.start(tmp_path / "prom", [f"127.0.0.1:{port}"])
+        try:
+            _check(prom)
+        finally:
+            prom.stop()
+
+
+def _check(prom: obs_prometheus.PromServer) -> None:
+    q = prom.query
+    prom.wait_for('gpugov_pod_memory_used_bytes{claim="slice"}')
+    used = series(q("gpugov_pod_memory_used_bytes"), "namespace", "pod", "claim", "gpu")
+    assert used == {("team-a", "trainer-0", "", "0"): GiB,
+                    ("team-b", "infer", "slice", "0"): 2 * GiB}
+    by = series(q('sum by (namespace, claim) (gpugov_pod_memory_limit_bytes{claim!=""})'),
+                "namespace", "claim")
+    assert by == {("team-b", "slice"): 20 * GiB}
+    assert series(q("gpugov_pod_compute_limit_ratio"), "claim", "pod")[
+        ("slice", "infer")] == 0.3
+    # the claim's process is accounted: nothing unaccounted on the device
+    assert q("gpugov_device_memory_unaccounted_bytes") == []
+    # the reconciler, reading the same Prometheus, attributes usage by claim
+    got = _reconciled(prom.url)
+    assert got["gpugov_claim_used_memory_bytes"] == {("team-b", "slice", "infer"): 2 * GiB}
+    assert got["gpugov_claim_used_compute_ratio"] == {("team-b", "slice", "infer"): 0.0}
+
+
+def _reconciled(url: str) -> dict[str, dict[tuple[str, ...], float]]:
+    """One reconcile cycle (no pods in the API) against `url`; the claim series it serves,
+    once Prometheus has two samples for the rate."""
+    import asyncio
+    import time
+
+    from prometheus_client import generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from gpugov.observe.promapi import Prometheus
+    from gpugov.observe.reconciler import Options, Reconciler
+
+    rec = Reconciler(Options(None, url, "127.0.0.1", 0, window="10s"))
+
+    async def source() -> tuple[list[dict], list[dict]]:
+        return [], []
+
+    async def cycle() -> None:
+        async with Prometheus(url) as prom:
+            await rec.cycle(source, prom)
+
+    out: dict[str, dict[tuple[str, ...], float]] = {}
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        asyncio.run(cycle())
+        out = {}
+        for fam in text_string_to_metric_families(generate_latest(rec.registry).decode()):
+            for s in fam.samples:
+                if s.name.startswith("gpugov_claim_"):
+                    out.setdefault(s.name, {})[
+                        (s.labels["namespace"], s.labels["claim"], s.labels["pod"])] = s.value
+        if len(out) == 2:
+            break
+        time.sleep(0.5)
+    return out

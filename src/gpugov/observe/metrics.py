@@ -34,6 +34,8 @@ class ReconcilerMetrics(Collector):
         self._last_refused: dict[tuple[str, str], float] = {}
         self.errors: dict[str, float] = defaultdict(float)
         self.last_success: float | None = None
+        #: (namespace, claim, pod) -> (memory bytes, busy fraction) of DRA claims
+        self.claims: dict[tuple[str, str, str], tuple[float | None, float | None]] = {}
 
     # -- updates ---------------------------------------------------------------------------
     def update(self, rec: Reconciliation, dt: float,
@@ -173,11 +175,30 @@ class ReconcilerMetrics(Collector):
         for reason, n in sorted(self.errors.items()):
             errors.add_metric([reason], n)
         yield errors
+        yield from self._claim_metrics()
         last = GaugeMetricFamily(m.RECONCILER_LAST_SUCCESS, "unix time of the last complete "
                                  "reconcile cycle")
         if self.last_success is not None:
             last.add_metric([], self.last_success)
         yield last
+
+
+    def _claim_metrics(self) -> Iterator[Metric]:
+        """Usage by DRA claim (and the pod it is reserved for); at most `max_pods` claims,
+        those holding the most memory first."""
+        labels = ["namespace", "claim", "pod"]
+        mem = GaugeMetricFamily(m.CLAIM_USED_MEMORY, "GPU memory a DRA claim's containers "
+                                "hold (the enforcement library's charge)", labels=labels)
+        busy = GaugeMetricFamily(m.CLAIM_USED_COMPUTE, "busy fraction of a device a DRA "
+                                 "claim's containers use (device time per second)",
+                                 labels=labels)
+        top = sorted(self.claims.items(), key=lambda kv: (-(kv[1][0] or 0.0), kv[0]))
+        for key, (memory, compute) in top[:self.max_pods]:
+            if memory is not None:
+                mem.add_metric(list(key), memory)
+            if compute is not None:
+                busy.add_metric(list(key), compute)
+        yield from (mem, busy)
 
 
 def _values(a: Amount) -> Iterator[tuple[str, float]]:

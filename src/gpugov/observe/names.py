@@ -75,6 +75,9 @@ POWER_BUDGET = "gpugov_power_domain_budget_watts"
 POWER_ADMITTED = "gpugov_power_domain_admitted_watts"
 POWER_MEASURED = "gpugov_power_domain_measured_watts"
 POD_GPU_POWER = "gpugov_pod_gpu_power_watts"
+#: usage by DRA claim (the exporter's `claim` label): charged memory, busy fraction
+CLAIM_USED_MEMORY = "gpugov_claim_used_memory_bytes"
+CLAIM_USED_COMPUTE = "gpugov_claim_used_compute_ratio"
 
 RECONCILER_METRICS = (
     *GPUS.values(), *MEMORY.values(), *COMPUTE.values(), EFFICIENCY, IDLE_ALLOCATED,
@@ -82,7 +85,7 @@ RECONCILER_METRICS = (
     TIMESLICE_OVERCOMMIT, DEVICE_ALLOCATED_COMPUTE, DEVICE_ALLOCATED_MEMORY,
     NODE_AGENT_MISSING, RECONCILER_PROBLEMS, RECONCILER_ERRORS,
     RECONCILER_LAST_SUCCESS, POWER_PANEL, POWER_BUDGET, POWER_ADMITTED, POWER_MEASURED,
-    POD_GPU_POWER,
+    POD_GPU_POWER, CLAIM_USED_MEMORY, CLAIM_USED_COMPUTE,
 )
 
 ALL_METRICS = frozenset(EXPORTER_METRICS + RECONCILER_METRICS)

@@ -134,9 +134,11 @@ class Reconciler:
             used = await read_used(prom, self.opts.window)
             uses, agents, refused = used.uses, used.nodes_with_agent, used.refusals
             devices = used.devices
+            self.metrics.claims = used.claims
         except PrometheusError as e:
             self.metrics.error("prometheus-unreachable")
             self._say(f"{e}; the used view is unknown until it answers")
+            self.metrics.claims = {}  # unknown, not zero
             uses, agents = [], set()  # declared and allocated are still exported
         rec = reconcile(pod_recs, node_recs, uses, agents, tree, self.opts.idle_threshold,
                         devices)

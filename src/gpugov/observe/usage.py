@@ -3,17 +3,21 @@
 Per pod and device the enforcement library's numbers win (device time and charged memory);
 a whole device without the library falls back to DCGM utilisation and framebuffer use
 labelled with the owning pod.
+
+DRA claims: the exporter labels a claim's region's series with its `claim` (and the pod it is
+reserved for), so the same numbers are also summed per claim (`UsedView.claims`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from gpugov.observe import names as m
 from gpugov.observe.promapi import Prometheus, Sample
 from gpugov.observe.views import MIB, DeviceUse
 
 KEY = "namespace, pod, UUID"
+CLAIM_KEY = "namespace, claim, pod"
 
 
 def queries(window: str) -> dict[str, str]:
@@ -27,6 +31,8 @@ def queries(window: str) -> dict[str, str]:
         "dev_fb": f"max by (UUID) ({m.DEV_FB_USED})",
         "agents": f"count by (Hostname) ({m.NODE_GPUS})",
         "refusals": f"sum by (namespace, pod) ({m.POD_REFUSED})",
+        "claim_memory": f'sum by ({CLAIM_KEY}) ({m.POD_MEMORY_USED}{{claim!=""}})',
+        "claim_busy": f'sum by ({CLAIM_KEY}) (rate({m.POD_DEVICE_TIME}{{claim!=""}}[{window}]))',
     }
 
 
@@ -37,6 +43,9 @@ class UsedView:
     refusals: dict[tuple[str, str], float]
     #: UUID -> the device's own (busy fraction, framebuffer bytes used)
     devices: dict[str, tuple[float | None, float | None]]
+    #: (namespace, claim, pod) -> (charged memory bytes, busy fraction) of a DRA claim
+    claims: dict[tuple[str, str, str], tuple[float | None, float | None]] = field(
+        default_factory=dict)
 
 
 def _key(s: Sample) -> tuple[str, str, str]:
@@ -60,7 +69,12 @@ def combine(results: dict[str, list[Sample]]) -> UsedView:
     agents = {s.labels["Hostname"] for s in results.get("agents", []) if "Hostname" in s.labels}
     refusals = {(s.labels.get("namespace", ""), s.labels.get("pod", "")): s.value
                 for s in results.get("refusals", [])}
-    return UsedView(uses, agents, refusals, devices)
+    def claim(s: Sample) -> tuple[str, str, str]:
+        return s.labels.get("namespace", ""), s.labels.get("claim", ""), s.labels.get("pod", "")
+    cmem = {claim(s): s.value for s in results.get("claim_memory", [])}
+    cbusy = {claim(s): s.value for s in results.get("claim_busy", [])}
+    claims = {k: (cmem.get(k), cbusy.get(k)) for k in set(cmem) | set(cbusy) if k[0] and k[1]}
+    return UsedView(uses, agents, refusals, devices, claims)
 
 
 async def read_used(prom: Prometheus, window: str) -> UsedView:
