@@ -7,8 +7,8 @@ RBAC gives the node identity create/update/delete on every ResourceSlice (it can
 node-name claim (`authentication.kubernetes.io/node-name`: a token bound to the Node or to the
 node agent's pod) and that a created or updated slice is gpugov's driver, with `nodeName`
 and pool name both that node, and that an updated or deleted slice was that node's.
-`policies()` renders the objects; the chart and `gpugov dev up` do not install them yet
-(planned: one more template beside templates/node-policy.yaml).
+`policies()` renders the objects; the chart (`dra.enabled`, templates/dra.yaml, from the
+generated files/dra.yaml: `chart_files.py`) and `gpugov dev up --dra-pool` install them.
 """
 
 from __future__ import annotations
