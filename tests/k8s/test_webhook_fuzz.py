@@ -246,3 +246,75 @@ def test_a_review_over_budget_is_refused_and_counted(app_client, monkeypatch):
 def test_deeply_nested_body_is_a_400():
     with pytest.raises(admission.ReviewError, match="nested too deeply"):
         admission.parse_review(b"[" * 200_000 + b"]" * 200_000)
+
+
+def _mutate_body(spec: dict[str, Any], pad: int = 0) -> bytes:
+    pod = {"metadata": {"name": "p", "annotations": {"note": "x" * pad}}, "spec": spec}
+    return json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                       "request": _review(pod, "CREATE", {"username": "u"})}).encode()
+
+
+GPU_SPEC = {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}
+AFFINITY = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+    "nodeSelectorTerms": [{"matchExpressions": [{"key": "k", "operator": "In",
+                                                 "values": ["v"]}]}]}}}
+
+
+def test_a_plain_pod_is_answered_while_every_review_thread_is_stuck(app_client, monkeypatch):
+    """Small pod reviews are decided on the event loop: pods whose review is slow (affinity,
+    large bodies) occupy the thread pool, ordinary pods are still answered."""
+    import threading
+
+    from gpugov.k8s.webhook import server
+
+    loop, tc, hook = app_client
+    release, real = threading.Event(), admission.mutate
+    stuck: list[str] = []
+
+    def mutate(req: Any, *args: Any, **kw: Any) -> dict[str, Any]:
+        if not server._cheap(req) or len(json.dumps(req)) > server.INLINE_BODY:
+            stuck.append(req["object"]["metadata"]["name"])
+            release.wait(HANG * 5)
+        return real(req, *args, **kw)
+    monkeypatch.setattr(admission, "mutate", mutate)
+    # the watch-fed cache is synced: tenancy comes from memory, no API read
+    monkeypatch.setattr(hook.tenancy, "from_memory", lambda ns: (RESOLUTIONS[0], "", ""))
+
+    async def go() -> tuple[list[Any], dict[str, Any]]:
+        slow = [asyncio.ensure_future(tc.post("/mutate", data=_mutate_body(
+            {**GPU_SPEC, "affinity": AFFINITY}))) for _ in range(server.WORKERS - 1)]
+        slow.append(asyncio.ensure_future(tc.post("/mutate", data=_mutate_body(
+            GPU_SPEC, pad=server.INLINE_BODY))))
+        while len(stuck) < server.WORKERS:  # every pool thread holds a review
+            await asyncio.sleep(0.01)
+        plain = await asyncio.wait_for(tc.post("/mutate", data=_mutate_body(GPU_SPEC)),
+                                       HANG * 5)
+        answer = json.loads(await plain.read())["response"]
+        assert not release.is_set()
+        release.set()
+        return [await (await s).read() for s in slow], answer
+
+    slow, answer = loop.run_until_complete(go())
+    assert answer["allowed"] is True and answer["patchType"] == "JSONPatch", answer
+    for body in slow:  # the pooled ones are decided too, once released
+        assert json.loads(body)["response"]["allowed"] is True
+
+
+def test_a_slow_review_of_a_large_or_affinity_pod_is_refused_within_the_budget(
+        app_client, monkeypatch):
+    loop, tc, hook = app_client
+
+    def slow(*args: Any, **kw: Any) -> dict[str, Any]:
+        time.sleep(0.5)
+        raise AssertionError("not reached in time")
+    monkeypatch.setattr(hook, "budget", 0.05)
+    monkeypatch.setattr(admission, "mutate", slow)
+    from gpugov.k8s.webhook import server
+
+    for body in (_mutate_body({**GPU_SPEC, "affinity": AFFINITY}),
+                 _mutate_body(GPU_SPEC, pad=server.INLINE_BODY)):
+        status, answer = _post(app_client, "/mutate", body)
+        out = json.loads(answer)["response"]
+        assert status == 200 and out["allowed"] is False
+        assert "longer than 0.05 s to review" in out["status"]["message"]
+    assert hook.timeouts.labels("mutate")._value.get() == 2
