@@ -70,6 +70,49 @@ def test_help_imports_no_pydantic_numpy_or_rich_markdown(tmp_path: Path, argv: l
     assert not heavy | ({"rich.markdown", "rich.traceback"} & modules)
 
 
+def test_a_command_line_imports_only_the_group_it_names(tmp_path: Path) -> None:
+    """`gpugov experiment fgd --help` builds study.py's commands alone, not every group's."""
+    proc, modules = run(["experiment", "fgd", "--help"], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    groups = {m for m in modules if m.startswith("gpugov.cli.") and not m.startswith(
+        "gpugov.cli._")}
+    assert groups == {"gpugov.cli.study"}
+
+
+def _module_of(group: typer.Typer) -> str:
+    for info in group.registered_commands:
+        return info.callback.__module__
+    return _module_of(group.registered_groups[0].typer_instance)
+
+
+def test_where_names_the_module_of_every_top_level_command() -> None:
+    """The console script imports only WHERE[first word]: that module must be the one adding
+    the command, and every command and group must be in WHERE (add a new one there)."""
+    import gpugov.cli as cli
+
+    app = cli.app
+    found = {info.name: info.callback.__module__ for info in app.registered_commands}
+    found |= {g.name: _module_of(g.typer_instance) for g in app.registered_groups}
+    assert {name: f"gpugov.cli.{module}" for name, module in cli.WHERE.items()} == found
+    assert set(cli.MODULES) == {m.rsplit(".", 1)[1] for m in found.values()}
+
+
+@pytest.mark.parametrize("argv", [["experiment", "fgd"], ["modes"], ["plan"], ["node"],
+                                  ["dra", "publish"], ["tenants"]], ids=" ".join)
+def test_help_with_one_group_loaded_equals_the_whole_apps(tmp_path: Path,
+                                                           argv: list[str]) -> None:
+    """What the console script prints with one module loaded is what the whole app prints."""
+    from typer.testing import CliRunner
+
+    from gpugov.cli import app
+
+    proc, _ = run([*argv, "--help"], tmp_path)
+    whole = CliRunner().invoke(app, [*argv, "--help"], env={"COLUMNS": "80"},
+                               terminal_width=80)
+    assert proc.returncode == whole.exit_code == 0, proc.stderr
+    assert proc.stdout == whole.output
+
+
 def test_fgd_experiment_runs_without_pydantic(tmp_path: Path) -> None:
     """The whole FGD command on a small trace: same files, its options read without pydantic
     or matplotlib."""

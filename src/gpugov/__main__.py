@@ -3,7 +3,8 @@
 the parent).
 
 `gpugov --version` is answered here, before typer and the command groups are imported (that
-took most of its time); every other command line goes to the typer app unchanged.
+took most of its time); every other command line goes to the typer app, built with only the
+command group it names (`gpugov.cli.app_for`).
 """
 
 import sys
@@ -16,9 +17,9 @@ def main() -> None:
         sys.stdout.write(f"gpugov {__version__}\n")
         sys.stdout.flush()
         return
-    from gpugov.cli import app
+    from gpugov.cli import app_for
 
-    app(prog_name="gpugov")  # usage lines say `gpugov`, not `python -m gpugov`
+    app_for(sys.argv[1:])(prog_name="gpugov")  # usage lines say `gpugov`, not `python -m gpugov`
 
 
 if __name__ == "__main__":
