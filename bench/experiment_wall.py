@@ -32,7 +32,7 @@ DEFAULT_TRACE = Path(__file__).resolve().parents[1] / ".." / "shared" / "traces"
     "alibaba-gpu-v2023"
 
 #: what the `gpugov` console script does (independent of which `gpugov` is on PATH)
-CLI = "import sys; from gpugov.cli import app; sys.argv[0] = 'gpugov'; app()"
+CLI = "import sys; from gpugov.__main__ import main; sys.argv[0] = 'gpugov'; sys.exit(main())"
 
 #: one fresh process timing the command's phases; prints one JSON line (seconds per phase)
 PHASES = r"""
