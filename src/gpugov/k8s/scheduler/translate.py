@@ -41,6 +41,7 @@ from gpugov.k8s.annotations import (
     decode_mig_requests_state,
 )
 from gpugov.k8s.annotations import Allocation as AllocationRecord
+from gpugov.k8s.pod_containers import containers, effective
 from gpugov.k8s.quantity import parse_decimal
 from gpugov.k8s.resources import RequestError, model_from_product_label
 from gpugov.k8s.scheduler import names
@@ -469,12 +470,14 @@ def declares_gpu(spec: dict[str, Any]) -> bool:
 
 
 def _cpu_mem(spec: dict[str, Any]) -> tuple[int, int]:
-    cpu = mem = 0
-    for c in spec.get("containers") or []:
-        req = _mapping(_mapping(_mapping(c).get("resources")).get("requests"))
-        cpu += _milli(req.get("cpu", 0))
-        mem += _mib(req.get("memory", 0))
-    return cpu, mem
+    """CPU and memory the pod holds at once: its app containers (and sidecars) together, each
+    init container before them (Kubernetes' rule, `k8s.pod_containers.effective`)."""
+    cpu, mem = [], []
+    for _, kind, c in containers({"spec": spec}):
+        req = _mapping(_mapping(c.get("resources")).get("requests"))
+        cpu.append((kind, _milli(req.get("cpu", 0))))
+        mem.append((kind, _mib(req.get("memory", 0))))
+    return effective(cpu), effective(mem)
 
 
 def _too_big(request: GpuRequest | None, cpu: int, mem: int) -> str:
