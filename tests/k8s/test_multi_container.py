@@ -127,3 +127,15 @@ def test_the_validating_webhook_accepts_what_the_mutating_one_wrote() -> None:
     review = {"uid": "u", "kind": {"kind": "Pod"}, "operation": "CREATE", "object": p}
     assert admission.validate(review)["response"]["allowed"]
     assert req.count == 2
+
+
+def test_cpu_and_memory_are_charged_as_the_containers_hold_them_at_once() -> None:
+    from gpugov.k8s.scheduler.translate import _cpu_mem
+
+    def c(name: str, cpu: str, mem: str, **kw) -> dict:
+        return {"name": name, "resources": {"requests": {"cpu": cpu, "memory": mem}}, **kw}
+    spec = {"initContainers": [c("load", "4", "1Gi")],
+            "containers": [c("a", "1", "2Gi"), c("b", "1", "1Gi")]}
+    assert _cpu_mem(spec) == (4000, 3072)  # the init container's CPU, the app's memory
+    spec["initContainers"].append(c("proxy", "500m", "512Mi", restartPolicy="Always"))
+    assert _cpu_mem(spec) == (4000, 3584)  # a sidecar runs beside the app containers
