@@ -316,3 +316,63 @@ def test_a_tenant_cannot_switch_dra_mode_or_plant_a_template_gpugov_trusts(hooke
             await kube.close()
 
     asyncio.run(main())
+
+
+def test_gpugovs_scheduler_binds_translated_pods_when_it_allocates(hooked) -> None:
+    """`spec.dra.allocator: gpugov`: the webhook hands the translated pod to gpugov's
+    scheduler, which allocates its claims itself (queue, quota) and binds: a HAMi-spelled pod,
+    and a pod whose two GPU containers and GPU init container each have their own slice
+    claim (of one size: gpugov's scheduler places one slice size per pod)."""
+    from gpugov.k8s.devcluster.dev import install_podgroup_crd
+    from gpugov.k8s.scheduler.apply import Applier
+    from gpugov.k8s.scheduler.runner import Runner
+    from gpugov.k8s.scheduler.state import SchedulerState
+
+    plane = hooked.plane
+    select = {"gpugov-dra-translate-own": "1"}
+
+    async def main() -> None:
+        await install_podgroup_crd(plane.kubeconfig)
+        kube = await Kube.from_kubeconfig(plane.kubeconfig)
+        ident = await Kube.from_kubeconfig(await apply_component_rbac(
+            plane.kubeconfig, "scheduler", "gpugov-system", plane.workdir / "own.kubeconfig"))
+        state = SchedulerState(scheduler_name=ann.SCHEDULER_NAME, node_selector=select)
+        stop = asyncio.Event()
+        features = await probe_features(ident)
+        pub = SlicePublisher(ident, features)
+        await pub.ensure_classes()
+        tasks = [asyncio.create_task(pub.run(stop)), asyncio.create_task(
+            Runner(ident, state, Applier(ident, state), period=0.5).run(stop))]
+        try:
+            node = kwok_node("tr-own", inventory(gpu(0, DeviceMode.SOFT, model=A100),
+                                                 gpu(1, DeviceMode.SOFT, model=A100)))
+            node["metadata"]["labels"].update(select)
+            await _post(kube, "/api/v1/nodes", node)
+            ns = await _dra_tenant(kube, hooked, "dra-own", {"allocator": "gpugov"})
+            pods = f"/api/v1/namespaces/{ns}/pods"
+            hami = await _post(kube, pods, _pod("hami", [_c("main", HAMI)]))
+            assert hami["spec"]["schedulerName"] == ann.SCHEDULER_NAME
+            assert await wait_for(lambda: _bound(kube, ns, "hami"), "hami bound") == "tr-own"
+            c = (await _claims(kube, ns, "hami"))["gpu-main"]
+            assert _result(c)["consumedCapacity"] == {"memory": "20000Mi", "compute": "30"}
+            assert c["status"]["reservedFor"][0]["name"] == "hami"
+            # (gpugov's scheduler places one slice size per pod: one shape, three claims)
+            await _post(kube, pods, _pod("multi", [_c("train", HAMI), _c("infer", HAMI)],
+                                         init=[_c("warm", HAMI)]))
+            try:
+                await wait_for(lambda: _bound(kube, ns, "multi"), "multi bound")
+            except AssertionError:
+                _, p = await kube.request("GET", f"{pods}/multi")
+                raise AssertionError(p.get("status")) from None
+            claims = await _claims(kube, ns, "multi")
+            got = {k: _result(v)["consumedCapacity"] for k, v in claims.items()}
+            assert got == {k: {"memory": "20000Mi", "compute": "30"}
+                           for k in ("gpu-warm", "gpu-train", "gpu-infer")}
+            assert len({c["metadata"]["uid"] for c in claims.values()}) == 3
+        finally:
+            stop.set()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await ident.close()
+            await kube.close()
+
+    asyncio.run(main())
