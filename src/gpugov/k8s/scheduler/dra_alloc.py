@@ -267,9 +267,10 @@ def constrain(preq: PodRequest, tr: Translation | None) -> PodRequest:
     if tr is None:
         return preq if len(tols) == len(preq.tolerations) else \
             dataclasses.replace(preq, tolerations=tols)
-    where = NodeRequirement("metadata.name", "In", tr.nodes, field=True)
-    terms = tuple(NodeTerm((*t.requirements, where)) for t in preq.node_affinity) or \
-        (NodeTerm((where,)),)
+    # one term per node (matchFields takes one name), ANDed into each of the pod's terms
+    names = [NodeRequirement("metadata.name", "In", (n,), field=True) for n in tr.nodes]
+    terms = tuple(NodeTerm((*t.requirements, w)) for t in preq.node_affinity or
+                  (NodeTerm(()),) for w in names)
     return dataclasses.replace(preq, tolerations=(*tols, DRA_TOLERATION), node_affinity=terms)
 
 
