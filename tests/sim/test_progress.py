@@ -11,7 +11,7 @@ def test_a_long_run_in_a_pipe_prints_plain_lines_and_a_short_one_prints_nothing(
     """Issue 22, finding 17: `modes` at its maximum and large replays in a pipe showed no sign
     of life for minutes."""
     quiet = io.StringIO()
-    t = Ticker("modes", 100, "placements", stream=quiet, tty=False)  # first line after 5 s
+    t = Ticker("modes", 100, "placements", stream=quiet, tty=False)  # first line after 2 s
     for i in range(100):
         t.update(i)
     t.close()

@@ -62,15 +62,19 @@ def modes(
             raise _fail(f"{flag} must be within {lo:,}..{hi:,}, got {value}")
     model, _ = _mig_geometry(model)
     policy = _policy_name(policy)
+    from gpugov.sim.progress import Ticker
+
     if mixed:
         from gpugov.sim.modes import MIXED_POOL, mixed_scenario, print_mixed
 
-        print_mixed(mixed_scenario(pods, seed, model, replicas, policy),
-                    f"{pods} pods per trust tier (seed {seed}), policy {policy}, on "
+        ticker = Ticker("modes --mixed", 3 * pods, "pods")  # 3 trust tiers
+        try:
+            results = mixed_scenario(pods, seed, model, replicas, policy, tick=ticker.update)
+        finally:
+            ticker.close()
+        print_mixed(results, f"{pods} pods per trust tier (seed {seed}), policy {policy}, on "
                     f"{len(MIXED_POOL)} mixed-mode nodes × 8 {model}")
         return
-
-    from gpugov.sim.progress import Ticker
 
     ticker = Ticker("modes", 6 * pods, "placements")
     try:

@@ -299,15 +299,19 @@ def mixed_workload(pods_per_tier: int, seed: int = 0) -> list[MixedPod]:
 
 
 def mixed_scenario(pods_per_tier: int = 40, seed: int = 0, model: str = "H100-SXM5-80GB",
-                   replicas: int = 4, policy: str = "bestfit") -> list[TierResult]:
+                   replicas: int = 4, policy: str = "bestfit",
+                   tick: Callable[[int], None] | None = None) -> list[TierResult]:
     """Place the interleaved tiers' pods on the mixed pool, in order; results per tier. Each
-    tier is one tenant (named after the tier)."""
+    tier is one tenant (named after the tier). `tick(done)` now and then: pods tried so far
+    (of 3 × pods_per_tier), for a progress display."""
     state = ClusterState(mixed_pool(model, replicas=replicas))
     placer = _placer(state, policy, seed)
     pods = mixed_workload(pods_per_tier, seed)
     stats = {t: {"pods": 0, "placed": 0, "iso": 0, "full": 0,
                  "delivered": dict.fromkeys(IsolationLevel, 0)} for t in TrustTier}
-    for pod in pods:
+    for i, pod in enumerate(pods):
+        if tick is not None and i % 256 == 0:
+            tick(i)
         s = stats[pod.tier]
         s["pods"] += 1  # type: ignore[operator]
         got = place_rounded(placer, pod.request, pod.name, pod.tier, tenant=str(pod.tier))
@@ -318,6 +322,8 @@ def mixed_scenario(pods_per_tier: int = 40, seed: int = 0, model: str = "H100-SX
         state.allocate(got.request, got.allocation)
         s["placed"] += 1  # type: ignore[operator]
         s["delivered"][got.isolation] += 1  # type: ignore[index]
+    if tick is not None:
+        tick(len(pods))
     return [TierResult(t, MIN_ISOLATION[t], s["pods"], s["placed"],  # type: ignore[arg-type]
                        s["delivered"], s["iso"], s["full"])  # type: ignore[arg-type]
             for t, s in stats.items()]

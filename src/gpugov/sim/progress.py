@@ -1,8 +1,9 @@
 """Signs of life for long runs, on stderr (stdout stays the report).
 
 On a terminal: a rich progress bar, gone when the run ends. Anywhere else (a pipe, a CI log):
-one plain line once the run has taken `first_after` seconds, then at most one every `every`
-seconds — so short runs print nothing, and a long run in a pipe is never silent for minutes.
+one plain line once the run has taken `first_after` seconds (2: any run longer than that shows
+progress), then at most one every `every` seconds — so short runs print nothing, and a long
+run in a pipe is never silent for minutes.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ class Ticker:
 
     def __init__(self, label: str, total: float, unit: str = "", *,
                  stream: TextIO | None = None, tty: bool | None = None,
-                 first_after: float = 5.0, every: float = 10.0) -> None:
+                 first_after: float = 2.0, every: float = 10.0) -> None:
         self.label, self.total, self.unit = label, max(float(total), 1e-9), unit
         self.stream = stream or sys.stderr
         self.tty = self.stream.isatty() if tty is None else tty
