@@ -7,6 +7,8 @@ from __future__ import annotations
 import base64
 import json
 import math
+import sys
+from pathlib import Path
 
 import jsonpatch
 import pytest
@@ -92,6 +94,9 @@ def test_a_hami_pod_becomes_a_claim_for_its_slice():
     assert after["metadata"]["annotations"][ann.QUEUE] == "q"
     assert after["metadata"]["labels"][ann.MANAGED_LABEL] == "true"
     assert ann.REQUEST not in after["metadata"]["annotations"]
+    said = "\n".join(dra_translate.explain_lines(after))
+    assert "container 'main' asked nvidia.com/gpu: 1, nvidia.com/gpucores: 30, " \
+        "nvidia.com/gpumem: 20000 -> claim 'gpu-main'" in said
     # the validating webhook admits what the mutating one wrote
     assert admission.validate(review(after))["response"]["allowed"]
 
@@ -285,3 +290,52 @@ def test_round_trip_the_claims_requests_equal_the_translated_requests(case):
 def test_claim_names_are_dns_labels(name):
     got = dra_translate.claim_name(name)
     assert len(got) <= 63 and got.startswith("gpu-")
+
+
+sys.path.insert(0, str(Path(__file__).parent))
+from test_webhook_fuzz import FUZZ, _review, _well_formed, pods, users  # noqa: E402
+
+DRA_RESOLUTIONS = [Resolution("t", "q", tier, (), dra=dra) for tier in TrustTier
+                   for dra in ({"allocator": "kube-scheduler"},
+                               {"allocator": "gpugov", "models": ["A100-SXM4-80GB"]},
+                               {"allocator": "nope"})]
+
+
+@st.composite
+def dra_pods(draw) -> dict:
+    """Pods of 1-3 containers and 0-2 init containers, each spelled by one ecosystem or
+    hostile, with a claim entry of the pod's own sometimes."""
+    def one(i: int, prefix: str) -> dict:
+        lim, _ = draw(spelled())
+        c = {"name": f"{prefix}{i}", "image": "x"}
+        if draw(st.booleans()):
+            c["resources"] = {"limits": lim}
+        return c
+    app = [one(i, "c") for i in range(draw(st.integers(1, 3)))]
+    init = [one(i, "i") for i in range(draw(st.integers(0, 2)))]
+    _, annots = draw(spelled())
+    p = {"metadata": {"name": "p", "annotations": annots if draw(st.booleans()) else {}},
+         "spec": {"containers": app}}
+    if init:
+        p["spec"]["initContainers"] = init
+    if draw(st.booleans()):
+        p["spec"]["resourceClaims"] = [{"name": draw(st.sampled_from(["gpu-c0", "own"])),
+                                        "resourceClaimName": "x"}]
+    return p
+
+
+@FUZZ
+@given(pod=st.one_of(pods, dra_pods()), user=users, res=st.sampled_from(DRA_RESOLUTIONS))
+def test_dra_mode_answers_every_pod_and_what_it_admits_applies_and_validates(pod, user, res):
+    """Hostile pods in DRA mode: a well-formed answer; an admitted pod's patch applies, and
+    the result carries no GPU resource and passes the validating webhook."""
+    out = admission.mutate(_review(pod, "CREATE", user), lambda ns: res)
+    _well_formed(out)
+    if not out["response"]["allowed"] or dra_translate.TEMPLATES not in out:
+        return
+    ops = json.loads(base64.b64decode(out["response"]["patch"]))
+    after = jsonpatch.apply_patch(pod, ops)
+    assert admission.pod_request(after) is None
+    assert admission.validate(_review(after, "CREATE", user))["response"]["allowed"]
+    names = {c["name"] for c in after["spec"]["resourceClaims"]}
+    assert len(names) == len(after["spec"]["resourceClaims"])

@@ -40,7 +40,16 @@ async def explain_pod(kubeconfig: Path | str, namespace: str, name: str,
             await runner.sync(kind)
     finally:
         await kube.close()
-    return explain_from_state(state, pod, time.time())
+    from gpugov.k8s.webhook.dra_translate import explain_lines  # DRA mode's record
+
+    dra = explain_lines(pod)
+    try:
+        return explain_from_state(state, pod, time.time()) + dra
+    except ExplainError:
+        if not dra:
+            raise
+        return [f"pod {namespace}/{name}: pending; kube-scheduler allocates its claims "
+                "(DRA mode): its Events say why it waits", *dra]
 
 
 def explain_from_state(state: SchedulerState, pod: dict, now: float) -> list[str]:

@@ -395,6 +395,25 @@ def _records(pod: Mapping[str, Any], res: Resolution, needs: list[Need],
     return patch
 
 
+def explain_lines(pod: Mapping[str, Any]) -> list[str]:
+    """What `gpugov explain` says of a DRA-mode pod: each container's request as it was
+    written, and the claim it became (from `gpugov.io/dra-request`, a record; [] if none)."""
+    text = adm._strings(pod.get("metadata") or {}, "annotations").get(DRA_REQUEST)
+    try:
+        record = json.loads(text) if isinstance(text, str) and len(text) < 65536 else None
+    except ValueError:
+        record = None
+    if not isinstance(record, dict):
+        return []
+    out = ["DRA mode: the webhook turned each GPU container's request into its own claim"]
+    for name, r in sorted(record.items())[:64]:
+        if isinstance(r, dict):
+            asked = ", ".join(f"{k}: {v}" for k, v in sorted((r.get("asked") or {}).items()))
+            out.append(f"  container {name!r} asked {asked or '(annotations)'} -> claim "
+                       f"{r.get('claim')!r} from ResourceClaimTemplate {r.get('template')!r}")
+    return out
+
+
 # --- the server side: ensure the templates (API writes; never on dryRun) ---
 
 _KUBES: dict[int, Any] = {}
