@@ -14,7 +14,7 @@ from pathlib import Path
 
 from kubernetes_asyncio import client
 
-from gpugov.k8s.devcluster import dev
+from gpugov.k8s.devcluster import dev, used_view
 from gpugov.k8s.devcluster.client import api_client
 from gpugov.k8s.devcluster.cluster_file import builtin_fleet, node_objects
 from gpugov.k8s.devcluster.plane import StartError
@@ -47,6 +47,21 @@ CLUSTER = textwrap.dedent("""\
 def gpugov(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", "from gpugov.cli import app; app()", *args],
                           capture_output=True, text=True, timeout=timeout, check=False)
+
+
+def _wait_query(url: str, promql: str, timeout: float = 60) -> list[dict]:
+    import time
+    import urllib.parse
+    import urllib.request
+
+    deadline = time.monotonic() + timeout
+    while True:
+        q = urllib.parse.urlencode({"query": promql})
+        with urllib.request.urlopen(f"{url}/api/v1/query?{q}", timeout=10) as r:
+            result = json.loads(r.read())["data"]["result"]
+        if result or time.monotonic() > deadline:
+            return result
+        time.sleep(1)
 
 
 def test_dra_pools_are_labelled_and_an_unknown_pool_is_refused_before_anything_starts(
@@ -118,6 +133,12 @@ def test_dev_up_serves_a_pool_through_dra_governed_by_queue(tmp_path) -> None:
         conds = {d["type"]: d["status"] for dev_ in c["status"].get("devices", [])
                  for d in dev_.get("conditions") or []}
         assert conds.get(ADMITTED) == "True"
+        # the used view (simulated: kwok nodes have no GPU) attributes the claim to its pod
+        url = dev.prometheus_url(work.resolve())
+        assert (url is None) == (used_view.prometheus_binary() is None)
+        if url is not None:
+            got = _wait_query(url, 'gpugov_pod_memory_used_bytes{claim="slice"}')
+            assert [(r["metric"]["pod"], r["metric"]["gpu"]) for r in got] == [("p", "0")]
     finally:
         state = json.loads((work / "state.json").read_text()) if (work / "state.json").exists() \
             else {"processes": []}

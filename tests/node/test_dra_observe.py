@@ -49,6 +49,45 @@ def test_claim_regions_name_their_claim_and_first_pod(tmp_path) -> None:
     assert scan_claims(tmp_path / "nothing") == ([], [], [])
 
 
+def test_a_dev_clusters_simulated_series_attribute_claims_to_their_pods() -> None:
+    """Pure: on a kwok node (no kubelet plugin), an allocated claim counts as its reserving
+    pod's use of the device, with its claim label; a claim of a finished pod, another driver's
+    device and a garbage capacity count nothing."""
+    from gpugov.k8s.annotations import INVENTORY, Inventory, InventoryDevice, encode_inventory
+    from gpugov.model.devices import DeviceMode
+    from gpugov.node.synthetic import KWOK, Simulation, devices
+
+    inv = Inventory((InventoryDevice(0, "GPU-k-0", "A100-SXM4-80GB", 81920),
+                     InventoryDevice(1, "GPU-k-1", "A100-SXM4-80GB", 81920, DeviceMode.SOFT)))
+    nodes = [{"metadata": {"name": "k0", "annotations": {KWOK: "fake",
+                                                          INVENTORY: encode_inventory(inv)}}}]
+
+    def pod(name: str, phase: str = "Running") -> dict:
+        return {"metadata": {"name": name, "namespace": "team", "uid": f"uid-{name}"},
+                "spec": {"nodeName": "k0"}, "status": {"phase": phase}}
+
+    def claim(name: str, owner: str, device: str, driver: str = "gpu.gpugov.io",
+              **consumed: str) -> dict:
+        res = {"request": "gpu", "driver": driver, "pool": "k0", "device": device}
+        if consumed:
+            res["consumedCapacity"] = consumed
+        return {"metadata": {"name": name, "namespace": "team"}, "status": {
+            "allocation": {"devices": {"results": [res]}},
+            "reservedFor": [{"resource": "pods", "name": owner, "uid": f"uid-{owner}"}]}}
+
+    claims = [claim("slice", "infer", "gpu-1", memory="20Gi", compute="30"),
+              claim("whole", "train", "gpu-0"),
+              claim("done", "old", "gpu-1", memory="20Gi", compute="30"),
+              claim("theirs", "infer", "gpu-1", driver="other.example.com"),
+              claim("garbage", "infer", "gpu-1", memory="1e999", compute="30")]
+    devs = devices(nodes, [pod("infer"), pod("train"), pod("old", "Succeeded")], claims)
+    uses = {(u.claim, u.pod, d.index, u.milli, u.memory_mib) for d in devs for u in d.uses}
+    assert uses == {("slice", "infer", 1, 300, 20480), ("whole", "train", 0, 1000, 81920)}
+    text = Simulation().render(devs).decode()
+    assert 'gpugov_pod_memory_used_bytes{namespace="team",pod="infer",container="",gpu="1",' \
+        'UUID="GPU-k-1",claim="slice",simulated="true"}' in text
+
+
 @pytest.mark.skipif(not os.access(PROMETHEUS, os.X_OK),
                     reason="needs Prometheus (Debian package `prometheus`)")
 def test_the_exporter_attributes_usage_by_claim_and_pod(node, fakes, sleepers, tmp_path):

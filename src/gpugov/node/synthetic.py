@@ -14,6 +14,12 @@ and 60-90 % of its memory (a whole GPU or MIG instance without a memory figure: 
 card's share its compute gives), chosen per pod from a hash of its UID so pods differ and a
 pod's numbers stay put. Device time is integrated between scrapes. This is not a measurement
 and never runs on a GPU node: the real exporter (`gpugov node exporter`) reads NVML.
+
+DRA claims (`gpugov dev up --dra-pool`, docs/dra.md): a claim allocated on a kwok node's
+`gpu.gpugov.io` device counts as its first reserving pod's use of that device — its
+`consumedCapacity` (a slice) or the device's published capacity — and its pod series carry
+`claim`, as the real exporter's do for claim regions. Claims that cannot be listed (RBAC, no
+DRA API) are left out, logged once.
 """
 
 from __future__ import annotations
@@ -54,6 +60,7 @@ class Use:
     uid: str
     milli: int
     memory_mib: int
+    claim: str = ""  # the DRA claim it uses the device through ("" = an allocation record)
 
     def factors(self) -> tuple[float, float]:
         """(compute share used, memory share used), fixed per pod."""
@@ -81,9 +88,12 @@ class Device:
         return min(float(self.memory_mib), sum(self.used_mib(u) for u in self.uses))
 
 
-def devices(nodes: list[Mapping[str, Any]], pods: list[Mapping[str, Any]]) -> list[Device]:
-    """The simulated devices of the kwok nodes, with the bound pods' allocations (pure)."""
+def devices(nodes: list[Mapping[str, Any]], pods: list[Mapping[str, Any]],
+            claims: list[Mapping[str, Any]] = ()) -> list[Device]:
+    """The simulated devices of the kwok nodes, with the bound pods' allocations and the
+    allocated DRA claims (pure)."""
     out: dict[tuple[str, int], Device] = {}
+    published: dict[str, dict[str, dict[str, Any]]] = {}  # node -> DRA device name -> device
     for n in nodes:
         meta = n.get("metadata") or {}
         ann = meta.get("annotations") or {}
@@ -97,6 +107,10 @@ def devices(nodes: list[Mapping[str, Any]], pods: list[Mapping[str, Any]]) -> li
         for d in inv.devices:
             out[(meta["name"], d.index)] = Device(meta["name"], d.index, d.uuid, d.model,
                                                   d.memory_mib)
+        if claims:
+            from gpugov.k8s.dra.slices import Features, node_devices
+
+            published[meta["name"]] = {x["name"]: x for x in node_devices(inv, Features(True))}
     for p in pods:
         meta = p.get("metadata") or {}
         node = (p.get("spec") or {}).get("nodeName")
@@ -112,7 +126,52 @@ def devices(nodes: list[Mapping[str, Any]], pods: list[Mapping[str, Any]]) -> li
             if dev is not None and alloc.node == node:
                 dev.uses.append(Use(meta.get("namespace", ""), meta.get("name", ""),
                                     meta.get("uid", ""), d.milli, d.memory_mib))
+    live = {((p.get("metadata") or {}).get("namespace"), (p.get("metadata") or {}).get("uid"))
+            for p in pods if (p.get("status") or {}).get("phase") not in _TERMINAL}
+    for c in claims:
+        for node, index, use in _claim_uses(c, published, live):
+            dev = out.get((node, index))
+            if dev is not None:
+                dev.uses.append(use)
     return sorted(out.values(), key=lambda d: (d.node, d.index))
+
+
+def _claim_uses(claim: Mapping[str, Any], published: dict[str, dict[str, dict[str, Any]]],
+                live: set[tuple[Any, Any]]) -> list[tuple[str, int, Use]]:
+    """(node, GPU index, use) of each gpugov device the claim holds, for its first live
+    reserving pod; a value that is not a bounded quantity leaves the device out."""
+    from gpugov.k8s.dra.slices import DRIVER
+    from gpugov.k8s.quantity import parse_quantity
+
+    meta = claim.get("metadata") or {}
+    status = claim.get("status") or {}
+    ns = meta.get("namespace", "")
+    pod = next((r for r in status.get("reservedFor") or [] if isinstance(r, Mapping)
+                and r.get("resource") == "pods" and (ns, r.get("uid")) in live), None)
+    alloc = status.get("allocation") or {}
+    if pod is None or not isinstance(alloc, Mapping):
+        return []
+    out = []
+    for r in (alloc.get("devices") or {}).get("results") or []:
+        if not isinstance(r, Mapping) or r.get("driver") != DRIVER:
+            continue
+        dev = published.get(str(r.get("pool")), {}).get(str(r.get("device")))
+        if dev is None:
+            continue
+        cap = {k: v.get("value") for k, v in (dev.get("capacity") or {}).items()
+               if isinstance(v, Mapping)}
+        cap.update(r.get("consumedCapacity") or {})
+        try:
+            memory = int(parse_quantity(cap.get("memory", 0)) / 2**20)
+            percent = float(parse_quantity(cap.get("compute", 100)))
+        except (ValueError, TypeError):
+            continue
+        if not (0 <= memory <= 1 << 24 and 0 < percent <= 100):
+            continue
+        out.append((str(r.get("pool")), int(dev["attributes"]["index"]["int"]),
+                    Use(ns, str(pod.get("name") or ""), str(pod.get("uid") or ""),
+                        round(percent * MILLI / 100), memory, str(meta.get("name") or ""))))
+    return out
 
 
 class Simulation:
@@ -153,7 +212,7 @@ class Simulation:
             fams[mn.DEV_FB_FREE][2].append(f"{labels} {round(max(0.0, d.memory_mib - fb))}")
             for u in d.uses:
                 pl = _labels(namespace=u.namespace, pod=u.pod, container="", gpu=str(d.index),
-                             UUID=d.uuid, simulated="true")
+                             UUID=d.uuid, claim=u.claim, simulated="true")
                 fams[mn.POD_MEMORY_USED][2].append(f"{pl} {round(d.used_mib(u) * 2**20)}")
                 key = (u.uid, d.uuid)
                 self.device_time[key] = self.device_time.get(key, 0.0) + \
@@ -189,6 +248,26 @@ async def _read(api: Any) -> tuple[list[dict], list[dict]]:
             json.loads(await pods.read()).get("items") or [])
 
 
+_CLAIMS_UNREADABLE: list[str] = []
+
+
+async def _read_claims(api: Any) -> list[dict]:
+    """The ResourceClaims (resource.k8s.io/v1); [] when they cannot be listed (said once)."""
+    from kubernetes_asyncio import client
+    from kubernetes_asyncio.client.exceptions import ApiException
+
+    try:
+        resp = await client.CustomObjectsApi(api).list_cluster_custom_object(
+            "resource.k8s.io", "v1", "resourceclaims", _preload_content=False)
+        return json.loads(await resp.read()).get("items") or []
+    except ApiException as exc:
+        if not _CLAIMS_UNREADABLE:
+            _CLAIMS_UNREADABLE.append(str(exc.status))
+            log.warning("ResourceClaims cannot be listed (HTTP %s): DRA claims are not "
+                        "simulated", exc.status)
+        return []
+
+
 async def serve(host: str, port: int, kubeconfig: Path | None,
                 ready: asyncio.Event | None = None) -> None:
     """Serve the simulated /metrics until cancelled (reads the API at each scrape)."""
@@ -204,7 +283,7 @@ async def serve(host: str, port: int, kubeconfig: Path | None,
     async with client.ApiClient(cfg) as api:
         async def metrics(_: web.Request) -> web.Response:
             nodes, pods = await _read(api)
-            body = sim.render(devices(nodes, pods))
+            body = sim.render(devices(nodes, pods, await _read_claims(api)))
             return web.Response(body=body, headers={
                 "Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
 
