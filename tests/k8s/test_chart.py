@@ -124,15 +124,21 @@ def test_admission_objects_are_the_codes(helm):
         assert hook["rules"] == code[name]["rules"]
         assert hook.get("matchConditions") == code[name].get("matchConditions"), name
         assert hook["failurePolicy"] == code[name]["failurePolicy"]
-    for name in ("mutate.pods.gpugov.io", "validate.pods.gpugov.io"):
-        assert {"key": "gpugov.io/ignore", "operator": "NotIn", "values": ["true"]} in \
-            hooks[name]["namespaceSelector"]["matchExpressions"]
+    assert {"key": "gpugov.io/ignore", "operator": "NotIn", "values": ["true"]} in \
+        hooks["mutate.pods.gpugov.io"]["namespaceSelector"]["matchExpressions"]
     args = by[("Deployment", "gpugov-webhook")]["spec"]["template"]["spec"]["containers"][0][
         "args"]
     assert f"--system-namespace={NS}" in args and not any("--client-ca" in a for a in args)
-    assert not [d for d in render(helm, "--set", "admissionPolicy.enabled=false")
-                if d["kind"].startswith("ValidatingAdmissionPolicy")
+    # without the policy, the webhook validates pod CREATE again (one more HTTPS call per pod)
+    off = render(helm, "--set", "admissionPolicy.enabled=false")
+    assert not [d for d in off if d["kind"].startswith("ValidatingAdmissionPolicy")
                 and d["metadata"]["name"] == "gpugov-pod-ownership"]
+    again = {h["name"]: h for d in off if d["kind"] == "ValidatingWebhookConfiguration"
+             for h in d["webhooks"]}["validate.pods.gpugov.io"]
+    want = {h["name"]: h for o in registration.configurations(
+        b"x", service={}, system_namespace=NS, create_validation=True)
+        for h in o["webhooks"]}["validate.pods.gpugov.io"]
+    assert again["rules"] == want["rules"] and again["matchConditions"] == want["matchConditions"]
 
 
 def test_webhook_client_ca_and_network_policy(helm, tmp_path):

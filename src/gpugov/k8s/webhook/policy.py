@@ -6,9 +6,19 @@ webhook refuses the same changes as a second layer). On pod UPDATE an owned anno
 label may be added, changed or removed only by gpugov's components (`identities`, pinned to
 the system namespace) or a cluster admin (`system:masters`); on pod CREATE nobody may set
 `gpugov.io/allocation` / `gpugov.io/allocated` (the scheduler writes the allocation through
-the Binding subresource, the device plugin writes `allocated` later). Only the `pods` resource
-is matched: the scheduler's `pods/binding` and the kubelet's `pods/status` are subresources and
-not affected. The Helm chart renders the same objects (templates/admission-policy.yaml).
+the Binding subresource, the device plugin writes `allocated` later).
+
+After every mutating webhook ran, a pod CREATE in a namespace gpugov's webhook reviews (not in
+`skip_namespaces`, not labelled `gpugov.io/ignore=true` by an admin) that asks for a GPU (a
+non-zero `nvidia.com/` or `volcano.sh/vgpu` resource, or KAI's `gpu-fraction`/`gpu-memory`)
+must carry gpugov's translation (`gpugov.io/request`: its GPU came after gpugov's webhook ran,
+or no webhook is registered), and may preset `spec.nodeName` only when gpugov or an admin
+creates it. These were the separate CREATE call of the validating webhook; here they cost the
+apiserver no HTTP call and hold while the webhook is down (docs/threat-model.md).
+
+Only the `pods` resource is matched: the scheduler's `pods/binding` and the kubelet's
+`pods/status` are subresources and not affected. The Helm chart renders the same objects
+(templates/admission-policy.yaml).
 """
 
 from __future__ import annotations
@@ -27,6 +37,20 @@ OWNED_ANNOTATIONS = (ann.REQUEST, ann.QUEUE, ann.TENANT, ann.TRUST_TIER, ann.ALL
 OWNED_LABELS = (ann.MANAGED_LABEL,)
 #: annotations nobody may set when creating a pod
 FORBIDDEN_AT_CREATE = (ann.ALLOCATION, ann.ALLOCATED)
+
+
+#: CEL: a resource name gpugov translates (the webhook's matchCondition, registration.py)
+_GPU_KEY = "(k.startsWith('nvidia.com/') || k.startsWith('volcano.sh/vgpu'))"
+#: CEL: the pod asks for a GPU (a zero quantity asks for nothing, as `pod_request` reads it)
+ASKS_GPU = (
+    "[(has(object.spec.initContainers) ? object.spec.initContainers : []), "
+    "object.spec.containers].exists(cs, cs.exists(c, has(c.resources) && ("
+    f"(has(c.resources.limits) && c.resources.limits.exists(k, {_GPU_KEY} && "
+    "quantity(c.resources.limits[k]).isGreaterThan(quantity('0')))) || "
+    f"(has(c.resources.requests) && c.resources.requests.exists(k, {_GPU_KEY} && "
+    "quantity(c.resources.requests[k]).isGreaterThan(quantity('0'))))))) || "
+    "'gpu-fraction' in variables.newAnn || 'gpu-memory' in variables.newAnn"
+)
 
 
 def _cel_list(items: tuple[str, ...]) -> str:
@@ -50,8 +74,21 @@ def create_message(key: str) -> str:
             "the pod")
 
 
+def node_name_message() -> str:
+    return ("spec.nodeName: set on a pod that asks for a GPU; a GPU pod is placed by the gpugov "
+            "scheduler, which accounts it in its queue: remove spec.nodeName (use a nodeSelector "
+            "or node affinity to pick nodes)")
+
+
+def untranslated_message() -> str:
+    return (f"{ann.REQUEST}: the pod asks for a GPU but gpugov's mutating webhook did not "
+            "translate it (a GPU resource or annotation was added after gpugov's webhook ran, "
+            "or the webhook is not registered); create it with its GPU request as written")
+
+
 def validations() -> list[dict[str, str]]:
-    """One CEL rule per owned key, so the refusal names the key."""
+    """One CEL rule per owned key, so the refusal names the key; then the CREATE rules for
+    pods that ask for a GPU (cheap tests first: CEL stops at the first true operand)."""
     out = []
     for key in OWNED_ANNOTATIONS:
         out.append({
@@ -67,11 +104,22 @@ def validations() -> list[dict[str, str]]:
         out.append({"expression": f"request.operation != 'CREATE' || "
                                   f"!('{key}' in variables.newAnn)",
                     "message": create_message(key), "reason": "Forbidden"})
+    out.append({"expression": "request.operation != 'CREATE' || !has(object.spec.nodeName) || "
+                              "variables.gpugov || variables.exempt || !variables.asksGpu",
+                "message": node_name_message(), "reason": "Forbidden"})
+    out.append({"expression": f"request.operation != 'CREATE' || '{ann.REQUEST}' in "
+                              "variables.newAnn || variables.exempt || !variables.asksGpu",
+                "message": untranslated_message(), "reason": "Invalid"})
     return out
 
 
-def variables(namespace: str) -> list[dict[str, str]]:
+def variables(namespace: str, skip_namespaces: tuple[str, ...] = ("kube-system",)
+              ) -> list[dict[str, str]]:
+    """`exempt`: the namespaces gpugov's webhook does not review (the chart's
+    webhook.skipNamespaces, gpugov's own, an admin's `gpugov.io/ignore=true` label)."""
     users = identities.component_users(namespace)
+    skip = (*skip_namespaces, namespace)
+    ignore = f"namespaceObject.metadata.labels['{ann.IGNORE_LABEL}']"
     return [
         {"name": "gpugov", "expression":
          f"request.userInfo.username in {_cel_list(users)} || "
@@ -87,15 +135,23 @@ def variables(namespace: str) -> list[dict[str, str]]:
         {"name": "oldLabels", "expression":
          "request.operation == 'UPDATE' && has(oldObject.metadata.labels) ? "
          "oldObject.metadata.labels : {}"},
+        {"name": "exempt", "expression":
+         f"namespaceObject.metadata.name in {_cel_list(skip)} || "
+         f"(has(namespaceObject.metadata.labels) && '{ann.IGNORE_LABEL}' in "
+         f"namespaceObject.metadata.labels && {ignore} == 'true')"},
+        {"name": "asksGpu", "expression": ASKS_GPU},
     ]
 
 
 def pod_ownership_policies(namespace: str = identities.SYSTEM_NAMESPACE,
                            namespace_selector: dict[str, Any] | None = None,
-                           name: str = NAME) -> list[dict[str, Any]]:
+                           name: str = NAME,
+                           skip_namespaces: tuple[str, ...] = ("kube-system",)
+                           ) -> list[dict[str, Any]]:
     """The ValidatingAdmissionPolicy and its binding. `namespace`: where gpugov's component
     ServiceAccounts live; `namespace_selector`: limit the binding (tests; default: every
-    namespace)."""
+    namespace); `skip_namespaces`: those the webhook skips besides `namespace` (as
+    `registration.configurations`)."""
     policy = {
         "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
         "metadata": {"name": name},
@@ -104,7 +160,7 @@ def pod_ownership_policies(namespace: str = identities.SYSTEM_NAMESPACE,
             "matchConstraints": {"resourceRules": [{
                 "apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
                 "resources": ["pods"]}]},
-            "variables": variables(namespace),
+            "variables": variables(namespace, skip_namespaces),
             "validations": validations(),
         },
     }

@@ -9,6 +9,16 @@ namespaceSelector skips kube-system, gpugov's own namespace and namespaces an ad
 with the reason while gpugov is down instead of slipping past quotas and isolation (with
 `Ignore` it would reach a scheduler with untranslated requests and no tenant).
 
+CREATE is one HTTPS call per GPU pod, the mutating one: it refuses everything the old separate
+validating CREATE call refused (forged allocation records, a preset spec.nodeName, an
+untranslatable request) before writing its patch. What only a check after every mutating
+webhook can see — a GPU added, or spec.nodeName set, by another admin-installed mutating
+webhook that runs after gpugov's — is refused by the in-apiserver ValidatingAdmissionPolicy
+(`policy.py`), which costs no HTTP call. Only a cluster without that policy needs the old
+call back (`create_validation=True`; the chart adds it when `admissionPolicy.enabled=false`).
+`reinvocationPolicy` stays Never: a reinvocation never reaches a pod gpugov skipped in the
+first pass, and DRA mode's answer is not idempotent (docs/threat-model.md).
+
 UPDATE: a second validating entry sees only updates that add, change or remove a key gpugov
 owns, made by someone who is not gpugov (`OWNER_CHANGE_CONDITION`), and refuses them; the
 in-apiserver ValidatingAdmissionPolicy (`policy.py`) refuses the same even while the webhook
@@ -111,17 +121,20 @@ def configurations(ca_pem: bytes, url: str | None = None,
                    service: dict[str, Any] | None = None,
                    skip_namespaces: tuple[str, ...] = ("kube-system",),
                    timeout: int = 10,
-                   system_namespace: str = identities.SYSTEM_NAMESPACE) -> list[dict[str, Any]]:
+                   system_namespace: str = identities.SYSTEM_NAMESPACE,
+                   create_validation: bool = False) -> list[dict[str, Any]]:
     """Both webhook configurations; give `url` (local process) or `service` (in cluster).
-    `system_namespace`: where gpugov's component ServiceAccounts live."""
+    `system_namespace`: where gpugov's component ServiceAccounts live. `create_validation`:
+    also validate pod CREATEs by HTTPS, for clusters without `policy.pod_ownership_policies`
+    (which hold the same rules in the apiserver)."""
     skip = list(skip_namespaces)
     mutating = _hook("mutate.pods.gpugov.io", _client(url, service, "/mutate", ca_pem), skip,
                      timeout)
     mutating["reinvocationPolicy"] = "Never"
     # DRA mode writes the pod's ResourceClaimTemplates (dra_translate.py), never on dryRun
     mutating["sideEffects"] = "NoneOnDryRun"
-    validating = _hook("validate.pods.gpugov.io", _client(url, service, "/validate", ca_pem),
-                       skip, timeout)
+    validating = [_hook("validate.pods.gpugov.io", _client(url, service, "/validate", ca_pem),
+                        skip, timeout)] if create_validation else []
     owners = _owner_hook(_client(url, service, "/validate", ca_pem), skip, timeout,
                          system_namespace)
     # Tenants and Queues: warnings, and a refused Queue cycle. Ignore when gpugov is down: the
@@ -142,5 +155,5 @@ def configurations(ca_pem: bytes, url: str | None = None,
          "webhooks": [mutating]},
         {"apiVersion": "admissionregistration.k8s.io/v1",
          "kind": "ValidatingWebhookConfiguration", "metadata": {"name": NAME},
-         "webhooks": [validating, owners, tenancy]},
+         "webhooks": [*validating, owners, tenancy]},
     ]
