@@ -30,8 +30,8 @@ from gpugov.placement.engine import allocation_for
 BLOCKED_DEVICE = "(blocked device)"
 
 _CODE_MODE = {code: mode for mode, code in MODE_CODE.items()}
-#: placeholders hold devices of tainted nodes too
-_ANY_TAINT = (Toleration(operator="Exists"),)
+#: placeholders hold devices of tainted nodes too (gpugov's own DRA taint is named by key)
+_ANY_TAINT = (Toleration(operator="Exists"), Toleration("internal.gpugov.io/dra", "Exists"))
 
 
 def device_mode(state: ClusterState, node: int, device: int) -> DeviceMode:
