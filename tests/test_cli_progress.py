@@ -33,3 +33,28 @@ def test_modes_mixed_in_a_pipe_prints_plain_progress_lines(
     assert lines and all(line.startswith("modes --mixed: ") for line in lines), res.stderr
     assert "(900/900 pods)" in lines[-1]
     assert "modes --mixed:" not in res.stdout
+
+
+def test_the_fgd_study_in_a_pipe_prints_plain_progress_lines(
+        monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """`experiment fgd` (6 policies × 10 seeds by default: minutes) into a pipe: rich's bar
+    printed only its final state there; now a line per step once the study has run 2 s."""
+    real = progress.Ticker
+    monkeypatch.setattr(progress, "Ticker", lambda *a, **k: real(
+        *a, **{**k, "first_after": 0, "every": 0}))
+    trace = tmp_path / "trace"
+    trace.mkdir()
+    (trace / "openb_node_list_gpu_node.csv").write_text(
+        "sn,cpu_milli,memory_mib,gpu,model\n" + "".join(
+            f"node-{i},32000,131072,4,T4\n" for i in range(3)))
+    (trace / "openb_pod_list_tiny.csv").write_text(
+        "name,cpu_milli,memory_mib,num_gpu,gpu_milli\n" + "".join(
+            f"pod-{i},1000,2048,1,{(250, 500, 1000)[i % 3]}\n" for i in range(12)))
+    res = CliRunner().invoke(app, ["experiment", "fgd", "--trace-dir", str(trace),
+                                   "--workload", "tiny", "--policy", "fgd,bestfit",
+                                   "--seeds", "1-2", "--out", str(tmp_path / "out")])
+    assert res.exit_code == 0, res.output
+    lines = [line for line in res.stderr.splitlines() if "experiments)" in line]
+    assert [line.split(", ")[0] for line in lines] == [
+        f"openb_pod_list_tiny: 2 policies x 2 seeds: {p}% ({n}/4 experiments)"
+        for p, n in ((25, 1), (50, 2), (75, 3), (100, 4))], res.stderr

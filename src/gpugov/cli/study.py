@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import typer
@@ -18,8 +20,6 @@ DEFAULT_NODE_LIST = "openb_node_list_gpu_node.csv"
 def _run_and_report(nodes, pods, workload: str, policies: list[str], seeds: str, tune: float,
                     out: Path, workers: int, targets: Path | None,
                     inputs: list[Path | None]) -> None:
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
-
     from gpugov.sim.experiment import MAX_ARRIVALS, MAX_TUNE, expected_arrivals
     from gpugov.sim.output_files import OutputError
     from gpugov.sim.report import OUTPUT_FILES, load_targets, summarise, write_study
@@ -45,16 +45,11 @@ def _run_and_report(nodes, pods, workload: str, policies: list[str], seeds: str,
         raise _fail(f"--tune {tune:g} needs more than {MAX_ARRIVALS:,} arrivals on this "
                     "cluster; use a smaller --tune")
     _check_out_folder(out, inputs, OUTPUT_FILES)
-    from rich.console import Console
-
-    console = Console(stderr=True)
-    with Progress("[progress.description]{task.description}", BarColumn(),
-                  MofNCompleteColumn(), TimeElapsedColumn(), console=console) as bar:
-        task = bar.add_task(f"{workload}: {len(names)} policies x {len(seed_list)} seeds",
-                            total=len(names) * len(seed_list))
+    with _progress(f"{workload}: {len(names)} policies x {len(seed_list)} seeds",
+                   len(names) * len(seed_list)) as advance:
         try:
             result = run_study(nodes, pods, workload, names, seed_list, tune, workers,
-                               on_done=lambda r: bar.advance(task))
+                               on_done=lambda r: advance())
         except ValueError as e:  # e.g. a tune that would need too many arrivals
             raise _fail(str(e)) from None
     try:
@@ -64,6 +59,36 @@ def _run_and_report(nodes, pods, workload: str, policies: list[str], seeds: str,
     _print_summary(result, summarise(result), published)
     for f in files:
         typer.echo(f"wrote {f}")
+
+
+@contextmanager
+def _progress(label: str, total: int) -> Iterator[Callable[[], None]]:
+    """`advance()` after each experiment. On a terminal rich's bar (kept when done); anywhere
+    else plain stderr lines once the study has taken 2 s, then every 10 s (sim.progress):
+    rich's bar printed only its final state into a pipe, after minutes of silence."""
+    import sys
+
+    if not sys.stderr.isatty():
+        from gpugov.sim.progress import Ticker
+
+        ticker, done = Ticker(label, total, "experiments", tty=False), [0]
+
+        def advance() -> None:
+            done[0] += 1
+            ticker.update(done[0])
+        try:
+            yield advance
+        finally:
+            ticker.close()
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+    with Progress("[progress.description]{task.description}", BarColumn(),
+                  MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=Console(stderr=True)) as bar:
+        task = bar.add_task(label, total=total)
+        yield lambda: bar.advance(task)
 
 
 def _stat_cell(s, total: int) -> str:  # type: ignore[no-untyped-def]
