@@ -14,8 +14,9 @@ def main() -> None:
     if sys.argv[1:] == ["--version"]:  # exactly what the app prints for it, and exit 0
         from gpugov import __version__
 
-        sys.stdout.write(f"gpugov {__version__}\n")
-        sys.stdout.flush()
+        if sys.stdout is not None:  # closed stdout: nothing, as typer.echo does
+            sys.stdout.write(f"gpugov {__version__}\n")
+            sys.stdout.flush()
         return
     from gpugov.cli import app_for
 
