@@ -134,6 +134,7 @@ class DraPlugin(pb_grpc.DRAPluginServicer):
             if record.exists():
                 prepared = Prepared.from_json(record.read_text())
                 self._write_spec(prepared)  # the runtime's folder may have been cleaned
+                _touch(prepared.boards)
                 return self._answer(prepared)
             obj = await self.claims.get_claim(claim.namespace, claim.name)
             if obj is None:
@@ -152,9 +153,7 @@ class DraPlugin(pb_grpc.DRAPluginServicer):
                 (region / "devices").write_text("".join(u + "\n" for u in prepared.uuids))
                 # the exporter's attribution: which pods use the claim (name, UID per line)
                 _atomic_write(region / "pods", "".join(f"{n} {u}\n" for n, u in prepared.pods))
-            for board in prepared.boards:
-                Path(board).parent.mkdir(parents=True, exist_ok=True)
-                Path(board).touch()
+            _touch(prepared.boards)
             self._write_spec(prepared)
             _atomic_write(record, prepared.to_json())
             return self._answer(prepared)
@@ -208,6 +207,13 @@ class DraPlugin(pb_grpc.DRAPluginServicer):
                 out.claims[claim.uid].CopyFrom(pb.NodeUnprepareResourceResponse(
                     error=f"gpugov: {e}"))
         return out
+
+
+def _touch(boards: list[str]) -> None:
+    """Create the claim's QoS board files (empty: the library fills its entries)."""
+    for board in boards:
+        Path(board).parent.mkdir(parents=True, exist_ok=True)
+        Path(board).touch()
 
 
 def _json(obj: Any) -> str:
