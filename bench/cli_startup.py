@@ -9,8 +9,8 @@ Each command runs in a fresh process exactly as the `gpugov` console script runs
 entry point named in the tree's pyproject.toml, with the tree's src/ first on the path), pinned
 to one core with `taskset -c 0` when taskset exists. Python's bytecode is kept in a temporary
 folder warmed by one uncounted run, as an installed package has it. Several `--tree` folders
-(e.g. a `git archive` of an older commit) are measured one after the other, command by command,
-so their ratios come from the same minutes. Numbers only: nothing is asserted.
+(e.g. a `git archive` of an older commit) are measured command by command, their runs
+alternating, so their ratios come from the same minutes. Numbers only: nothing is asserted.
 """
 
 from __future__ import annotations
@@ -90,20 +90,21 @@ def main() -> None:
         print(f"{'command':<36}{'tree':<14}{'wall (median)':>14}{'CPU (median)':>14}  runs")
         runs = 0
         for label, argv, repeat in commands:
+            walls: dict[Path, list[float]] = {tree: [] for tree in trees}
+            cpus: dict[Path, list[float]] = {tree: [] for tree in trees}
+            for r in range(-1, repeat):  # -1: warm the bytecode cache, not counted
+                for tree in trees:  # the trees alternate: a load change hits them alike
+                    runs += 1
+                    out = ["--out", str(Path(tmp) / f"out{runs}")] if argv is whole else []
+                    wall, cpu = _run([*pin, sys.executable, "-c", console_script(tree), *argv,
+                                      *out], envs[tree])
+                    if r >= 0:
+                        walls[tree].append(wall)
+                        cpus[tree].append(cpu)
             for tree in trees:
-                base = [*pin, sys.executable, "-c", console_script(tree)]
-                out = ["--out", str(Path(tmp) / f"out{runs}")] if argv is whole else []
-                runs += 1
-                _run([*base, *argv, *out], envs[tree])  # warm the bytecode cache
-                walls, cpus = [], []
-                for r in range(repeat):
-                    out = ["--out", str(Path(tmp) / f"out{runs}-{r}")] if argv is whole else []
-                    wall, cpu = _run([*base, *argv, *out], envs[tree])
-                    walls.append(wall)
-                    cpus.append(cpu)
                 name = tree.name if len(trees) > 1 else "this"
-                print(f"{label:<36}{name[:13]:<14}{statistics.median(walls):>12.3f} s"
-                      f"{statistics.median(cpus):>12.3f} s  {repeat}")
+                print(f"{label:<36}{name[:13]:<14}{statistics.median(walls[tree]):>12.3f} s"
+                      f"{statistics.median(cpus[tree]):>12.3f} s  {repeat}")
         print("heavy packages imported (their modules' own import time, one run each):")
         for label, argv, _ in commands:
             for tree in trees:
