@@ -79,9 +79,20 @@ async def _dra_tenant(kube: Kube, cluster: DevCluster, prefix: str, dra: dict | 
     return ns
 
 
+PIN = "gpugov-dra-translate-node"  # each test's pods go to its own node
+
+
+def _node(name: str, inv) -> dict:
+    n = kwok_node(name, inv)
+    n["metadata"]["labels"][PIN] = name
+    return n
+
+
 def _pod(name: str, containers: list[dict], init: list[dict] | None = None,
-         annotations: dict | None = None) -> dict:
+         annotations: dict | None = None, node: str = "") -> dict:
     spec: dict = {"tolerations": [{"operator": "Exists"}], "containers": containers}
+    if node:
+        spec["nodeSelector"] = {PIN: node}
     if init:
         spec["initContainers"] = init
     return {"apiVersion": "v1", "kind": "Pod",
@@ -98,6 +109,15 @@ def _c(name: str, limits: dict | None = None) -> dict:
 async def _bound(kube: Kube, ns: str, name: str) -> str:
     _, p = await kube.request("GET", f"/api/v1/namespaces/{ns}/pods/{name}")
     return p["spec"].get("nodeName") or ""
+
+
+async def _wait_bound(kube: Kube, ns: str, name: str) -> str:
+    """The pod's node once bound; on a timeout the assertion shows the pod's status."""
+    try:
+        return await wait_for(lambda: _bound(kube, ns, name), f"{name} bound")
+    except AssertionError:
+        _, p = await kube.request("GET", f"/api/v1/namespaces/{ns}/pods/{name}")
+        raise AssertionError(f"{ns}/{name} not bound: {p.get('status')}") from None
 
 
 async def _claims(kube: Kube, ns: str, name: str) -> dict[str, dict]:
@@ -135,6 +155,62 @@ async def _governed(kube_admin: Kube, plane, stop: asyncio.Event) -> tuple[Kube,
 A100 = "A100-SXM4-80GB"
 
 
+def test_gpugovs_scheduler_binds_translated_pods_when_it_allocates(hooked) -> None:
+    """`spec.dra.allocator: gpugov`: the webhook hands the translated pod to gpugov's
+    scheduler, which allocates its claims itself (queue, quota) and binds: a HAMi-spelled pod,
+    and a pod whose two GPU containers and GPU init container each have their own slice
+    claim (of one size: gpugov's scheduler places one slice size per pod)."""
+    from gpugov.k8s.devcluster.dev import install_podgroup_crd
+    from gpugov.k8s.scheduler.apply import Applier
+    from gpugov.k8s.scheduler.runner import Runner
+    from gpugov.k8s.scheduler.state import SchedulerState
+
+    plane = hooked.plane
+    select = {"gpugov-dra-translate-own": "1"}
+
+    async def main() -> None:
+        await install_podgroup_crd(plane.kubeconfig)
+        kube = await Kube.from_kubeconfig(plane.kubeconfig)
+        ident = await Kube.from_kubeconfig(await apply_component_rbac(
+            plane.kubeconfig, "scheduler", "gpugov-system", plane.workdir / "own.kubeconfig"))
+        state = SchedulerState(scheduler_name=ann.SCHEDULER_NAME, node_selector=select)
+        stop = asyncio.Event()
+        features = await probe_features(ident)
+        pub = SlicePublisher(ident, features)
+        await pub.ensure_classes()
+        tasks = [asyncio.create_task(pub.run(stop)), asyncio.create_task(
+            Runner(ident, state, Applier(ident, state), period=0.5).run(stop))]
+        try:
+            node = kwok_node("tr-own", inventory(gpu(0, DeviceMode.SOFT, model=A100),
+                                                 gpu(1, DeviceMode.SOFT, model=A100)))
+            node["metadata"]["labels"].update(select)
+            await _post(kube, "/api/v1/nodes", node)
+            ns = await _dra_tenant(kube, hooked, "dra-own", {"allocator": "gpugov"})
+            pods = f"/api/v1/namespaces/{ns}/pods"
+            hami = await _post(kube, pods, _pod("hami", [_c("main", HAMI)]))
+            assert hami["spec"]["schedulerName"] == ann.SCHEDULER_NAME
+            assert await _wait_bound(kube, ns, "hami") == "tr-own"
+            c = (await _claims(kube, ns, "hami"))["gpu-main"]
+            assert _result(c)["consumedCapacity"] == {"memory": "20000Mi", "compute": "30"}
+            assert c["status"]["reservedFor"][0]["name"] == "hami"
+            # (gpugov's scheduler places one slice size per pod: one shape, three claims)
+            await _post(kube, pods, _pod("multi", [_c("train", HAMI), _c("infer", HAMI)],
+                                         init=[_c("warm", HAMI)]))
+            assert await _wait_bound(kube, ns, "multi") == "tr-own"
+            claims = await _claims(kube, ns, "multi")
+            got = {k: _result(v)["consumedCapacity"] for k, v in claims.items()}
+            assert got == {k: {"memory": "20000Mi", "compute": "30"}
+                           for k in ("gpu-warm", "gpu-train", "gpu-infer")}
+            assert len({c["metadata"]["uid"] for c in claims.values()}) == 3
+        finally:
+            stop.set()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await ident.close()
+            await kube.close()
+
+    asyncio.run(main())
+
+
 def test_hami_nvidia_and_kai_pods_become_claims_kube_scheduler_binds(hooked) -> None:
     """A HAMi-spelled pod (gpu 1, gpumem 20000, gpucores 30), a KAI gpu-fraction pod and an
     NVIDIA `nvidia.com/gpu: 1` pod of a DRA-mode Tenant: the webhook writes the templates as
@@ -148,12 +224,12 @@ def test_hami_nvidia_and_kai_pods_become_claims_kube_scheduler_binds(hooked) -> 
         stop = asyncio.Event()
         ident, tasks = await _governed(kube, plane, stop)
         try:
-            await _post(kube, "/api/v1/nodes", kwok_node("tr-n1", inventory(
+            await _post(kube, "/api/v1/nodes", _node("tr-n1", inventory(
                 gpu(0, model=A100), gpu(1, DeviceMode.SOFT, model=A100))))
             ns = await _dra_tenant(kube, hooked, "dra-tr", {"allocator": "kube-scheduler",
                                                              "models": [A100]})
             pods = f"/api/v1/namespaces/{ns}/pods"
-            hami = await _post(kube, pods, _pod("hami", [_c("main", HAMI)]))
+            hami = await _post(kube, pods, _pod("hami", [_c("main", HAMI)], node="tr-n1"))
             # what the webhook made of it: a claim, no extended resources, the record
             (c,) = hami["spec"]["containers"]
             assert not any(k.startswith("nvidia.com/") for k in c["resources"].get("limits", {}))
@@ -168,20 +244,26 @@ def test_hami_nvidia_and_kai_pods_become_claims_kube_scheduler_binds(hooked) -> 
             assert t["metadata"]["labels"][tpl.MANAGED_BY] == "gpugov"
             assert tpl.shape_of_claim(t["spec"]["spec"]) == tpl.Shape(
                 "slice", compute=30, memory_mib=20000)
-            assert await wait_for(lambda: _bound(kube, ns, "hami"), "hami bound") == "tr-n1"
+            assert await _wait_bound(kube, ns, "hami") == "tr-n1"
             res = _result((await _claims(kube, ns, "hami"))["gpu-main"])
             assert (res["pool"], res["device"]) == ("tr-n1", "gpu-1")
             assert res["consumedCapacity"] == {"memory": "20000Mi", "compute": "30"}
+            # `gpugov explain` shows what the pod asked and the claim it became
+            from gpugov.k8s.scheduler.explain import explain_pod
+
+            said = "\n".join(await explain_pod(plane.kubeconfig, ns, "hami"))
+            assert "bound to node tr-n1" in said and "-> claim 'gpu-main'" in said, said
             # KAI's gpu-fraction: half of the card it lands on (the Tenant's fleet: A100 80GB)
-            await _post(kube, pods, _pod("kai", [_c("main")],
+            await _post(kube, pods, _pod("kai", [_c("main")], node="tr-n1",
                                          annotations={"gpu-fraction": "0.5"}))
-            assert await wait_for(lambda: _bound(kube, ns, "kai"), "kai bound") == "tr-n1"
+            assert await _wait_bound(kube, ns, "kai") == "tr-n1"
             res = _result((await _claims(kube, ns, "kai"))["gpu-main"])
             assert res["device"] == "gpu-1"
             assert res["consumedCapacity"] == {"memory": "40Gi", "compute": "50"}
             # NVIDIA's whole GPU: the soft GPU is partly taken, so gpu-0 whole
-            await _post(kube, pods, _pod("nvidia", [_c("main", {"nvidia.com/gpu": "1"})]))
-            assert await wait_for(lambda: _bound(kube, ns, "nvidia"), "nvidia bound") == "tr-n1"
+            await _post(kube, pods, _pod("nvidia", [_c("main", {"nvidia.com/gpu": "1"})],
+                                         node="tr-n1"))
+            assert await _wait_bound(kube, ns, "nvidia") == "tr-n1"
             claims = await _claims(kube, ns, "nvidia")
             assert _result(claims["gpu-main"])["device"] == "gpu-0"
             # the governor admitted each claim to the Tenant's queue (binding condition)
@@ -213,20 +295,20 @@ def test_two_gpu_containers_and_a_gpu_init_container_each_get_their_own_claim(
         ident, tasks = await _governed(kube, plane, stop)
         inv = inventory(gpu(0, model=A100), gpu(1, DeviceMode.SOFT, model=A100))
         try:
-            await _post(kube, "/api/v1/nodes", kwok_node("tr-n2", inv))
+            await _post(kube, "/api/v1/nodes", _node("tr-n2", inv))
             ns = await _dra_tenant(kube, hooked, "dra-multi", {"allocator": "kube-scheduler"})
             small = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "8000",
                      "nvidia.com/gpucores": "10"}
             created = await _post(kube, f"/api/v1/namespaces/{ns}/pods", _pod(
                 "multi", [_c("train", HAMI), _c("infer", small), _c("log")],
-                init=[_c("warm", {"nvidia.com/gpu": "1"})]))
+                init=[_c("warm", {"nvidia.com/gpu": "1"})], node="tr-n2"))
             spec = created["spec"]
             assert [c["name"] for c in spec["resourceClaims"]] == \
                 ["gpu-warm", "gpu-train", "gpu-infer"]
             assert spec["initContainers"][0]["resources"]["claims"] == [{"name": "gpu-warm"}]
             assert [c.get("resources", {}).get("claims") for c in spec["containers"]] == \
                 [[{"name": "gpu-train"}], [{"name": "gpu-infer"}], None]
-            assert await wait_for(lambda: _bound(kube, ns, "multi"), "multi bound") == "tr-n2"
+            assert await _wait_bound(kube, ns, "multi") == "tr-n2"
             claims = await _claims(kube, ns, "multi")
             got = {}
             for entry, claim in claims.items():
@@ -313,66 +395,6 @@ def test_a_tenant_cannot_switch_dra_mode_or_plant_a_template_gpugov_trusts(hooke
             finally:
                 await tenant.close()
         finally:
-            await kube.close()
-
-    asyncio.run(main())
-
-
-def test_gpugovs_scheduler_binds_translated_pods_when_it_allocates(hooked) -> None:
-    """`spec.dra.allocator: gpugov`: the webhook hands the translated pod to gpugov's
-    scheduler, which allocates its claims itself (queue, quota) and binds: a HAMi-spelled pod,
-    and a pod whose two GPU containers and GPU init container each have their own slice
-    claim (of one size: gpugov's scheduler places one slice size per pod)."""
-    from gpugov.k8s.devcluster.dev import install_podgroup_crd
-    from gpugov.k8s.scheduler.apply import Applier
-    from gpugov.k8s.scheduler.runner import Runner
-    from gpugov.k8s.scheduler.state import SchedulerState
-
-    plane = hooked.plane
-    select = {"gpugov-dra-translate-own": "1"}
-
-    async def main() -> None:
-        await install_podgroup_crd(plane.kubeconfig)
-        kube = await Kube.from_kubeconfig(plane.kubeconfig)
-        ident = await Kube.from_kubeconfig(await apply_component_rbac(
-            plane.kubeconfig, "scheduler", "gpugov-system", plane.workdir / "own.kubeconfig"))
-        state = SchedulerState(scheduler_name=ann.SCHEDULER_NAME, node_selector=select)
-        stop = asyncio.Event()
-        features = await probe_features(ident)
-        pub = SlicePublisher(ident, features)
-        await pub.ensure_classes()
-        tasks = [asyncio.create_task(pub.run(stop)), asyncio.create_task(
-            Runner(ident, state, Applier(ident, state), period=0.5).run(stop))]
-        try:
-            node = kwok_node("tr-own", inventory(gpu(0, DeviceMode.SOFT, model=A100),
-                                                 gpu(1, DeviceMode.SOFT, model=A100)))
-            node["metadata"]["labels"].update(select)
-            await _post(kube, "/api/v1/nodes", node)
-            ns = await _dra_tenant(kube, hooked, "dra-own", {"allocator": "gpugov"})
-            pods = f"/api/v1/namespaces/{ns}/pods"
-            hami = await _post(kube, pods, _pod("hami", [_c("main", HAMI)]))
-            assert hami["spec"]["schedulerName"] == ann.SCHEDULER_NAME
-            assert await wait_for(lambda: _bound(kube, ns, "hami"), "hami bound") == "tr-own"
-            c = (await _claims(kube, ns, "hami"))["gpu-main"]
-            assert _result(c)["consumedCapacity"] == {"memory": "20000Mi", "compute": "30"}
-            assert c["status"]["reservedFor"][0]["name"] == "hami"
-            # (gpugov's scheduler places one slice size per pod: one shape, three claims)
-            await _post(kube, pods, _pod("multi", [_c("train", HAMI), _c("infer", HAMI)],
-                                         init=[_c("warm", HAMI)]))
-            try:
-                await wait_for(lambda: _bound(kube, ns, "multi"), "multi bound")
-            except AssertionError:
-                _, p = await kube.request("GET", f"{pods}/multi")
-                raise AssertionError(p.get("status")) from None
-            claims = await _claims(kube, ns, "multi")
-            got = {k: _result(v)["consumedCapacity"] for k, v in claims.items()}
-            assert got == {k: {"memory": "20000Mi", "compute": "30"}
-                           for k in ("gpu-warm", "gpu-train", "gpu-infer")}
-            assert len({c["metadata"]["uid"] for c in claims.values()}) == 3
-        finally:
-            stop.set()
-            await asyncio.gather(*tasks, return_exceptions=True)
-            await ident.close()
             await kube.close()
 
     asyncio.run(main())
