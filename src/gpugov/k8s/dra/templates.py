@@ -24,6 +24,7 @@ Mapping (docs/dra.md, "Translation"):
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -201,6 +202,7 @@ def claim_spec(shape: Shape) -> dict[str, Any]:
     return {"devices": devices}
 
 
+@functools.lru_cache(maxsize=4096)
 def template_name(shape: Shape) -> str:
     """`gpugov-<kind>-<12 hex of the content>`: the same shape, the same name."""
     text = json.dumps(claim_spec(shape), sort_keys=True, separators=(",", ":"))

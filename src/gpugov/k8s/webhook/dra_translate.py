@@ -44,7 +44,6 @@ from gpugov.model.resource_spellings import (
     OUR_ANNOTATIONS,
     PRODUCT_LABEL,
     STRATEGY_LABEL,
-    canonical_limits,
     is_zero,
 )
 
@@ -76,35 +75,45 @@ def _where(key: str, c: Mapping[str, Any]) -> str:
     return f"{key[:-1]} {c.get('name', '?')!r}"
 
 
+def _gpu_keys(c: Mapping[str, Any], table: Mapping[str, str]) -> dict[str, Any]:
+    """A container's GPU resources as written (requests overlaid by limits), zeros out."""
+    res = c.get("resources")
+    out: dict[str, Any] = {}
+    for part in ("requests", "limits"):
+        values = res.get(part) if isinstance(res, Mapping) else None
+        if isinstance(values, Mapping):
+            out.update({k: v for k, v in values.items()
+                        if str(k).startswith("nvidia.com/") or k in table})
+    return out if any(not is_zero(v) for v in out.values()) else {}
+
+
 def container_requests(pod: Mapping[str, Any], names=adm.DEFAULT_NAMES) -> list[Need]:
     """Each GPU container's own request (init containers first). One GPU container, or a
     request in annotations only (KAI), is translated exactly as `pod_request` does; with
     several, each container's resources are translated alone (annotations apply to each).
     RequestError names the container and the field."""
     spec = pod.get("spec") or {}
+    table = names.table()
     found: list[tuple[str, int, Mapping[str, Any], dict[str, Any]]] = []
     for key in ("initContainers", "containers"):
         for i, c in enumerate(spec.get(key) or []):
             if isinstance(c, Mapping):
-                lim = adm._limits(_where(key, c), c, names)
-                gpu = canonical_limits(lim, names)[0]
-                if gpu:
-                    found.append((key, i, c, lim))
+                asked = _gpu_keys(c, table)
+                if asked:
+                    found.append((key, i, c, asked))
     meta = pod.get("metadata") or {}
     annots = {k: v for k, v in adm._strings(meta, "annotations").items()
-              if k not in adm.OWNED and k not in adm.RECORDS and k != DRA_REQUEST}
-    table = names.table()
+              if k not in adm.OWNED and k not in adm.RECORDS}
     if len(found) <= 1:
         req = adm.pod_request(pod, names)
         if req is None:
             return []
         if found:
-            key, i, c, lim = found[0]
+            key, i, c, asked = found[0]
         else:  # KAI annotations: the container they name, else the first
             key, i, c = _kai_target(spec, annots.get(KAI_CONTAINER))
-            lim = {}
-        asked = {k: v for k, v in lim.items() if k in table or k.startswith("nvidia.com/")}
-        asked.update({k: annots[k] for k in REQUEST_ANNOTATIONS if k in annots})
+            asked = {}
+        asked = {**asked, **{k: annots[k] for k in REQUEST_ANNOTATIONS if k in annots}}
         return [Need(key, i, str(c.get("name", "")), req, asked)]
     if len(found) > MAX_GPU_CONTAINERS:
         raise RequestError(", ".join(_where(k, c) for k, _, c, _ in found[:4]) + ", …",
@@ -112,14 +121,14 @@ def container_requests(pod: Mapping[str, Any], names=adm.DEFAULT_NAMES) -> list[
                            f"list at most {MAX_GPU_CONTAINERS} GPU containers in one pod")
     sel = spec.get("nodeSelector") or {}
     out = []
-    for key, i, c, lim in found:
+    for key, i, c, asked in found:
         try:
+            lim = adm._limits(_where(key, c), c, names)
             req = translate(lim, annots, sel, names)
         except RequestError as exc:
             raise RequestError(f"{_where(key, c)}: {exc.spelling}", exc.problem,
                                exc.instead) from None
         if req is not None:
-            asked = {k: v for k, v in lim.items() if k in table or k.startswith("nvidia.com/")}
             out.append(Need(key, i, str(c.get("name", "")), req, asked))
     return out
 
