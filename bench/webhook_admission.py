@@ -1,15 +1,20 @@
 """Pods/s created through gpugov's admission webhook vs the same pods without it.
 
 Starts its own local control plane (etcd + kube-apiserver), installs the CRDs, the default
-Queue/Tenant and the webhook (as its own ServiceAccount, with the chart's RBAC), then, in
+Queue/Tenant, the pod-ownership ValidatingAdmissionPolicy and the webhook (as its own
+ServiceAccount, with the chart's RBAC), as `gpugov dev up` and the chart do, then, in
 `--rounds` alternating rounds, creates N pods without GPU requests (they skip the webhook by
-matchConditions) and N GPU pods (HAMi spelling) through the webhook. Prints pods/s of both,
-their ratio (one run: both under the same load), the median and p99 create latency seen by
-the client, and the webhook's own review latency (p50/p99 from its
+matchConditions) and N GPU pods (HAMi spelling) through the webhook. With
+`--create-validation`, a third kind of round registers the separate validating CREATE call
+too (the arrangement before the policy took it over; a chart with admissionPolicy disabled).
+Prints pods/s of each, their ratio to plain pods (one run: all under the same load), the
+median and p99 create latency seen by the client, the CPU per pod of each process (the
+client is this process), the webhook's own review latency (p50/p99 from its
 `gpugov_webhook_review_seconds` histogram: the bucket bound at or above the quantile) and how
 many pods it resolved by a live read instead of its watch cache. Usage:
 
     python bench/webhook_admission.py [--pods 500] [--concurrency 32] [--rounds 2]
+                                      [--create-validation]
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import argparse
 import asyncio
 import os
 import re
+import resource
 import statistics
 import tempfile
 import time
@@ -36,7 +42,7 @@ from gpugov.k8s.devcluster.dev import (
 from gpugov.k8s.devcluster.plane import LocalControlPlane, probe
 from gpugov.k8s.devcluster.rbac import apply_component_rbac
 from gpugov.k8s.identities import SYSTEM_NAMESPACE
-from gpugov.k8s.webhook import registration
+from gpugov.k8s.webhook import policy, registration
 
 
 def pod(name: str, gpu: bool) -> dict:
@@ -92,6 +98,26 @@ def cpu_seconds(plane: LocalControlPlane) -> dict[str, float]:
     return out
 
 
+def client_cpu() -> float:
+    """CPU seconds this process (the client) has used so far."""
+    use = resource.getrusage(resource.RUSAGE_SELF)
+    return use.ru_utime + use.ru_stime
+
+
+async def register(kubeconfig: Path, ca: bytes, url: str, create_validation: bool) -> None:
+    """Replace the webhook configurations, then wait until the apiserver routes by them."""
+    await apply_webhook_configurations(kubeconfig, registration.configurations(
+        ca, url=url, create_validation=create_validation))
+    await asyncio.sleep(1.0)  # the apiserver's webhook informer is asynchronous
+
+
+def reviews(plane: LocalControlPlane, url: str) -> dict[str, list[tuple[float, float]]]:
+    """The webhook's review-latency histogram now, per webhook (mutate, validate)."""
+    text = (probe(url + "/metrics", plane.ssl_context()) or b"").decode()
+    return {hook: histogram(text, "gpugov_webhook_review_seconds", f'webhook="{hook}"')
+            for hook in ("mutate", "validate")}
+
+
 def pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
@@ -107,7 +133,10 @@ def main() -> None:
     ap.add_argument("--pods", type=int, default=500)
     ap.add_argument("--concurrency", type=int, default=32)
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--create-validation", action="store_true",
+                    help="also run GPU rounds with the separate validating CREATE call")
     args = ap.parse_args()
+    kinds = ["plain", "gpu"] + (["gpu+validate"] if args.create_validation else [])
     build.ensure_binaries(("etcd", "kube-apiserver"))
     with tempfile.TemporaryDirectory() as tmp:
         plane = LocalControlPlane(Path(tmp) / "plane", controller_manager=False, kwok=False,
@@ -121,39 +150,63 @@ def main() -> None:
             hook_kc = asyncio.run(apply_component_rbac(kc, "webhook", SYSTEM_NAMESPACE,
                                                        Path(tmp) / "kubeconfig-webhook"))
             url = start_webhook(plane, kubeconfig=hook_kc)
-            asyncio.run(apply_webhook_configurations(
-                kc, registration.configurations(plane.ca.pair.cert, url=url)))
+            asyncio.run(policy.apply_policies(kc, policy.pod_ownership_policies(
+                SYSTEM_NAMESPACE)))
+            asyncio.run(register(kc, plane.ca.pair.cert, url, False))
             asyncio.run(namespace(kc, "bench"))
-            secs = {False: 0.0, True: 0.0}
-            lats: dict[bool, list[float]] = {False: [], True: []}
-            cpu: dict[bool, dict[str, float]] = {False: {}, True: {}}
+            for kind in kinds:  # warm-up, not counted: connections, caches, compiled CEL
+                if args.create_validation and kind != "plain":
+                    asyncio.run(register(kc, plane.ca.pair.cert, url, kind == "gpu+validate"))
+                asyncio.run(create(kc, "bench", [f"w{len(kind)}-{i}" for i in range(
+                    args.concurrency)], kind != "plain", args.concurrency))
+            secs = dict.fromkeys(kinds, 0.0)
+            lats: dict[str, list[float]] = {k: [] for k in kinds}
+            cpu: dict[str, dict[str, float]] = {k: {} for k in kinds}
+            hist: dict[str, dict[str, list[tuple[float, float]]]] = {k: {} for k in kinds}
             for r in range(args.rounds):
-                for gpu in (False, True):
-                    names = [f"{'g' if gpu else 'c'}{r}-{i}" for i in range(args.pods)]
-                    before = cpu_seconds(plane)
-                    took, lat = asyncio.run(create(kc, "bench", names, gpu, args.concurrency))
-                    for proc, used in cpu_seconds(plane).items():
-                        cpu[gpu][proc] = cpu[gpu].get(proc, 0.0) + used - before.get(proc, 0)
-                    secs[gpu] += took
-                    lats[gpu] += lat
+                for kind in kinds:
+                    if args.create_validation and kind != "plain":
+                        asyncio.run(register(kc, plane.ca.pair.cert, url,
+                                             kind == "gpu+validate"))
+                    names = [f"{kind[:3]}{len(kind)}-{r}-{i}" for i in range(args.pods)]
+                    hist0 = reviews(plane, url)
+                    before, mine = cpu_seconds(plane), client_cpu()
+                    took, lat = asyncio.run(create(kc, "bench", names, kind != "plain",
+                                                   args.concurrency))
+                    used_here = {**cpu_seconds(plane), "client": client_cpu()}
+                    for proc, used in used_here.items():
+                        start = mine if proc == "client" else before.get(proc, 0)
+                        cpu[kind][proc] = cpu[kind].get(proc, 0.0) + used - start
+                    secs[kind] += took
+                    lats[kind] += lat
+                    for hook, got in reviews(plane, url).items():  # this round's reviews
+                        old = dict(hist0.get(hook, []))
+                        mine_h = dict(hist[kind].get(hook, []))
+                        hist[kind][hook] = [(b, mine_h.get(b, 0.0) + c - old.get(b, 0.0))
+                                            for b, c in got]
             metrics = (probe(url + "/metrics", plane.ssl_context()) or b"").decode()
         finally:
             plane.stop()
     n = args.pods * args.rounds
-    rate = {gpu: n / secs[gpu] for gpu in secs}
+    rate = {kind: n / secs[kind] for kind in kinds}
+    names = {"plain": "plain pods (no webhook)", "gpu": "GPU pods (webhook)",
+             "gpu+validate": "GPU pods (+CREATE call)"}
     print(f"pods={args.pods} x {args.rounds} rounds concurrency={args.concurrency}")
-    for gpu, name in ((False, "plain pods (no webhook)"), (True, "GPU pods (webhook)")):
-        print(f"{name:26s} {rate[gpu]:8.1f} pods/s   create latency median "
-              f"{statistics.median(lats[gpu]) * 1000:6.1f} ms  p99 "
-              f"{pct(lats[gpu], 0.99) * 1000:6.1f} ms")
-    print(f"ratio GPU/plain            {rate[True] / rate[False]:8.2f}")
-    for gpu, name in ((False, "plain"), (True, "GPU")):
-        print(f"CPU ms per {name} pod: " + ", ".join(
-            f"{proc} {used * 1000 / n:.1f}" for proc, used in sorted(cpu[gpu].items())))
-    buckets = histogram(metrics, "gpugov_webhook_review_seconds", 'webhook="mutate"')
-    print(f"inside the webhook (mutate, {int(buckets[-1][1]) if buckets else 0} reviews): "
-          f"p50 <= {quantile(buckets, 0.5) * 1000:g} ms, p99 <= "
-          f"{quantile(buckets, 0.99) * 1000:g} ms")
+    for kind in kinds:
+        print(f"{names[kind]:26s} {rate[kind]:8.1f} pods/s   create latency median "
+              f"{statistics.median(lats[kind]) * 1000:6.1f} ms  p99 "
+              f"{pct(lats[kind], 0.99) * 1000:6.1f} ms")
+    for kind in kinds[1:]:
+        print(f"ratio {kind}/plain{' ' * (20 - len(kind))}{rate[kind] / rate['plain']:8.2f}")
+    for kind in kinds:
+        print(f"CPU ms per {kind} pod: " + ", ".join(
+            f"{proc} {used * 1000 / n:.2f}" for proc, used in sorted(cpu[kind].items())))
+    for kind in kinds[1:]:
+        for hook, buckets in sorted(hist[kind].items()):
+            if buckets and buckets[-1][1]:
+                print(f"inside the webhook, {kind} rounds ({hook}, {int(buckets[-1][1])} "
+                      f"reviews): p50 <= {quantile(buckets, 0.5) * 1000:g} ms, p99 <= "
+                      f"{quantile(buckets, 0.99) * 1000:g} ms")
     live = re.findall(r'^gpugov_webhook_tenancy_live_reads\{why="([^"]+)"\} (\S+)$', metrics,
                       re.M)
     print("tenancy read live instead of from the cache: "
