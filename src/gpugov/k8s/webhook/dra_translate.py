@@ -32,6 +32,7 @@ from typing import Any
 from gpugov.k8s import annotations as ann
 from gpugov.k8s.dra import templates as tpl
 from gpugov.k8s.pod_containers import MAX_GPU_CONTAINERS
+from gpugov.k8s.quantity import plain
 from gpugov.k8s.resources import RequestError, translate
 from gpugov.k8s.webhook import admission as adm
 from gpugov.k8s.webhook.tenancy import Resolution, TenancyError
@@ -76,13 +77,14 @@ def _where(key: str, c: Mapping[str, Any]) -> str:
 
 
 def _gpu_keys(c: Mapping[str, Any], table: Mapping[str, str]) -> dict[str, Any]:
-    """A container's GPU resources as written (requests overlaid by limits), zeros out."""
+    """A container's GPU resources as asked (requests overlaid by limits; whole numbers
+    plain, as the API server stores `20000` as `20k`); {} when all are zero."""
     res = c.get("resources")
     out: dict[str, Any] = {}
     for part in ("requests", "limits"):
         values = res.get(part) if isinstance(res, Mapping) else None
         if isinstance(values, Mapping):
-            out.update({k: v for k, v in values.items()
+            out.update({k: plain(v) for k, v in values.items()  # `20k` -> 20000 (MiB)
                         if str(k).startswith("nvidia.com/") or k in table})
     return out if any(not is_zero(v) for v in out.values()) else {}
 
