@@ -124,6 +124,23 @@ def test_nvidia_whole_gpu_and_kai_fraction():
     assert admission.validate(review(after))["response"]["allowed"]
 
 
+def test_nvidias_product_selector_spellings_leave_the_pod_with_the_request():
+    """`nvidia.com/gpu` with GFD's `-MIG-<profile>` (single strategy) or `-SHARED` product
+    selector: the claim states the MIG instance / replica; the selector, which DRA nodes need
+    not carry, leaves the pod (recorded), other selector keys stay."""
+    sel = {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB-MIG-1g.10gb", "zone": "a"}
+    after, out = mutated(pod(container("m", {"nvidia.com/gpu": "1"}), nodeSelector=sel))
+    assert claims_of(after, out)["m"].mig_profile == "1g.10gb"
+    assert after["spec"]["nodeSelector"] == {"zone": "a"}
+    record = json.loads(after["metadata"]["annotations"][dra_translate.DRA_REQUEST])
+    assert record["m"]["asked"]["nvidia.com/gpu.product"] == sel["nvidia.com/gpu.product"]
+    shared = {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB-SHARED"}
+    after, out = mutated(pod(container("m", {"nvidia.com/gpu": "1"}), nodeSelector=shared))
+    assert claims_of(after, out)["m"].kind == "timeslice"
+    assert after["spec"]["nodeSelector"] == {}
+    assert admission.validate(review(after))["response"]["allowed"]
+
+
 def test_kai_fraction_without_models_over_a_catalog_too_varied_is_refused_clearly():
     out = admission.mutate(review(pod(container("a"), annotations={"gpu-fraction": "0.5"})),
                            lambda ns: DRA)["response"]
