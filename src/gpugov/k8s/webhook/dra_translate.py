@@ -239,8 +239,8 @@ def mutate(req: Mapping[str, Any], pod: Mapping[str, Any],
                                    exc.instead) from None
     except RequestError as exc:
         return adm.response(uid, False, f"gpugov: {exc}")
-    if allocator == "gpugov":
-        refusal = _gpugov_refusal(needs, shapes)
+    if allocator == "gpugov":  # gpugov's scheduler places it: its affinity check too
+        refusal = _gpugov_refusal(needs, shapes) or adm._placement_refusal(pod)
         if refusal:
             return adm.response(uid, False, f"gpugov: {refusal}")
     try:
