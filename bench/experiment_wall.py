@@ -41,6 +41,7 @@ from pathlib import Path
 t = {}
 c = time.perf_counter()
 import gpugov.cli as cli
+import gpugov.cli.study  # what `gpugov experiment ...` imports of the CLI (typer included)
 t["cli import"] = time.perf_counter() - c
 trace, workload, policy, seeds, out = sys.argv[1:6]
 c = time.perf_counter()
