@@ -259,13 +259,16 @@ int gg_throttle_poll(int dev);
 struct gg_qos_entry {
     uint64_t magic;
     uint64_t heartbeat_ns;  /* CLOCK_MONOTONIC of the last write */
-    uint64_t next_ns;       /* high: when it launches next (sleeping on its quota), or 0 */
-    uint32_t inflight;      /* high: its launches in flight on the device */
+    uint64_t next_ns;       /* high: when it launches next (sleeping on its quota), or 0;
+                             * low: when it claimed its newest kernel */
+    uint32_t inflight;      /* high: its launches in flight on the device;
+                             * low: that kernel's device time (us) */
     uint32_t kind;          /* GG_QOS_HIGH or GG_QOS_LOW */
-    uint64_t until_ns;      /* low: when the work it has just launched should end */
+    uint64_t until_ns;      /* low: heartbeat + device time of its work in flight */
     uint32_t pid;           /* informative only */
     uint32_t reserved0;
-    uint64_t reserved[2];
+    uint64_t wait_ns;       /* low: waiting to launch since (0: not waiting) */
+    uint64_t reserved;
 };
 _Static_assert(sizeof(struct gg_qos_entry) == 64, "QoS entry is 64 bytes");
 enum { GG_QOS_NONE = 0, GG_QOS_HIGH = 1, GG_QOS_LOW = 2 };

@@ -8,12 +8,17 @@
  * heartbeat, how many of its launches are in flight on the device, and when it will launch
  * next while it sleeps on its own compute quota. A low-priority process (1, or unset: HAMi's
  * default) reads all files before each launch and yields: it waits while a high-priority
- * process has work in flight, or will launch before the low one's kernel would end; while a
- * high-priority process is present it keeps at most two launches (or LOW_INFLIGHT_NS) in
- * flight, so the high one finds little in front of it. When no high-priority process has
- * work, low ones use the device freely (work-conserving). Low-priority processes announce,
- * in their own entries, when the kernel they are about to launch should end, and check
- * again after announcing, so several of them do not fill the same gap at once.
+ * process has work in flight; while one has announced its next launch, it launches only if
+ * its kernel, run after all the low-priority work already on the device, ends before that
+ * launch. For that every low-priority process publishes the device time of its own work in
+ * flight (its launches not completed, each counted at its kernels' measured duration), and
+ * readers age it by the device's time-slicing: the work of k processes runs at 1/k each. It
+ * queues at most QUEUE_NS ahead of the device, so kernels run mostly alone and their measured
+ * durations stay true; of processes that saw the same gap the first claimant goes, and one
+ * waiting longer than FAIR_NS goes before younger ones. With no plan announced it keeps at
+ * most two launches in flight (throttle.c), so a high-priority process that starts
+ * unannounced finds little in front of it. When no high-priority process has work, low ones
+ * use the device freely (work-conserving).
  *
  * Nothing read from the files is trusted: high-priority processes never read them (nothing
  * written there can slow them), every value read is bounded, an entry whose heartbeat is
@@ -38,13 +43,18 @@
 #include "gg.h"
 
 #define PRESENT_NS 500000000ULL   /* an entry with an older heartbeat is gone */
-#define BUSY_STALE_NS 20000000ULL /* "work in flight" older than this is not believed */
+#define BUSY_STALE_NS 100000000ULL /* high: "work in flight" older than this is not believed
+                                     * (its process may get no CPU while its work runs) */
+#define WAIT_STALE_NS 20000000ULL /* low: "waiting to launch" older than this is not believed */
 #define FUTURE_NS 1000000ULL      /* heartbeats further ahead than this are garbage */
 #define HOLD_MAX_NS 200000000ULL  /* a low-priority launch waits at most this long */
 #define POLL_NS 100000LL          /* low-priority launches re-read the board this often */
 #define FIT_MAX_NS 1000000000ULL  /* planned launches further ahead than this are garbage */
-#define FIT_MARGIN_NS 1000000ULL  /* and must end this long before it (a late start) */
-#define WAKE_GRACE_NS 30000000ULL /* a planned launch this late is still about to happen */
+#define FIT_MARGIN_NS 500000ULL   /* and must end this long before it (a late start) */
+#define QUEUE_NS 6000000ULL       /* low-priority work queued ahead of a planned launch, at most */
+#define MAX_LOW 256               /* low-priority entries whose work is aged (more: counted whole) */
+#define FAIR_NS 40000000ULL       /* a low-priority process waiting longer than this goes first */
+#define WAKE_GRACE_NS 100000000ULL /* a planned launch this late is still about to happen */
 #define MAX_INFLIGHT 4096u        /* larger in-flight counts are garbage */
 #define WATCH_BUSY_NS 50000LL     /* the watcher polls completions this often while busy */
 #define WATCH_IDLE_NS 100000000LL /* and refreshes the heartbeat this often while idle */
@@ -60,7 +70,9 @@ struct board {
     uint64_t scanned;
     uint64_t absent_since; /* low priority: when the boards last showed no high priority */
     uint32_t last_inflight;
-    uint64_t last_next, last_publish;
+    uint64_t last_next, last_publish; /* high: the plan; low: its work in flight (ns) */
+    uint64_t last_claim_t, last_claim; /* low: when its newest kernel was claimed, how long */
+    uint64_t waiting;                  /* low: published as waiting to launch since */
     pthread_mutex_t mu; /* serialises this process's writes of its entry */
 };
 
@@ -239,7 +251,11 @@ struct verdict {
     int present;       /* a live high-priority process is registered on the device */
     int busy;          /* one has work in flight */
     uint64_t next_min; /* earliest announced next launch after now (0: none) */
-    uint64_t backlog;  /* low-priority work announced and still to run (ns), ours included */
+    uint64_t backlog;  /* low-priority work in flight or claimed (ns of device time), ours
+                        * included: the device runs it all before it is idle */
+    int older;         /* other low-priority processes waiting to launch for longer than us */
+    int nlow;          /* low-priority entries with work: their work and its age (ns) */
+    uint64_t low_work[MAX_LOW], low_age[MAX_LOW];
 };
 
 /* Opens the device's other pods' files again (every RESCAN_NS): pods come and go. Only
@@ -280,11 +296,20 @@ static void rescan(int dev, struct board *b, uint64_t now) {
 }
 
 /* Adds one file's entries to the verdict; every value is bounded. */
-/* `first`: count only announcements made before ours (earlier heartbeat, or the same and a
- * lower pid), ours included: of processes that saw the same gap, the first one goes. */
+/* `first`: a claim made after ours (a later claim time, or the same and a higher pid) does
+ * not count (the work its process had before does): of processes that saw the same gap, the
+ * first claimant goes. */
 struct cutoff { uint64_t t; uint32_t pid; };
 
-static void read_file(int fd, uint64_t now, struct verdict *v, const struct cutoff *first) {
+/* 1 if (t, pid) comes before the cutoff (ties broken by pid). */
+static int before_cut(uint64_t t, uint32_t pid, const struct cutoff *c) {
+    return t < c->t || (t == c->t && pid < c->pid);
+}
+
+/* `me`: count the fresh entries of other processes waiting since before me->t and for longer
+ * than FAIR_NS. */
+static void read_file(int fd, uint64_t now, struct verdict *v, const struct cutoff *first,
+                      const struct cutoff *me) {
     struct gg_qos_entry e[GG_QOS_ENTRIES];
     ssize_t n = pread(fd, e, sizeof(e), 0);
     if (n <= 0) return;
@@ -293,12 +318,24 @@ static void read_file(int fd, uint64_t now, struct verdict *v, const struct cuto
         uint64_t age = e[i].heartbeat_ns < now ? now - e[i].heartbeat_ns : 0;
         if (e[i].magic != GG_QOS_MAGIC || e[i].heartbeat_ns > now + FUTURE_NS || age > PRESENT_NS)
             continue;
-        if (e[i].kind == GG_QOS_LOW) { /* a low-priority process's announced kernel */
-            if (first && (e[i].heartbeat_ns > first->t
-                          || (e[i].heartbeat_ns == first->t && e[i].pid > first->pid)))
-                continue;
-            if (age <= BUSY_STALE_NS && e[i].until_ns > now)
-                v->backlog += e[i].until_ns - now < FIT_MAX_NS ? e[i].until_ns - now : FIT_MAX_NS;
+        if (e[i].kind == GG_QOS_LOW) { /* a low-priority process's work on the device */
+            uint64_t work = e[i].until_ns > e[i].heartbeat_ns ? e[i].until_ns - e[i].heartbeat_ns : 0;
+            if (work > FIT_MAX_NS) continue;
+            if (me && e[i].wait_ns && age <= WAIT_STALE_NS && e[i].pid != me->pid
+                && e[i].wait_ns + FAIR_NS < now && before_cut(e[i].wait_ns, e[i].pid, me))
+                v->older++;
+            if (first && (e[i].next_ns > first->t
+                          || (e[i].next_ns == first->t && e[i].pid > first->pid))) {
+                uint64_t claim = (uint64_t)e[i].inflight * 1000ULL;
+                work = work > claim ? work - claim : 0;
+            }
+            if (!work) continue;
+            if (v->nlow < MAX_LOW) {
+                v->low_work[v->nlow] = work;
+                v->low_age[v->nlow++] = age;
+            } else {
+                v->backlog += work;
+            }
             continue;
         }
         if (e[i].kind != GG_QOS_HIGH) continue;
@@ -311,16 +348,29 @@ static void read_file(int fd, uint64_t now, struct verdict *v, const struct cuto
             && (!v->next_min || e[i].next_ns < v->next_min))
             v->next_min = e[i].next_ns;
     }
+}
+
+/* The low-priority work still to run: the device shares its time between the processes with
+ * work (the driver's time-slicing), so each entry's work has run for about its age divided by
+ * their number since it was published. Work that ended early frees time for the others, which
+ * this does not count: the backlog errs long. */
+static void age_backlog(struct verdict *v) {
+    for (int i = 0; i < v->nlow; i++) {
+        uint64_t ran = v->low_age[i] / (uint64_t)v->nlow;
+        v->backlog += v->low_work[i] > ran ? v->low_work[i] - ran : 0;
+    }
     if (v->backlog > FIT_MAX_NS) v->backlog = FIT_MAX_NS;
 }
 
 /* Reads this pod's file and the device's other pods' files. */
-static void read_board(struct board *b, uint64_t now, struct verdict *v, const struct cutoff *first) {
+static void read_board(struct board *b, uint64_t now, struct verdict *v, const struct cutoff *first,
+                       const struct cutoff *me) {
     memset(v, 0, sizeof(*v));
     pthread_mutex_lock(&b->mu);
     rescan((int)(b - boards), b, now);
-    read_file(b->fd, now, v, first);
-    for (int i = 0; i < b->nfiles; i++) read_file(b->files[i], now, v, first);
+    read_file(b->fd, now, v, first, me);
+    for (int i = 0; i < b->nfiles; i++) read_file(b->files[i], now, v, first, me);
+    age_backlog(v);
     pthread_mutex_unlock(&b->mu);
 }
 
@@ -330,7 +380,7 @@ int gg_qos_present(int dev) {
     /* nobody to yield to: look again only every ABSENT_RECHECK_NS (launches stay cheap) */
     if (seen && now - seen < ABSENT_RECHECK_NS) return 0;
     struct verdict v;
-    read_board(b, now, &v, NULL);
+    read_board(b, now, &v, NULL, NULL);
     __atomic_store_n(&b->absent_since, v.present ? 0 : now, __ATOMIC_RELAXED);
     return !v.present ? 0 : v.next_min ? 2 : 1;
 }
@@ -340,51 +390,99 @@ static void sleep_ns(int64_t ns) {
     nanosleep(&ts, NULL);
 }
 
-static void announce(struct board *b, uint64_t until, uint64_t now) {
+/* Low priority: publishes the device time of this process's work in flight (`work` ns, as
+ * if from now), and when its newest kernel (`claim` ns of it) was claimed. */
+static void announce(struct board *b, uint64_t work, uint64_t claim_t, uint64_t claim, uint64_t now) {
+    pthread_mutex_lock(&b->mu); /* launching threads of one process share its entry */
+    uint64_t us = (claim + 999) / 1000;
     struct gg_qos_entry e = {.magic = GG_QOS_MAGIC, .kind = GG_QOS_LOW, .pid = (uint32_t)getpid(),
-                             .heartbeat_ns = now, .until_ns = until};
+                             .heartbeat_ns = now, .until_ns = now + work, .next_ns = claim_t,
+                             .inflight = us > UINT32_MAX ? UINT32_MAX : (uint32_t)us,
+                             .wait_ns = b->waiting};
     write_entry(b, &e);
-    b->last_next = until; /* what this process has announced (its own work in flight) */
+    b->last_next = work;
+    b->last_publish = now;
+    b->last_claim_t = claim_t;
+    b->last_claim = claim;
+    pthread_mutex_unlock(&b->mu);
 }
 
-/* 1 if a kernel of `expect` ns started now, behind the other low-priority work announced,
- * ends before the next announced high-priority launch (or none is announced). */
-static int fits(const struct verdict *v, uint64_t now, int64_t expect) {
-    return !v->next_min || now + v->backlog + (uint64_t)expect + FIT_MARGIN_NS <= v->next_min;
+/* Low priority: refreshes this process's entry with its work still in flight (launches not
+ * completed, each counted `expect` ns). Others count an entry fully only while it is fresh. */
+static void refresh(struct board *b, int dev, int64_t expect, uint64_t now) {
+    if (b->slot < 0) return;
+    int n = gg_throttle_poll(dev);
+    if (n < 0) return;
+    uint64_t work = (uint64_t)n * (uint64_t)expect;
+    if (work != b->last_next || ((work || b->waiting) && now - b->last_publish > WAIT_STALE_NS / 4))
+        announce(b, work, b->last_claim_t, work ? b->last_claim : 0, now);
+}
+
+/* 1 if a backlog of low-priority work started now ends FIT_MARGIN_NS before the next
+ * announced high-priority launch (or none is announced). */
+static int fits(const struct verdict *v, uint64_t now, uint64_t backlog) {
+    return !v->next_min || now + backlog + FIT_MARGIN_NS <= v->next_min;
 }
 
 /* Waits (at most HOLD_MAX_NS) while a high-priority process has work in flight or will
- * launch before a kernel of `expect` ns started now would end. Returns the time waited. */
+ * launch before a kernel of `expect` ns, run after the low-priority work in flight, would
+ * end. Returns the time waited. */
 uint64_t gg_qos_yield(int dev, int64_t expect) {
     struct board *b = &boards[dev];
     uint64_t t0 = gg_now_ns(), now = t0;
     unsigned int seed = (unsigned int)(t0 ^ (uint64_t)getpid());
-    int busy_polls = 0;
+    struct cutoff me = {t0, (uint32_t)getpid()};
+    int busy_polls = 0, go = 0;
     if (expect <= 0) expect = 1000000;
     for (;;) {
         struct verdict v;
-        read_board(b, now, &v, NULL);
+        refresh(b, dev, expect, now);
+        read_board(b, now, &v, NULL, &me);
         if (now - t0 >= HOLD_MAX_NS) break;
-        if (!v.busy && fits(&v, now, expect)) {
+        /* before a planned high-priority launch, low-priority work is queued only a little
+         * ahead of the device: kernels then run mostly alone, so their measured durations
+         * stay true, and a mistaken estimate costs little. Processes waiting longer than this
+         * one go first (room is left for their kernels): no process starves in the gaps. */
+        if (!v.busy && fits(&v, now, v.backlog + (uint64_t)expect)
+            && (!v.next_min || v.backlog + (uint64_t)v.older * (uint64_t)expect <= QUEUE_NS)) {
             if (!v.next_min || b->slot < 0) break;
-            /* announce, then look again: two processes that saw the same gap both see each
-             * other now, and the later one backs off */
-            uint64_t mine = b->last_next > now ? b->last_next : now, before = b->last_next;
-            announce(b, mine + (uint64_t)expect, now);
+            /* claim the kernel, then look again counting only claims made before: of
+             * processes that saw the same gap, the first one goes, the others back off */
+            uint64_t mine = b->last_next;
+            b->waiting = 0;
+            announce(b, mine + (uint64_t)expect, now, (uint64_t)expect, now);
             struct cutoff first = {now, (uint32_t)getpid()};
-            read_board(b, now, &v, &first);
-            /* the backlog now holds this kernel too, and what others announced before it */
-            if (!v.busy && fits(&v, now, 0)) break;
-            announce(b, before, now);
+            struct verdict w;
+            read_board(b, now, &w, &first, NULL);
+            if (!w.busy && fits(&w, now, w.backlog)) {
+                go = 1;
+                break;
+            }
+            b->waiting = t0;
+            announce(b, mine, 0, 0, now);
+        } else if (!b->waiting && b->slot >= 0) {
+            b->waiting = t0; /* others see how long this process waits */
+            announce(b, b->last_next, b->last_claim_t, b->last_claim, now);
         }
         /* while high-priority work runs, look less and less often (up to 4x POLL_NS): a
-         * held process should not spin on the files */
-        busy_polls = v.busy ? busy_polls + 1 : 0;
+         * held process should not spin on the files. Not while the work drains before a
+         * planned sleep: the device is handed over soon, and it should not idle long */
+        busy_polls = v.busy && !v.next_min ? busy_polls + 1 : 0;
         int64_t poll = POLL_NS << (busy_polls < 8 ? 0 : busy_polls < 16 ? 1 : 2);
         int64_t nap = poll / 2 + (int64_t)(rand_r(&seed) % (poll / 2));
-        if (!v.busy && v.next_min > now && (int64_t)(v.next_min - now) < nap) nap = (int64_t)(v.next_min - now);
+        if (!v.busy && v.next_min > now) {
+            /* no kernel of ours fits before the planned launch any more: nothing changes until
+             * it starts (or its plan changes), so look again only every 1 ms, leaving the CPU
+             * to the processes that do work */
+            if (!fits(&v, now, (uint64_t)expect)) nap = 1000000;
+            if ((int64_t)(v.next_min - now) < nap) nap = (int64_t)(v.next_min - now);
+        }
         sleep_ns(nap);
         now = gg_now_ns();
+    }
+    if (b->waiting && !go) { /* launches unclaimed (nothing planned, or the hold ran out) */
+        b->waiting = 0;
+        announce(b, b->last_next, b->last_claim_t, b->last_claim, now);
     }
     return now - t0;
 }

@@ -760,6 +760,7 @@ struct tl_point { uint64_t t, done; };
 struct tl_ctx {
     uint32_t used, pid, client, dev;
     uint64_t submitted, done;  /* device time of work queued / executed (ns) */
+    uint64_t waited;           /* time other contexts ran while this one had work queued */
     uint64_t nhist, rate_k;    /* points written; busy contexts when the last point was made */
     struct tl_point hist[TL_HIST];
 };
@@ -836,6 +837,7 @@ static void tl_advance(int d, uint64_t now) {
             struct tl_ctx *c = &tl->ctx[i];
             if (!c->used || (int)c->dev != d || c->done >= c->submitted) continue;
             c->done += step;
+            c->waited += step * (k - 1);
             tl_point_add(c, t, c->done >= c->submitted ? 0 : k);
         }
     }
@@ -916,6 +918,23 @@ static void tl_wait(int d, uint64_t left) {
 /* Device time each context of device d executed so far: fills up to max entries of clients
  * (FAKECUDA_CLIENT) and done (ns); returns the number of contexts. Also the device's total in
  * *total. For benches and tests: the fake's own accounting. */
+/* Like fakegpu_timeline_clients, with each context's waited time: how long other contexts'
+ * work ran while it had work queued (the time-slicing it suffered). */
+EXPORT int fakegpu_timeline_waited(int d, uint32_t *clients, uint64_t *waited, int max) {
+    pthread_once(&once, setup);
+    if (!tl || d < 0 || d >= MAX_DEV) return -1;
+    tl_lock();
+    tl_advance(d, fakegpu_now_ns());
+    int n = 0;
+    for (int i = 0; i < TL_CTX && n < max; i++)
+        if (tl->ctx[i].used && (int)tl->ctx[i].dev == d) {
+            clients[n] = tl->ctx[i].client;
+            waited[n++] = tl->ctx[i].waited;
+        }
+    pthread_mutex_unlock(&tl->mu);
+    return n;
+}
+
 EXPORT int fakegpu_timeline_clients(int d, uint32_t *clients, uint64_t *done, int max, uint64_t *now) {
     pthread_once(&once, setup);
     if (!tl || d < 0 || d >= MAX_DEV) return -1;

@@ -79,6 +79,28 @@ def test_high_priority_pod_gets_its_share_next_to_best_effort_pods(build, tmp_pa
     assert sum(w[0] for w in windows) / len(windows) >= 0.85, windows
 
 
+def test_planned_high_priority_starts_find_no_best_effort_work_in_front(build, tmp_path):
+    # three best-effort pods fill the high pod's gaps; the device time-slices between them,
+    # so each one's kernels take longer than alone. What they queue in a gap must still have
+    # run when the high pod wakes: its kernels then run alone, and it is charged only its own
+    # time. Measured by the fake's accounting: how long other pods' work ran while the high
+    # pod had work queued, against the device time it got.
+    tl, qos = setup_device(tmp_path, build)
+    procs = [tl.pod(build, 0, "load:1000:4", high(tmp_path, qos))]
+    procs += [tl.pod(build, i, "load:2000:4", low(tmp_path, qos, i)) for i in range(1, 4)]
+    time.sleep(0.8)
+    waited0, (_, done0) = tl.waited(), tl.sample()
+    time.sleep(2.5)
+    waited1, (_, done1) = tl.waited(), tl.sample()
+    finish(procs)
+    got = done1[0] - done0[0]
+    waited = waited1[0] - waited0[0]
+    best_effort = sum(done1[i] - done0[i] for i in range(1, 4))
+    assert waited <= 0.02 * got, (waited, got)
+    # and the best-effort pods did use the gaps: the device stayed busy
+    assert best_effort >= 0.8 * got, (best_effort, got)
+
+
 def test_without_the_board_the_best_effort_pods_take_the_high_pods_share(build, tmp_path):
     # the same pods without priority: the device's time-slicing gives each a third, and the
     # high pod's cap (charged by wall time on the shared device) keeps it below S

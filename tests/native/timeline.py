@@ -25,6 +25,8 @@ class Timeline:
         f = self.lib.fakegpu_timeline_clients
         f.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int,
                       ctypes.c_void_p]
+        w = self.lib.fakegpu_timeline_waited
+        w.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
         self.path = path
         self.clients = (ctypes.c_uint32 * 64)()
         self.done = (ctypes.c_uint64 * 64)()
@@ -40,6 +42,15 @@ class Timeline:
         for i in range(max(n, 0)):
             out[self.clients[i]] = out.get(self.clients[i], 0) + self.done[i]
         return now.value, out
+
+    def waited(self, device: int = 0) -> dict[int, int]:
+        """Per client: how long (ns) other clients' work ran while it had work queued."""
+        waited = (ctypes.c_uint64 * 64)()
+        n = self.lib.fakegpu_timeline_waited(device, self.clients, waited, 64)
+        out: dict[int, int] = {}
+        for i in range(max(n, 0)):
+            out[self.clients[i]] = out.get(self.clients[i], 0) + waited[i]
+        return out
 
     def windows(self, seconds: float, window: float) -> list[tuple[float, dict[int, float]]]:
         """Per window: the device's utilisation and each client's share of the window."""
