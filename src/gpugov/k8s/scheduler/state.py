@@ -958,10 +958,11 @@ class SchedulerState:
                 self._submit_one(plan, info, groups)
             except Exception as e:  # noqa: BLE001
                 self._poison(plan, [info], e)
+        running = self._group_running() if groups else {}
         for gkey, members in sorted(groups.items()):
             ordered = sorted(members, key=lambda p: (p.created, p.key))
             try:
-                self._submit_group(plan, gkey, ordered)
+                self._submit_group(plan, gkey, ordered, running.get(gkey, 0))
             except Exception as e:  # noqa: BLE001
                 self._poison(plan, ordered, e)
 
@@ -1011,7 +1012,18 @@ class SchedulerState:
                 self.jobs.pop(jname, None)
             self._condition(plan, info, INVALID, why)
 
-    def _submit_group(self, plan: Plan, gkey: str, members: list[PodInfo]) -> None:
+    def _group_running(self) -> dict[str, int]:
+        """Each PodGroup's members already placed (bound or being bound), counted in one pass
+        over the pods (per group it was a pass each: quadratic with many gangs)."""
+        out: dict[str, int] = {}
+        for p in self.pods.values():
+            if p.group and (p.node or p.key in self.inflight) and not p.done:
+                gkey = f"{p.namespace}/{p.group}"
+                out[gkey] = out.get(gkey, 0) + 1
+        return out
+
+    def _submit_group(self, plan: Plan, gkey: str, members: list[PodInfo],
+                      bound: int) -> None:
         cp = self.cp
         assert cp is not None
         keys = [m.key for m in members]
@@ -1030,9 +1042,6 @@ class SchedulerState:
             for m in members:
                 self._condition(plan, m, reasons.GANG, f"PodGroup {gkey} does not exist")
             return
-        ns, group = gkey.split("/", 1)
-        bound = sum(1 for p in self.pods.values() if p.namespace == ns and p.group == group
-                    and (p.node or p.key in self.inflight) and not p.done)
         if bound + len(members) < need:
             for m in members:
                 self._condition(plan, m, reasons.GANG,
