@@ -15,7 +15,9 @@ Measured by the fake driver's own accounting of each process's device time, samp
 WINDOW seconds: the Guaranteed pod's share per window as a fraction of S (p50, and p99 = the
 share 99 % of windows reach), the device's utilisation (all pods, mean over windows) while
 everyone has work, and the utilisation while the Guaranteed pod is idle (registered, 1 % busy:
-work conservation). Asserts nothing; prints a table.
+work conservation), and "G waits": how long other pods' work ran while the Guaranteed pod had
+work queued, as a fraction of the device time it got (what it lost to time-slicing, and was
+charged for). Asserts nothing; prints a table.
 
 Run: python bench/contention.py [--seconds 4] [--window 0.25] [--share 50]
      [--neighbours 1,3,7] [--setups plain,soft,priority]
@@ -60,8 +62,9 @@ def pod_env(setup: str, tmp: Path, client: int, share: int, neighbours: int,
 
 
 def run(build: Build, setup: str, neighbours: int, share: int, seconds: float, window: float,
-        g_idle: bool) -> tuple[list[float], list[float]]:
-    """One run: per-window Guaranteed share (fraction of the device) and utilisation."""
+        g_idle: bool) -> tuple[list[float], list[float], float]:
+    """One run: per-window Guaranteed share (fraction of the device) and utilisation, and
+    the Guaranteed pod's waited time over its device time."""
     with tempfile.TemporaryDirectory(prefix="gg-contention-") as d:
         tmp = Path(d)
         (tmp / "qos" / "0").mkdir(parents=True)
@@ -76,12 +79,16 @@ def run(build: Build, setup: str, neighbours: int, share: int, seconds: float, w
                 load = f"load:{BE_US}:{total}"
             procs.append(tl.pod(build, client, load, env, library=lib))
         time.sleep(WARMUP)
+        waited0, (_, done0) = tl.waited(), tl.sample()
         windows = tl.windows(seconds, window)
+        waited1, (_, done1) = tl.waited(), tl.sample()
         for p in procs:
             _, err = p.communicate(timeout=60)
             if p.returncode:
                 raise RuntimeError(f"a pod exited {p.returncode}: {err[-500:]}")
-        return [w[1].get(0, 0.0) for w in windows], [w[0] for w in windows]
+        got = done1.get(0, 0) - done0.get(0, 0)
+        waited = (waited1.get(0, 0) - waited0.get(0, 0)) / got if got else 0.0
+        return [w[1].get(0, 0.0) for w in windows], [w[0] for w in windows], waited
 
 
 def pct(values: list[float], q: float) -> float:
@@ -102,13 +109,15 @@ def main() -> None:
     print(f"Guaranteed pod: S = {args.share} %, {G_US} us kernels flat out; best-effort pods: "
           f"{BE_US} us kernels flat out; {args.seconds} s in {args.window} s windows")
     print(f"{'setup':<9} {'BE pods':>7} {'G p50/S':>8} {'G p99/S':>8} {'util':>6} "
-          f"{'util, G idle':>12}")
+          f"{'util, G idle':>12} {'G waits':>7}")
     for n in [int(x) for x in args.neighbours.split(",")]:
         for setup in args.setups.split(","):
-            shares, utils = run(build, setup, n, args.share, args.seconds, args.window, False)
-            _, idle = run(build, setup, n, args.share, args.seconds / 2, args.window, True)
+            shares, utils, waited = run(build, setup, n, args.share, args.seconds, args.window,
+                                        False)
+            _, idle, _ = run(build, setup, n, args.share, args.seconds / 2, args.window, True)
             print(f"{setup:<9} {n:>7} {pct(shares, 0.5) / s:>8.3f} {pct(shares, 0.01) / s:>8.3f} "
-                  f"{statistics.mean(utils):>6.1%} {statistics.mean(idle):>12.1%}", flush=True)
+                  f"{statistics.mean(utils):>6.1%} {statistics.mean(idle):>12.1%} "
+                  f"{waited:>7.1%}", flush=True)
 
 
 if __name__ == "__main__":
