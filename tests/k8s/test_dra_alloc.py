@@ -290,3 +290,16 @@ def test_no_device_is_ever_allocated_twice(shapes, foreign) -> None:
         cpu = sum(Fraction(parse_quantity(r["consumedCapacity"]["compute"])) for r in rs)
         assert mem <= 80 * 2**30 and cpu <= 100, (device, rs)
         assert len({r["shareID"] for r in rs}) == len(rs)
+
+
+def test_a_pod_recreated_under_the_same_name_keeps_its_claims() -> None:
+    s = dra_state(("d0", inventory(gpu(0))))
+    claim_pod(s, "p", [request("g", "gpu.gpugov.io")])
+    s.cycle(T0)
+    p = pod("p", gpus=None)
+    p["metadata"]["uid"] = "new-uid"
+    p["spec"]["resourceClaims"] = [{"name": "c-p", "resourceClaimName": "c-p"}]
+    p["spec"]["containers"][0]["resources"] = {"claims": [{"name": "c-p"}]}
+    s.set_pod(p)
+    (b,) = s.cycle(T0 + 1).binds
+    assert b.uid == "new-uid" and b.claims[0][0] == "team-a/c-p"

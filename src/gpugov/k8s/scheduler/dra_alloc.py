@@ -84,8 +84,11 @@ class DraPods:
 
     def delete_pod(self, key: str, uid: str = "") -> None:
         """A pod left (or finished): release what gpugov allocated for it."""
-        slim = self.pods.pop(key, None)
-        uid = uid or str(((slim or {}).get("metadata") or {}).get("uid") or "")
+        slim = self.pods.get(key)
+        mine = str(((slim or {}).get("metadata") or {}).get("uid") or "")
+        if not uid or uid == mine:  # not a new pod of the same name
+            self.pods.pop(key, None)
+        uid = uid or mine
         if uid and self.ours.pop(uid, None) is not None:
             ns = key.split("/", 1)[0]
             for c in self.claims.values():
