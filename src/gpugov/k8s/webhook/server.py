@@ -345,7 +345,8 @@ class WebhookApp:
                                   code=500)
 
     def _mutate_now(self, req: dict[str, Any]) -> dict[str, Any] | _NotInMemory:
-        """The mutating answer, in the review thread; `_NotInMemory` when a GPU pod's tenancy
+        """The mutating answer (on the event loop for a small pod, else in a review thread);
+        `_NotInMemory` when a GPU pod's tenancy
         is not in memory (the event loop reads it from the API, then decides again: deciding
         has no side effects). Tenancy is asked for only once the pod asks for a GPU."""
         def from_memory(namespace: str) -> Resolution:
