@@ -32,13 +32,15 @@ class Decision:
 
 
 class _ScoreCache:
-    """Scores of one request shape per node, valid while the node's version is unchanged."""
+    """Scores of one request shape per node, valid while the node's version is unchanged;
+    `key` is the engine's ranking key of each scored node (score x nodes + tie-break)."""
 
-    __slots__ = ("version", "score")
+    __slots__ = ("version", "score", "key")
 
     def __init__(self, n: int) -> None:
         self.version = np.full(n, -1, dtype=np.int64)
         self.score = np.zeros(n, dtype=np.int64)
+        self.key = np.zeros(n, dtype=np.int64)
 
 
 class Placer:
@@ -56,11 +58,11 @@ class Placer:
         self.rank[order] = np.arange(n)
         self._tiebreak = n - 1 - self.rank
         self._caches: OrderedDict[tuple, _ScoreCache] = OrderedDict()
+        #: the score is the key as it is (no normalising pass over the feasible nodes): the
+        #: ranking key can then be cached per node with its score (`_ranked`)
+        self._plain_rank = policy.cacheable and type(policy).normalize is Policy.normalize
 
-    def scores(self, req: PodRequest, nodes: np.ndarray) -> np.ndarray:
-        """Policy scores of `nodes` (all feasible for `req`), served from cache when fresh."""
-        if not self.policy.cacheable:
-            return self.policy.score(self.state, req, nodes)
+    def _cache(self, req: PodRequest) -> _ScoreCache:
         # plain requests: the study's shape; any other: everything the filter reads (a
         # score may depend on which devices fit, e.g. a tenant's seal or isolation floor)
         key = ((typical_key(req), req.gpu_memory_mib) if self.state.fast_path(req)
@@ -73,11 +75,34 @@ class Placer:
                 self._caches.popitem(last=False)
         else:
             self._caches.move_to_end(key)
+        return cache
+
+    def _ranked(self, req: PodRequest, mask: np.ndarray) -> int:
+        """The best node of `mask` (at least one node): the highest cached key, after
+        scoring the masked nodes whose version moved. Whole-length arrays, no gathers: the
+        same node `decide`'s general path picks (keys are distinct, so the first maximum of
+        either is the one node with the largest key)."""
+        cache = self._cache(req)
+        version = self.state.version
+        stale = np.flatnonzero(mask & (cache.version != version))
+        if len(stale):
+            score = self.policy.score(self.state, req, stale)
+            cache.score[stale] = score
+            cache.key[stale] = score * len(self.state) + self._tiebreak[stale]
+            cache.version[stale] = version[stale]
+        return int(np.where(mask, cache.key, -1).argmax())
+
+    def scores(self, req: PodRequest, nodes: np.ndarray) -> np.ndarray:
+        """Policy scores of `nodes` (all feasible for `req`), served from cache when fresh."""
+        if not self.policy.cacheable:
+            return self.policy.score(self.state, req, nodes)
+        cache = self._cache(req)
         versions = self.state.version[nodes]
         stale = nodes[cache.version[nodes] != versions]
         if len(stale):
             cache.score[stale] = self.policy.score(self.state, req, stale)
             cache.version[stale] = self.state.version[stale]
+        cache.key[stale] = cache.score[stale] * len(self.state) + self._tiebreak[stale]
         return cache.score[nodes]
 
     def decide(self, req: PodRequest, exclude: np.ndarray | None = None) -> Decision:
@@ -87,6 +112,12 @@ class Placer:
         nodes would fit, the reason is "reserved".
         """
         feasible = self.state.feasible(req)
+        if self._plain_rank and not self.state.has_preferences(req):
+            mask = feasible if exclude is None else feasible & ~exclude
+            if mask.any():
+                node = self._ranked(req, mask)
+                devices = self.policy.choose_devices(self.state, req, node)
+                return Decision(allocation_for(self.state, req, node, devices))
         nodes = np.flatnonzero(feasible if exclude is None else feasible & ~exclude)
         if len(nodes) == 0:
             if exclude is not None and feasible.any():

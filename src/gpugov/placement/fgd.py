@@ -32,6 +32,10 @@ from gpugov.placement.base import (
 _EARLIER = np.tri(256, k=-1, dtype=bool)
 
 
+#: stale nodes up to this many are scored one at a time with scalar bookkeeping
+#: (`_score_one`); more in one vectorised pass (`_scores_by_parts`)
+SCALAR_NODES = 4
+
 #: device choices kept per request shape (least recently used shapes are dropped)
 MAX_CACHED_SHAPES = 256
 
@@ -47,6 +51,8 @@ class FgdPolicy(Policy):
         self._devices_of: ClusterState | None = None
         #: per shape: (node version, best device) for sharing pods, as last scored
         self._devices: OrderedDict[tuple, tuple[np.ndarray, np.ndarray]] = OrderedDict()
+        #: FGD's integer score per fragmentation gain (`_score_of`)
+        self._gain_scores: dict[int, int] = {}
 
     def _device_cache(self, state: ClusterState, req: PodRequest
                       ) -> tuple[np.ndarray, np.ndarray]:
@@ -81,6 +87,10 @@ class FgdPolicy(Policy):
         """Per node: best integer score and the device achieving it (-1 if not sharing)."""
         if self.memory_aware or req.gpu_memory_mib:
             best, dev = self._scores_by_state(state, req, nodes)
+        elif len(nodes) <= SCALAR_NODES and state.fast_path(req):
+            pairs = [self._score_one(state, req, n) for n in nodes.tolist()]
+            best = np.array([p[0] for p in pairs], dtype=np.int64)
+            dev = np.array([p[1] for p in pairs], dtype=np.int64)
         else:
             best, dev = self._scores_by_parts(state, req, nodes)
         if req.is_sharing:
@@ -115,6 +125,42 @@ class FgdPolicy(Policy):
         after = model.frag_after(free_total[rows], fit_count[rows], big_sum[rows], 1,
                                  free[rows, cols], req.gpu_milli, cpu_after[rows], models[rows])
         return self._best_per_node(len(nodes), rows, cols, self._to_score(before[rows] - after))
+
+    def _score_one(self, state: ClusterState, req: PodRequest, node: int) -> tuple[int, int]:
+        """`_scores_by_parts` of one node on the fast path (the usual case: a few nodes
+        changed since), with scalar bookkeeping: the same integer score and device (-1 if
+        not sharing), the same tie-break."""
+        model = self.ctx.fragmentation
+        parts = model.parts_of(state, node)
+        cpu_after = int(state.cpu_free[node]) - req.cpu_milli
+        models = int(state.model_idx[node])
+        if not req.is_sharing:
+            taken = min(int(state.full_gpus[node]), req.gpu_count) if req.is_gpu else 0
+            after = model.frag_after_one(parts, [MILLI_PER_GPU], taken, req.gpu_milli,
+                                         cpu_after, models)
+            return self._score_of(parts[0] - int(after[0])), -1
+        frees: list[int] = []
+        devs: list[int] = []
+        for d, f in enumerate(state.gpu_free[node].tolist()):
+            if f >= req.gpu_milli and f not in frees:  # the first device of each free value
+                frees.append(f)
+                devs.append(d)
+        if not frees:
+            return 0, -1
+        after = model.frag_after_one(parts, frees, 1, req.gpu_milli, cpu_after, models)
+        scores = [self._score_of(parts[0] - a) for a in after.tolist()]
+        i = scores.index(max(scores))  # lowest device index on ties
+        return scores[i], devs[i]
+
+    def _score_of(self, gain: int) -> int:
+        """`_to_score` of one gain, remembered (gains repeat across pods and nodes)."""
+        score = self._gain_scores.get(gain)
+        if score is None:
+            if len(self._gain_scores) >= 65_536:
+                self._gain_scores.clear()
+            score = int(self._to_score(np.array([gain], dtype=np.int64))[0])
+            self._gain_scores[gain] = score
+        return score
 
     @staticmethod
     def _best_per_node(n: int, rows: np.ndarray, cols: np.ndarray, scores: np.ndarray

@@ -143,6 +143,8 @@ class FragmentationModel:
         self._fit_count = np.zeros((len(state), len(typical)), dtype=np.int64)
         self._big_sum = np.zeros((len(state), len(typical)), dtype=np.int64)
         self._table: np.ndarray | None = None  # built on first use (`_parts_by_table`)
+        #: (free milli, milli taken) -> what one GPU loses of the parts (`_loss`)
+        self._losses: dict[tuple[int, int], np.ndarray] = {}
 
     def node_frag(self, gpu_free: np.ndarray, cpu_free: np.ndarray, model_idx: np.ndarray
                   ) -> np.ndarray:
@@ -187,15 +189,19 @@ class FragmentationModel:
         fits &= self._access[model_idx]
         return self.total_weight * free_total - (fits * big_sum) @ self._weight
 
-    def _parts_by_table(self, gpu_free: np.ndarray
-                        ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """`node_parts` by looking each GPU's free milli up in a table (row f: per shape,
-        f >= its milli, then f or 0), for free milli within 0..MILLI_PER_GPU."""
+    def _lookup(self) -> np.ndarray:
+        """The table of `_parts_by_table` (built on first use)."""
         if self._table is None:
             f = np.arange(MILLI_PER_GPU + 1, dtype=np.int64)[:, None]
             big = f >= self._milli[None, :]
             self._table = np.concatenate([big, np.where(big, f, 0)], axis=1)
-        both = self._table[gpu_free].sum(axis=1)  # [C, 2M]
+        return self._table
+
+    def _parts_by_table(self, gpu_free: np.ndarray
+                        ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """`node_parts` by looking each GPU's free milli up in a table (row f: per shape,
+        f >= its milli, then f or 0), for free milli within 0..MILLI_PER_GPU."""
+        both = self._lookup()[gpu_free].sum(axis=1)  # [C, 2M]
         m = len(self._milli)
         return gpu_free.sum(axis=1), both[:, :m], both[:, m:]
 
@@ -214,6 +220,66 @@ class FragmentationModel:
             self._parts_version[stale] = state.version[stale]
         return (self._cached[0, nodes], self._free_total[nodes], self._fit_count[nodes],
                 self._big_sum[nodes])
+
+    def parts_of(self, state: ClusterState, node: int
+                 ) -> tuple[int, int, np.ndarray, np.ndarray]:
+        """`frag_and_parts` of one node with scalar bookkeeping (the hot path: one node
+        changes per placement): (fragmentation, free total, fit count [M], big sum [M])."""
+        version = int(state.version[node])
+        if self._parts_version[node] != version:
+            free = state.gpu_free[node]
+            if free.min() >= 0 and free.max() <= MILLI_PER_GPU:
+                both = self._lookup()[free].sum(axis=0)
+                m = len(self._milli)
+                self._free_total[node] = free.sum()
+                self._fit_count[node] = both[:m]
+                self._big_sum[node] = both[m:]
+                frag = 0
+                if self.total_weight:
+                    fits = ((both[:m] >= self._count) & self._access[state.model_idx[node]]
+                            & (int(state.cpu_free[node]) >= self._cpu))
+                    frag = (self.total_weight * int(self._free_total[node])
+                            - int((fits * both[m:]) @ self._weight))
+                self._cached[0, node] = frag
+                self._parts_version[node] = version
+            else:
+                self.frag_and_parts(state, np.array([node]))
+        return (int(self._cached[0, node]), int(self._free_total[node]),
+                self._fit_count[node], self._big_sum[node])
+
+    def _loss(self, free: int, milli: int) -> np.ndarray:
+        """[2M]: what a GPU with `free` milli free adds to (fit count, big sum) minus what
+        it adds after losing `milli` (`frag_after`'s `lost` and `drop` for one GPU)."""
+        key = (free, milli)
+        row = self._losses.get(key)
+        if row is None:
+            if len(self._losses) >= 65_536:  # bounded: request shapes are tenant input
+                self._losses.clear()
+            after = free - milli
+            was = self._milli <= free
+            still = self._milli <= after
+            row = np.concatenate([was ^ still, was * free - still * after]).astype(np.int64)
+            self._losses[key] = row
+        return row
+
+    def frag_after_one(self, parts: tuple[int, int, np.ndarray, np.ndarray],
+                       frees: list[int], taken: int, milli: int, cpu_after: int,
+                       model_idx: int) -> np.ndarray:
+        """`frag_after` for candidate states of ONE node (the parts of `parts_of`): per
+        entry of `frees`, `taken` GPUs with that free milli each lose `milli`."""
+        _, free_total, fit_count, big_sum = parts
+        if self.total_weight == 0:
+            return np.zeros(len(frees), dtype=np.int64)
+        m = len(self._milli)
+        loss = (self._loss(frees[0], milli)[None, :] if len(frees) == 1
+                else np.array([self._loss(f, milli) for f in frees]))
+        if taken != 1:
+            loss = loss * taken
+        ok = self._access[model_idx] & (cpu_after >= self._cpu)
+        fit_after = fit_count - loss[:, :m]
+        fits = (fit_after >= self._count) & ok
+        usable = (fits * (big_sum - loss[:, m:])) @ self._weight
+        return self.total_weight * (free_total - taken * milli) - usable
 
     def frag_after(self, free_total: np.ndarray, fit_count: np.ndarray, big_sum: np.ndarray,
                    taken: np.ndarray | int, free: np.ndarray | int, milli: int,
@@ -296,7 +362,7 @@ class FragmentationMeter:
         self.total = int(self.per_node.sum())
 
     def update(self, node: int) -> None:
-        new = int(self.model.of_nodes(self.state, np.array([node]))[0])
+        new = self.model.parts_of(self.state, node)[0]
         self.total += new - int(self.per_node[node])
         self.per_node[node] = new
 
