@@ -158,3 +158,25 @@ def test_a_small_tune_writes_its_chart_instead_of_crashing_after_the_work(tmp_pa
                                  "--out", str(out)])
     assert r.exit_code == 0, r.output
     assert (out / "alloc_curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_trace_of_identical_pods_writes_every_file(tmp_path: Path) -> None:
+    """12 pods of one shape on 3 x 4 T4 pack without any fragmentation: the PNG's flat
+    fragmentation panel once crashed the command after the work was done."""
+    d = tmp_path / "trace"
+    d.mkdir()
+    (d / "openb_node_list_gpu_node.csv").write_text(
+        "sn,cpu_milli,memory_mib,gpu,model\n" + "".join(
+            f"node-{i},32000,131072,4,T4\n" for i in range(3)))
+    (d / "openb_pod_list_same.csv").write_text(
+        "name,cpu_milli,memory_mib,num_gpu,gpu_milli\n" + "".join(
+            f"pod-{i:02d},1000,2048,1,500\n" for i in range(12)))
+    out = tmp_path / "out"
+    res = runner.invoke(app, ["experiment", "fgd", "--trace-dir", str(d), "--workload",
+                              "openb_pod_list_same", "--seeds", "1", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    assert (out / "alloc_curves.png").stat().st_size > 1000
+    summary = json.loads((out / "summary.json").read_text())
+    assert {r["policy"] for r in summary["policies"]} >= {"06-FGD"}
+    frag = (out / "frag_discrete.csv").read_text().splitlines()[1].split(",")[5:]
+    assert {float(v) for v in frag if v} == {0.0}

@@ -88,3 +88,28 @@ def test_ticks_are_round_evenly_spaced_and_inside() -> None:
         assert 2 <= len(ticks) <= 7 and lo <= ticks[0] and ticks[-1] <= hi
         assert len({round(b - a, 9) for a, b in zip(ticks, ticks[1:], strict=False)}) == 1
     assert nice_ticks(5, 5) == [5]
+
+
+def test_a_flat_fragmentation_panel_is_drawn_not_a_crash() -> None:
+    """No fragmentation anywhere (every pod the same, packed perfectly) once gave the panel a
+    zero y-range: px() divided by it and drawing the ticks failed on NaN."""
+    result = _result()
+    for r in result.runs:
+        r.curves["frag"][:] = 0.0
+    chart = plot_figure(result, {})
+    (y0, y1) = chart.panels[2].ylim
+    assert y1 > y0 == 0
+    image = Image.open(io.BytesIO(chart.png())).convert("RGB")
+    assert image.size == SIZE
+    fgd = ImageColor.getrgb(POLICY_COLORS["06-FGD"])  # the other panels still drawn
+    assert fgd in _colours_near(image, chart, 0, 120, 95, r=2)
+
+
+def test_empty_or_broken_limits_get_a_unit_range() -> None:
+    from gpugov.sim.png_chart import Panel
+    for lim, want in (((0, 0), (0.0, 1.0)), ((5, 5), (5.0, 6.0)), ((3, 1), (3.0, 4.0)),
+                      ((0, float("nan")), (0.0, 1.0)), ((float("nan"), 2), (0.0, 2.0))):
+        p = Panel((0, 0, 100, 100), lim, lim, "t", "x", "y")
+        assert (p.xlim, p.ylim) == (want, want)
+        px, py = p.px(np.array([want[0], want[1]]), np.array([want[0], want[1]]))
+        assert np.isfinite(px).all() and np.isfinite(py).all()

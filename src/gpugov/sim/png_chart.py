@@ -60,6 +60,12 @@ class Panel:
     #: (label, colour, kind) drawn in the legend, kind: "line", "marker" or "dotted"
     legend: list[tuple[str, str, str]] = field(default_factory=list)
 
+    def __post_init__(self) -> None:
+        # a flat series (e.g. no fragmentation at all: every pod the same) gives a zero
+        # range, which px() would divide by; give it a unit range above its value instead
+        self.xlim = _span(self.xlim)
+        self.ylim = _span(self.ylim)
+
     def px(self, x: np.ndarray | float, y: np.ndarray | float
            ) -> tuple[np.ndarray, np.ndarray]:
         """Data coordinates to pixel coordinates inside the panel's own image."""
@@ -67,6 +73,16 @@ class Panel:
         w, h = self.box[2] - self.box[0], self.box[3] - self.box[1]
         return ((np.asarray(x, dtype=float) - x0) * w / (x1 - x0),
                 (y1 - np.asarray(y, dtype=float)) * h / (y1 - y0))
+
+
+def _span(lim: tuple[float, float]) -> tuple[float, float]:
+    """`lim`, or (lo, lo + 1) when it is empty or not finite (0 for a non-finite lo)."""
+    lo, hi = float(lim[0]), float(lim[1])
+    if not math.isfinite(lo):
+        lo = 0.0
+    if not (math.isfinite(hi) and hi > lo):
+        hi = lo + 1.0
+    return lo, hi
 
 
 def _segments(x: np.ndarray, *ys: np.ndarray) -> list[np.ndarray]:
