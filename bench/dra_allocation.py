@@ -2,10 +2,10 @@
 against gpugov's own scheduler allocating the claims (docs/dra.md, path 1).
 
 Usage: python bench/dra_allocation.py [--nodes 8] [--gpus 8] [--pods 64] [--no-governed]
-Starts a local v1.34 control plane with the DRA alpha gates gpugov uses and kwok nodes (half
-of them with exclusive GPUs, half with soft ones), publishes their slices, then times creating
---pods claims + pods (half one whole GPU by a CEL selector, `!sharing`, half 16 GiB / 25 %
-slices) until all are bound: by kube-scheduler with plain slices; by kube-scheduler with
+Starts a local v1.34 control plane with the DRA alpha gates gpugov uses and kwok nodes whose
+GPUs are half exclusive and half soft, publishes their slices, then times creating --pods
+claims + pods (half one whole GPU by a CEL selector on the model, half 16 GiB / 25 % slices)
+until all are bound: by kube-scheduler with plain slices; by kube-scheduler with
 gpugov's binding conditions and `gpugov dra governor`; and by gpugov's scheduler, which
 translates the claims, places them in its one state with the queue and writes each claim's
 allocation and reservation before the Binding. Each run has its own nodes and namespace on the
@@ -51,7 +51,7 @@ async def one_run(kube: Kube, tag: str, nodes: int, gpus: int, pods: int,
     pub = SlicePublisher(kube, features)
     await pub.ensure_classes()
     for i in range(nodes):
-        inv = inventory(*[gpu(g, DeviceMode.SOFT if i % 2 else DeviceMode.EXCLUSIVE)
+        inv = inventory(*[gpu(g, DeviceMode.SOFT if g % 2 else DeviceMode.EXCLUSIVE)
                           for g in range(gpus)])
         node = kwok_node(f"{tag}-n{i}", inv)
         node["metadata"]["labels"]["gpugov-bench"] = tag
@@ -83,8 +83,8 @@ async def one_run(kube: Kube, tag: str, nodes: int, gpus: int, pods: int,
     sem = asyncio.Semaphore(32)
 
     async def make(i: int) -> None:
-        req = request("g", "gpu.gpugov.io", selector='!device.attributes["gpu.gpugov.io"]'
-                      '.sharing') if i % 2 else request(
+        req = request("g", "gpu.gpugov.io", selector='device.attributes["gpu.gpugov.io"]'
+                      '.model == "A100-SXM4-80GB"') if i % 2 else request(
             "g", SLICE_CLASS, capacity={"memory": "16Gi", "compute": "25"})
         async with sem:
             await kube.request("POST", f"/apis/resource.k8s.io/v1/namespaces/{ns}/"
@@ -108,6 +108,10 @@ async def one_run(kube: Kube, tag: str, nodes: int, gpus: int, pods: int,
     took = time.perf_counter() - t0
     stop.set()
     await asyncio.gather(*tasks, return_exceptions=True)
+    if governed:  # its claims stay; charged to no queue, they hold no later run's fair share
+        g = "/apis/gpugov.io/v1alpha1"
+        await kube.request("DELETE", f"{g}/tenants/{ns}")
+        await kube.request("DELETE", f"{g}/queues/{ns}")
     if runner is not None:
         SPENT["cycles"] = runner.cycles
         SPENT["rebuilds"] = runner.state.rebuilds

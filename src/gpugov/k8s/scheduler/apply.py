@@ -71,7 +71,8 @@ class Applier:
 
     async def _bind(self, b: Bind) -> None:
         if b.claims:  # DRA claims gpugov allocated: allocation and reservation first
-            why = await dra_alloc.write_claims(self.kube, b.namespace, b.name, b.uid, b.claims)
+            why = await dra_alloc.write_claims(self.kube, b.namespace, b.name, b.uid, b.claims,
+                                               self.state.dra.claims)
             if why:
                 log.warning("pod %s/%s not bound: %s", b.namespace, b.name, why)
                 self.outcomes["bind-claims-failed"] += 1

@@ -204,15 +204,19 @@ def device_index_of(name: str) -> int | None:
 
 # -- API writes -----------------------------------------------------------------------------
 async def write_claims(kube: Any, namespace: str, pod: str, pod_uid: str,
-                       claims: tuple[tuple[str, str, dict[str, Any]], ...]) -> str:
+                       claims: tuple[tuple[str, str, dict[str, Any]], ...],
+                       known: Mapping[str, Mapping[str, Any]] | None = None) -> str:
     """Allocate and reserve each claim for the pod (finalizer first, as kube-scheduler does);
-    "" when all are written, else why not (nothing is bound then)."""
+    "" when all are written, else why not (nothing is bound then). `known`: the claims as
+    watched (their resourceVersion makes each write conditional; a stale one fails, 409)."""
     for key, uid, alloc in claims:
         name = key.split("/", 1)[1]
         path = f"/apis/resource.k8s.io/v1/namespaces/{namespace}/resourceclaims/{name}"
-        status, doc = await kube.request("GET", path)
-        if status != 200:
-            return f"ResourceClaim {key}: HTTP {status}"
+        doc = (known or {}).get(key)
+        if doc is None or not (doc.get("metadata") or {}).get("resourceVersion"):
+            status, doc = await kube.request("GET", path)
+            if status != 200:
+                return f"ResourceClaim {key}: HTTP {status}"
         meta = doc.get("metadata") or {}
         if uid and meta.get("uid") != uid:
             return f"ResourceClaim {key} was replaced"
