@@ -157,3 +157,45 @@ def test_device_choice_survives_snapshot_and_restore(nodes, pods, seed) -> None:
     slow.state.restore(snap_slow)
     for pod in reversed(pods):
         assert fast.place(pod) == slow.place(pod)
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(pod_st(), min_size=1, max_size=25), st.integers(0, 2**32 - 1),
+       st.integers(17, 600), st.integers(1, 1000))
+def test_many_candidate_states_equal_the_definition(typical, seed, c, milli) -> None:
+    """Many rows at once (a new request shape scores every node) take the per-size loss
+    table and, above 256 rows, one einsum: the same integers as the definition."""
+    rng = np.random.default_rng(seed)
+    nodes = [NodeSpec(f"n{i}", 96000, 10**6, 8, MODELS[i % 3]) for i in range(3)]
+    state, model = _model(nodes, typical)
+    free = rng.choice([0, 100, 250, 500, 750, 1000, *rng.integers(0, 1001, 4)], size=(c, 8))
+    cpu = rng.integers(0, 128001, c)
+    models = rng.integers(-1, len(state.model_names), c)
+    parts = model.node_parts(free)
+    assert np.array_equal(model.frag_from_parts(*parts, cpu, models),
+                          model.node_frag(free, cpu, models))
+    cols = rng.integers(0, 8, c)
+    rows = np.flatnonzero(free[np.arange(c), cols] >= milli)
+    after = free[rows].copy()
+    after[np.arange(len(rows)), cols[rows]] -= milli
+    got = model.frag_after(parts[0][rows], parts[1][rows], parts[2][rows], 1,
+                           free[rows, cols[rows]], milli, cpu[rows], models[rows])
+    assert np.array_equal(got, model.node_frag(after, cpu[rows], models[rows]))
+
+
+@settings(max_examples=10, deadline=None)
+@given(st.lists(pod_st(), min_size=1, max_size=60), st.integers(0, 2**16))
+def test_fast_fgd_on_a_large_cluster_decides_as_full_recomputation(pods, seed) -> None:
+    """Hundreds of nodes: a new shape's first score goes through the vectorised pass over
+    all of them, later ones one changed node at a time."""
+    rng = np.random.default_rng(seed)
+    nodes = [NodeSpec(f"n{i}", int(rng.choice([32000, 64000, 96000])), 10**6,
+                      int(rng.choice([1, 2, 4, 8])), MODELS[int(rng.integers(3))])
+             for i in range(300)]
+    fast = _placer(nodes, pods, FgdPolicy, seed)
+    slow = _placer(nodes, pods, _FullRecomputeFgd, seed)
+    for i, pod in enumerate(pods * 3):
+        feasible = np.flatnonzero(fast.state.feasible(pod))
+        assert np.array_equal(fast.policy.score(fast.state, pod, feasible),
+                              slow.policy.score(slow.state, pod, feasible)), i
+        assert fast.place(pod) == slow.place(pod), i

@@ -145,6 +145,8 @@ class FragmentationModel:
         self._table: np.ndarray | None = None  # built on first use (`_parts_by_table`)
         #: (free milli, milli taken) -> what one GPU loses of the parts (`_loss`)
         self._losses: dict[tuple[int, int], np.ndarray] = {}
+        #: milli taken -> `_loss` of every free milli (`_loss_table`)
+        self._loss_tables: dict[int, np.ndarray] = {}
 
     def node_frag(self, gpu_free: np.ndarray, cpu_free: np.ndarray, model_idx: np.ndarray
                   ) -> np.ndarray:
@@ -187,6 +189,9 @@ class FragmentationModel:
             return np.zeros(len(free_total), dtype=np.int64)
         fits = (fit_count >= self._count) & (cpu_free[:, None] >= self._cpu)
         fits &= self._access[model_idx]
+        if len(fits) > 256:  # many states: one pass without the [C, M] product (same ints)
+            return self.total_weight * free_total - np.einsum("cm,cm,m->c", fits, big_sum,
+                                                                self._weight)
         return self.total_weight * free_total - (fits * big_sum) @ self._weight
 
     def _lookup(self) -> np.ndarray:
@@ -226,26 +231,30 @@ class FragmentationModel:
         """`frag_and_parts` of one node with scalar bookkeeping (the hot path: one node
         changes per placement): (fragmentation, free total, fit count [M], big sum [M])."""
         version = int(state.version[node])
-        if self._parts_version[node] != version:
-            free = state.gpu_free[node]
-            if free.min() >= 0 and free.max() <= MILLI_PER_GPU:
-                both = self._lookup()[free].sum(axis=0)
-                m = len(self._milli)
-                self._free_total[node] = free.sum()
-                self._fit_count[node] = both[:m]
-                self._big_sum[node] = both[m:]
-                frag = 0
-                if self.total_weight:
-                    fits = ((both[:m] >= self._count) & self._access[state.model_idx[node]]
-                            & (int(state.cpu_free[node]) >= self._cpu))
-                    frag = (self.total_weight * int(self._free_total[node])
-                            - int((fits * both[m:]) @ self._weight))
-                self._cached[0, node] = frag
-                self._parts_version[node] = version
-            else:
-                self.frag_and_parts(state, np.array([node]))
-        return (int(self._cached[0, node]), int(self._free_total[node]),
-                self._fit_count[node], self._big_sum[node])
+        if self._parts_version[node] == version:
+            return (int(self._cached[0, node]), int(self._free_total[node]),
+                    self._fit_count[node], self._big_sum[node])
+        free = state.gpu_free[node]
+        values = free.tolist()  # a few GPUs: Python's min/max/sum are cheaper than numpy's
+        if not values or min(values) < 0 or max(values) > MILLI_PER_GPU:
+            self.frag_and_parts(state, np.array([node]))
+            return (int(self._cached[0, node]), int(self._free_total[node]),
+                    self._fit_count[node], self._big_sum[node])
+        both = self._lookup()[free].sum(axis=0)
+        m = len(self._milli)
+        fit_count, big_sum = both[:m], both[m:]
+        free_total = sum(values)
+        frag = 0
+        if self.total_weight:
+            fits = ((fit_count >= self._count) & self._access[state.model_idx[node]]
+                    & (int(state.cpu_free[node]) >= self._cpu))
+            frag = self.total_weight * free_total - int((fits * big_sum) @ self._weight)
+        self._free_total[node] = free_total
+        self._fit_count[node] = fit_count
+        self._big_sum[node] = big_sum
+        self._cached[0, node] = frag
+        self._parts_version[node] = version
+        return frag, free_total, fit_count, big_sum
 
     def _loss(self, free: int, milli: int) -> np.ndarray:
         """[2M]: what a GPU with `free` milli free adds to (fit count, big sum) minus what
@@ -261,6 +270,22 @@ class FragmentationModel:
             row = np.concatenate([was ^ still, was * free - still * after]).astype(np.int64)
             self._losses[key] = row
         return row
+
+    def _loss_table(self, milli: int) -> np.ndarray:
+        """`_loss` of every free milli 0..MILLI_PER_GPU for one `milli` ([1001, 2M] int32:
+        values are at most MILLI_PER_GPU), kept for a few request sizes."""
+        table = self._loss_tables.get(milli)
+        if table is None:
+            if len(self._loss_tables) >= 32:
+                self._loss_tables.clear()
+            f = np.arange(MILLI_PER_GPU + 1, dtype=np.int64)[:, None]
+            after = f - milli
+            was = self._milli <= f
+            still = self._milli <= after
+            table = np.concatenate([was ^ still, was * f - still * after], axis=1
+                                   ).astype(np.int32)
+            self._loss_tables[milli] = table
+        return table
 
     def frag_after_one(self, parts: tuple[int, int, np.ndarray, np.ndarray],
                        frees: list[int], taken: int, milli: int, cpu_after: int,
@@ -289,6 +314,12 @@ class FragmentationModel:
         states before. A GPU stays big enough for the shapes with milli <= free - milli and
         stops being big enough for those with free - milli < milli_m <= free."""
         free = np.asarray(free).reshape(-1, 1)
+        if isinstance(taken, int) and taken == 1 and len(free) > 16 and milli >= 0 and (
+                free.min() >= 0 and free.max() <= MILLI_PER_GPU):  # many rows: look them up
+            loss = self._loss_table(milli)[free[:, 0]]
+            m = len(self._milli)
+            return self.frag_from_parts(free_total - milli, fit_count - loss[:, :m],
+                                        big_sum - loss[:, m:], cpu_after, model_idx)
         after = free - milli
         was = self._milli <= free  # [C, M]
         still = self._milli <= after
