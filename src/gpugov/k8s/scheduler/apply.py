@@ -45,13 +45,14 @@ class Applier:
         self.outcomes: Counter[str] = Counter()  # "bind-ok", "bind-409", ... (for metrics)
 
     async def apply(self, plan: Plan) -> None:
+        releases, self.state.dra.releases = self.state.dra.releases, []
+        if releases:  # DRA claims of pods that left: released before their devices are given
+            await asyncio.gather(*(self._release(k, uid) for k, uid in dict.fromkeys(releases)))
         tasks = [self._bind(b) for b in plan.binds]
         tasks += [self._evict(e) for e in plan.evictions]
         tasks += [self._condition(c) for c in plan.conditions]
         tasks += [self._queue(q, s) for q, s in plan.queue_status.items()]
         tasks += [self._node(n, a) for n, a in plan.node_annotations.items()]
-        releases, self.state.dra.releases = self.state.dra.releases, []
-        tasks += [self._release(k, uid) for k, uid in dict.fromkeys(releases)]
         if tasks:
             await asyncio.gather(*tasks)
 

@@ -70,6 +70,9 @@ class DraPods:
         #: uid -> pod key of pods this scheduler allocated claims for (to release them)
         self.ours: dict[str, str] = {}
         self.releases: list[tuple[str, str]] = []  # (claim key, pod uid) to release
+        #: uid -> pod key of pods gpugov allocated for that left, while a claim still names
+        #: them (forgotten when no claim does: `forget_left`)
+        self.left: dict[str, str] = {}
 
     # -- watch events -------------------------------------------------------------------------
     def set_pod(self, key: str, obj: Mapping[str, Any]) -> None:
@@ -89,7 +92,8 @@ class DraPods:
         if not uid or uid == mine:  # not a new pod of the same name
             self.pods.pop(key, None)
         uid = uid or mine
-        if uid and self.ours.pop(uid, None) is not None:
+        if uid and uid in self.ours and uid not in self.left:
+            self.left[uid] = self.ours.pop(uid)
             ns = key.split("/", 1)[0]
             for c in self.claims.values():
                 meta = c.get("metadata") or {}
@@ -107,6 +111,15 @@ class DraPods:
                 "results") or []:
             if isinstance(r, Mapping):
                 self.pending.discard((str(r.get("pool")), str(r.get("device"))))
+
+    def forget_left(self) -> None:
+        """Forget pods that left once no claim is reserved for them any more."""
+        if not self.left:
+            return
+        named = {r.get("uid") for c in self.claims.values()
+                 for r in (c.get("status") or {}).get("reservedFor") or []
+                 if isinstance(r, Mapping)}
+        self.left = {u: k for u, k in self.left.items() if u in named}
 
     def delete_claim(self, obj: Mapping[str, Any]) -> None:
         if self.claims.pop(_key(obj), None) is not None:
@@ -133,9 +146,10 @@ class DraPods:
         version = (self.version, slices_version, id(pod))
         got = self._cache.get(key)
         if got is None or got[0] != version:
-            if self._cel_version != slices_version:
+            devices = slices_version[0] if isinstance(slices_version, tuple) else slices_version
+            if self._cel_version != devices:  # CEL results hold while the devices do
                 self._cel.clear()
-                self._cel_version = slices_version
+                self._cel_version = devices
             try:
                 result: Translation | ClaimProblem = translate(pod, self.claims, self.classes,
                                                                nodes, self._match)
@@ -281,13 +295,18 @@ def constrain(preq: PodRequest, tr: Translation | None) -> PodRequest:
     return dataclasses.replace(preq, tolerations=(*tols, DRA_TOLERATION), node_affinity=terms)
 
 
-def ours(claim: Mapping[str, Any], pods: Mapping[str, Any], scheduler: str) -> bool:
+def ours(claim: Mapping[str, Any], pods: Mapping[str, Any], scheduler: str,
+         leaving: Mapping[str, str] | None = None) -> bool:
     """A claim gpugov's scheduler allocated: reserved for a live pod of its own (that pod's
-    job counts it, so the claim is neither held again nor charged again)."""
+    job counts it, so the claim is neither held again nor charged again), or for a pod of its
+    own that left and whose release is on its way (`leaving`: uid -> pod; an evicted
+    victim's GPU is its preemptor's, not held until the release is seen)."""
     ns = (claim.get("metadata") or {}).get("namespace", "")
     for r in (claim.get("status") or {}).get("reservedFor") or []:
         if not isinstance(r, Mapping):
             continue
+        if leaving and r.get("uid") in leaving:
+            return True
         info = pods.get(f"{ns}/{r.get('name')}")
         if info is not None and info.scheduler == scheduler and info.uid == r.get("uid"):
             return True

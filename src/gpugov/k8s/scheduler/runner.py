@@ -174,8 +174,8 @@ class Runner:
             self.state.dirty = True
             return
         t1 = time.perf_counter()
-        if not plan.empty() and self.applier is not None:
-            await self.applier.apply(plan)
+        if (not plan.empty() or self.state.dra.releases) and self.applier is not None:
+            await self.applier.apply(plan)  # (DRA claims to release: dra_alloc.py)
         if plan.power_status and self.applier is not None:
             await write_statuses(self.kube, self.state.power, plan.power_status)
         self.cycles += 1

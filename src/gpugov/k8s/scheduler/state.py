@@ -204,6 +204,7 @@ class SchedulerState:
         self.claim_usage: np.ndarray | None = None  # [queue, resource]: claims' part of usage
         #: claim pods, every claim and DeviceClass: gpugov allocating claims (`dra_alloc.py`)
         self.dra = dra_alloc.DraPods()
+        self._dra_nodes: tuple[Any, dict[str, list[dict[str, Any]]]] = (None, {})
 
     # -- watch events ------------------------------------------------------------------------
     def set_node(self, obj: dict[str, Any]) -> None:
@@ -581,6 +582,7 @@ class SchedulerState:
         self.claim_holds = {}
         self.claim_usage = np.zeros_like(cp.ledger.usage)
         tree = cp.tree
+        self.dra.forget_left()
         for pool, device in self.claims.devices_of(skip=self._ours):
             i, d = self.node_index.get(pool), dra_alloc.device_index_of(device)
             if i is not None and d is not None and d < int(cp.state.gpu_count[i]):
@@ -677,13 +679,17 @@ class SchedulerState:
         for other pods. ClaimProblem (a ValueError): why it cannot be placed yet."""
         if info.key not in self.dra.pods:
             return None
-        tr = self.dra.translation(info.key, self.claims.by_node(), self.claims.version)
+        version = (self.claims.version, self.rebuilds)  # devices of the nodes it manages
+        if self._dra_nodes[0] != version:
+            self._dra_nodes = (version, {n: d for n, d in self.claims.by_node().items()
+                                         if n in self.node_index})
+        tr = self.dra.translation(info.key, self._dra_nodes[1], version)
         if tr is not None and info.request != tr.request:
             info.request, info.gpu_declared = tr.request, True
         return tr
 
     def _ours(self, claim: dict[str, Any]) -> bool:
-        return dra_alloc.ours(claim, self.pods, self.scheduler_name)
+        return dra_alloc.ours(claim, self.pods, self.scheduler_name, self.dra.left)
 
     def _unplaceable(self, info: PodInfo) -> str:
         """Why a pending pod cannot be given to the engine ("" = it can)."""
