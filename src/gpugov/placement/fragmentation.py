@@ -22,6 +22,7 @@ measurements that chose this.
 from __future__ import annotations
 
 import dataclasses
+from bisect import bisect_right
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -38,6 +39,8 @@ POPULARITY_THRESHOLD = 0.95
 #: to stay in exact integers; chosen by bench/bench_memory_bound.py (docs/placement-study.md):
 #: 0 measured best — every weight tried above it allocated less compute and memory
 MEMORY_WEIGHT = (0, 1)
+#: a GPU count no node reaches: a shape ruled out by model or CPU never "fits"
+_NEVER = np.iinfo(np.int64).max
 
 
 def typical_key(req: PodRequest) -> tuple[int, int, int, str, int]:
@@ -140,8 +143,14 @@ class FragmentationModel:
         # valid while its version is unchanged: what `frag_after` starts from
         self._parts_version = np.full(len(state), -1, dtype=np.int64)
         self._free_total = np.zeros(len(state), dtype=np.int64)
-        self._fit_count = np.zeros((len(state), len(typical)), dtype=np.int64)
-        self._big_sum = np.zeros((len(state), len(typical)), dtype=np.int64)
+        # one row per node: [fit count | big sum], so one node's parts are one array
+        self._both = np.zeros((len(state), 2 * len(typical)), dtype=np.int64)
+        self._fit_count = self._both[:, :len(typical)]
+        self._big_sum = self._both[:, len(typical):]
+        #: the shapes' CPU requests, sorted and distinct: a node's CPU "level" is how many
+        #: of them it can hold (`_need`)
+        self._cpu_levels = sorted(set(typical.cpu.tolist()))
+        self._need_table: np.ndarray | None = None  # built on first use (`_need`)
         self._table: np.ndarray | None = None  # built on first use (`_parts_by_table`)
         #: (free milli, milli taken) -> what one GPU loses of the parts (`_loss`)
         self._losses: dict[tuple[int, int], np.ndarray] = {}
@@ -226,35 +235,45 @@ class FragmentationModel:
         return (self._cached[0, nodes], self._free_total[nodes], self._fit_count[nodes],
                 self._big_sum[nodes])
 
-    def parts_of(self, state: ClusterState, node: int
-                 ) -> tuple[int, int, np.ndarray, np.ndarray]:
+    def parts_of(self, state: ClusterState, node: int) -> tuple[int, int, np.ndarray]:
         """`frag_and_parts` of one node with scalar bookkeeping (the hot path: one node
-        changes per placement): (fragmentation, free total, fit count [M], big sum [M])."""
+        changes per placement): (fragmentation, free total, [fit count | big sum] [2M])."""
         version = int(state.version[node])
-        if self._parts_version[node] == version:
-            return (int(self._cached[0, node]), int(self._free_total[node]),
-                    self._fit_count[node], self._big_sum[node])
-        free = state.gpu_free[node]
-        values = free.tolist()  # a few GPUs: Python's min/max/sum are cheaper than numpy's
-        if not values or min(values) < 0 or max(values) > MILLI_PER_GPU:
-            self.frag_and_parts(state, np.array([node]))
-            return (int(self._cached[0, node]), int(self._free_total[node]),
-                    self._fit_count[node], self._big_sum[node])
-        both = self._lookup()[free].sum(axis=0)
-        m = len(self._milli)
-        fit_count, big_sum = both[:m], both[m:]
-        free_total = sum(values)
-        frag = 0
-        if self.total_weight:
-            fits = ((fit_count >= self._count) & self._access[state.model_idx[node]]
-                    & (int(state.cpu_free[node]) >= self._cpu))
-            frag = self.total_weight * free_total - int((fits * big_sum) @ self._weight)
-        self._free_total[node] = free_total
-        self._fit_count[node] = fit_count
-        self._big_sum[node] = big_sum
-        self._cached[0, node] = frag
-        self._parts_version[node] = version
-        return frag, free_total, fit_count, big_sum
+        if self._parts_version[node] != version:
+            free = state.gpu_free[node]
+            values = free.tolist()  # a few GPUs: Python's min/max/sum beat numpy's here
+            if not values or min(values) < 0 or max(values) > MILLI_PER_GPU:
+                self.frag_and_parts(state, np.array([node]))
+            else:
+                both = self._lookup()[free].sum(axis=0)
+                free_total = sum(values)
+                frag = 0
+                if self.total_weight:
+                    m = len(self._milli)
+                    need = self._need(int(state.model_idx[node]), int(state.cpu_free[node]))
+                    frag = (self.total_weight * free_total
+                            - int(((both[:m] >= need) * both[m:]) @ self._weight))
+                self._free_total[node] = free_total
+                self._both[node] = both
+                self._cached[0, node] = frag
+                self._parts_version[node] = version
+                return frag, free_total, both
+        return int(self._cached[0, node]), int(self._free_total[node]), self._both[node]
+
+    def _need(self, model_idx: int, cpu: int) -> np.ndarray:
+        """[M]: per shape, how many big-enough GPUs it needs to fit a node of this model
+        (index into `_access`) with `cpu` milli free; an unreachable count where its model
+        or CPU rules it out. `fit count >= _need(...)` is `frag_from_parts`'s `fits`."""
+        level = bisect_right(self._cpu_levels, cpu)
+        if self._need_table is None:
+            rows, m = self._access.shape
+            if rows * (len(self._cpu_levels) + 1) * m > 2_000_000:  # huge typical sets
+                return np.where(self._access[model_idx] & (cpu >= self._cpu), self._count,
+                                _NEVER)
+            levels = np.array([-1, *self._cpu_levels], dtype=np.int64)  # level k holds these
+            ok = self._access[:, None, :] & (levels[None, :, None] >= self._cpu[None, None, :])
+            self._need_table = np.where(ok, self._count, _NEVER)
+        return self._need_table[model_idx, level]
 
     def _loss(self, free: int, milli: int) -> np.ndarray:
         """[2M]: what a GPU with `free` milli free adds to (fit count, big sum) minus what
@@ -287,23 +306,19 @@ class FragmentationModel:
             self._loss_tables[milli] = table
         return table
 
-    def frag_after_one(self, parts: tuple[int, int, np.ndarray, np.ndarray],
-                       frees: list[int], taken: int, milli: int, cpu_after: int,
-                       model_idx: int) -> np.ndarray:
+    def frag_after_one(self, parts: tuple[int, int, np.ndarray], frees: list[int],
+                       taken: int, milli: int, cpu_after: int, model_idx: int) -> np.ndarray:
         """`frag_after` for candidate states of ONE node (the parts of `parts_of`): per
         entry of `frees`, `taken` GPUs with that free milli each lose `milli`."""
-        _, free_total, fit_count, big_sum = parts
+        _, free_total, both = parts
         if self.total_weight == 0:
             return np.zeros(len(frees), dtype=np.int64)
         m = len(self._milli)
         loss = (self._loss(frees[0], milli)[None, :] if len(frees) == 1
                 else np.array([self._loss(f, milli) for f in frees]))
-        if taken != 1:
-            loss = loss * taken
-        ok = self._access[model_idx] & (cpu_after >= self._cpu)
-        fit_after = fit_count - loss[:, :m]
-        fits = (fit_after >= self._count) & ok
-        usable = (fits * (big_sum - loss[:, m:])) @ self._weight
+        after = both - (loss if taken == 1 else loss * taken)  # [K, 2M]
+        usable = ((after[:, :m] >= self._need(model_idx, cpu_after)) * after[:, m:]
+                  ) @ self._weight
         return self.total_weight * (free_total - taken * milli) - usable
 
     def frag_after(self, free_total: np.ndarray, fit_count: np.ndarray, big_sum: np.ndarray,
