@@ -199,3 +199,25 @@ def test_fast_fgd_on_a_large_cluster_decides_as_full_recomputation(pods, seed) -
         assert np.array_equal(fast.policy.score(fast.state, pod, feasible),
                               slow.policy.score(slow.state, pod, feasible)), i
         assert fast.place(pod) == slow.place(pod), i
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(pod_st(), min_size=1, max_size=25), st.lists(st.integers(0, 130000),
+       min_size=1, max_size=20), st.booleans())
+def test_need_rule_is_the_definition_of_fits(typical, cpus, tabled) -> None:
+    """`fit count >= _need(model, cpu)` is `frag_from_parts`'s fits (model allowed, CPU
+    enough, enough big GPUs), from the table or, for huge typical sets, row by row."""
+    import gpugov.placement.fragmentation as fragmentation
+    nodes = [NodeSpec(f"n{i}", 96000, 10**6, 8, MODELS[i % 3]) for i in range(3)]
+    state, model = _model(nodes, typical)
+    old = fragmentation.NEED_TABLE_MAX
+    fragmentation.NEED_TABLE_MAX = old if tabled else 0
+    try:
+        for cpu in cpus:
+            for idx in range(-1, len(state.model_names)):
+                for count in range(0, 9):
+                    fit = np.full(len(model._count), count)
+                    want = ((fit >= model._count) & (cpu >= model._cpu) & model._access[idx])
+                    assert np.array_equal(fit >= model._need(idx, cpu), want), (cpu, idx)
+    finally:
+        fragmentation.NEED_TABLE_MAX = old

@@ -41,6 +41,9 @@ POPULARITY_THRESHOLD = 0.95
 MEMORY_WEIGHT = (0, 1)
 #: a GPU count no node reaches: a shape ruled out by model or CPU never "fits"
 _NEVER = np.iinfo(np.int64).max
+#: the most entries of `FragmentationModel._need`'s table (models x CPU levels x shapes);
+#: a larger typical set computes each row instead
+NEED_TABLE_MAX = 2_000_000
 
 
 def typical_key(req: PodRequest) -> tuple[int, int, int, str, int]:
@@ -267,7 +270,7 @@ class FragmentationModel:
         level = bisect_right(self._cpu_levels, cpu)
         if self._need_table is None:
             rows, m = self._access.shape
-            if rows * (len(self._cpu_levels) + 1) * m > 2_000_000:  # huge typical sets
+            if rows * (len(self._cpu_levels) + 1) * m > NEED_TABLE_MAX:
                 return np.where(self._access[model_idx] & (cpu >= self._cpu), self._count,
                                 _NEVER)
             levels = np.array([-1, *self._cpu_levels], dtype=np.int64)  # level k holds these
