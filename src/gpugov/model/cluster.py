@@ -1290,10 +1290,10 @@ class ClusterState:
         self.dom_admitted_mw[k] += add
 
     def _refresh(self, n: int) -> None:
-        row = self.gpu_free[n]
-        self.gpu_free_total[n] = row.sum()
-        self.full_gpus[n] = (row == MILLI_PER_GPU).sum()
-        self.max_gpu_free[n] = row.max()
+        row = self.gpu_free[n].tolist()  # a few devices: Python's sum/count/max beat numpy's
+        self.gpu_free_total[n] = sum(row)
+        self.full_gpus[n] = row.count(MILLI_PER_GPU)
+        self.max_gpu_free[n] = max(row)
         self.version[n] += 1
 
     # -- snapshots -------------------------------------------------------------------------
