@@ -84,7 +84,7 @@ class Placer:
         either is the one node with the largest key)."""
         cache = self._cache(req)
         version = self.state.version
-        stale = np.flatnonzero(mask & (cache.version != version))
+        stale = (mask & (cache.version != version)).nonzero()[0]
         if len(stale):
             score = self.policy.score(self.state, req, stale)
             cache.score[stale] = score

@@ -88,9 +88,15 @@ class FgdPolicy(Policy):
         if self.memory_aware or req.gpu_memory_mib:
             best, dev = self._scores_by_state(state, req, nodes)
         elif len(nodes) <= SCALAR_NODES and state.fast_path(req):
-            pairs = [self._score_one(state, req, n) for n in nodes.tolist()]
-            best = np.array([p[0] for p in pairs], dtype=np.int64)
-            dev = np.array([p[1] for p in pairs], dtype=np.int64)
+            listed = nodes.tolist()
+            pairs = [self._score_one(state, req, n) for n in listed]
+            if req.is_sharing:  # scalar writes: a few nodes
+                version, device = self._device_cache(state, req)
+                for n, (_, d) in zip(listed, pairs, strict=True):
+                    version[n] = state.version[n]
+                    device[n] = d
+            return (np.array([p[0] for p in pairs], dtype=np.int64),
+                    np.array([p[1] for p in pairs], dtype=np.int64))
         else:
             best, dev = self._scores_by_parts(state, req, nodes)
         if req.is_sharing:
