@@ -306,3 +306,36 @@ def test_bad_claims_get_a_clear_reason_on_the_pod(dra_plane) -> None:
             assert not e.state.errors.get("cycle"), e.state.errors
 
     asyncio.run(main())
+
+
+def test_gpugov_and_kube_scheduler_never_allocate_one_gpu_twice(dra_plane) -> None:
+    """kube-scheduler allocates one of a node's two GPUs to its pod's claim; gpugov then gives
+    its pod the other one, a gpugov pod asking for two waits, and a second kube-scheduler pod
+    finds no GPU left."""
+    ns = "da-mix"
+
+    async def main() -> None:
+        async with running(dra_plane, "mix") as e:
+            await e.node("da-mix-n", gpu(0), gpu(1))
+            await e.tenant(ns, "da-mix-q")
+            await e.template(ns, "whole", [request("gpu", "gpu.gpugov.io")])
+            await e.template(ns, "two", [request("gpu", "gpu.gpugov.io", count=2)])
+            pin = {"nodeSelector": dict(e.select)}  # kube-scheduler: this node only
+            kp = claim_pod("ks", ns, {"gpu": "whole"}, template=True)
+            kp["spec"].update(pin)
+            await _post(e.kube, f"/api/v1/namespaces/{ns}/pods", kp)
+            assert await e.bound(ns, "ks") == "da-mix-n"
+            await e.pod(ns, "g1", {"gpu": "whole"})
+            assert await e.bound(ns, "g1") == "da-mix-n"
+            await e.pod(ns, "g2", {"gpu": "two"})
+            devices = [(await e.claim_of(ns, p))["status"]["allocation"]["devices"]["results"]
+                       [0]["device"] for p in ("ks", "g1")]
+            assert sorted(devices) == ["gpu-0", "gpu-1"], devices
+            assert "gpugov:" in await wait_for(lambda: e.reason(ns, "g2"), "g2 held")
+            kp2 = claim_pod("ks2", ns, {"gpu": "whole"}, template=True)
+            kp2["spec"].update(pin)
+            await _post(e.kube, f"/api/v1/namespaces/{ns}/pods", kp2)
+            await asyncio.sleep(3)
+            assert await e.node_of(ns, "ks2") == "" and await e.node_of(ns, "g2") == ""
+
+    asyncio.run(main())
