@@ -123,10 +123,11 @@ def lowest_fitting_devices(state: ClusterState, req: PodRequest, node: int) -> t
 
 def lowest_free_devices(free: np.ndarray, count: int) -> tuple[int, ...]:
     """The `count` lowest-index fully free devices."""
-    idx = np.flatnonzero(free == MILLI_PER_GPU)[:count]
+    # a few devices: a Python scan beats numpy's calls here
+    idx = [i for i, f in enumerate(free.tolist()) if f == MILLI_PER_GPU][:count]
     if len(idx) < count:
         raise ValueError(f"needs {count} free devices, node has {len(idx)}")
-    return tuple(int(i) for i in idx)
+    return tuple(idx)
 
 
 def best_fit_device(free: np.ndarray, milli: int, fits: np.ndarray | None = None) -> int:
