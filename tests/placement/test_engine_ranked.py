@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from gpugov.model.cluster import ClusterState, NodeSpec
 from gpugov.model.request import PodRequest
-from gpugov.placement.base import PolicyContext
+from gpugov.placement.base import Policy, PolicyContext
 from gpugov.placement.engine import Placer
 from gpugov.placement.fragmentation import FragmentationModel, TypicalPods
 from gpugov.placement.registry import get_policy
@@ -58,3 +58,39 @@ def test_ranked_path_places_as_the_general_path(pods, n, seed, policy) -> None:
             if i % 5 == 4:  # departures: nodes change back
                 fast.state.release(pod, a.allocation)
                 slow.state.release(pod, b.allocation)
+
+
+class _NegativeScores(Policy):
+    """A cacheable policy whose scores are below zero (most free CPU is worst)."""
+
+    name = "negative"
+    label = "negative"
+
+    def score(self, state: ClusterState, req: PodRequest, nodes: np.ndarray) -> np.ndarray:
+        return -(state.cpu_free[nodes] // 1000) - 1
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(pod_st, min_size=1, max_size=30), st.integers(2, 20), st.integers(0, 2**16))
+def test_ranked_path_never_picks_a_node_outside_the_mask(pods, n, seed) -> None:
+    rng = np.random.default_rng(seed)
+    nodes = [NodeSpec(f"n{i}", int(rng.choice([16000, 64000])), 10**6, 4, MODELS[i % 2])
+             for i in range(n)]
+    placers = []
+    for ranked in (True, False):
+        state = ClusterState(nodes)
+        ctx = PolicyContext(FragmentationModel(TypicalPods.from_requests(pods), state),
+                            np.random.default_rng(seed))
+        placer = Placer(state, _NegativeScores(ctx), rng.permutation(n))
+        placer._plain_rank = ranked
+        placers.append(placer)
+    fast, slow = placers
+    slow.rank, slow._tiebreak = fast.rank, fast._tiebreak
+    for i, pod in enumerate(pods):
+        held = rng.random(n) < 0.5
+        a, b = fast.decide(pod, held), slow.decide(pod, held)
+        assert a == b, (i, pod)
+        if a.allocation is not None:
+            assert not held[a.allocation.node]
+            fast.state.allocate(pod, a.allocation)
+            slow.state.allocate(pod, b.allocation)

@@ -21,6 +21,8 @@ from gpugov.placement.fragmentation import typical_key
 
 #: score caches kept per request shape; old shapes are evicted least-recently-used.
 MAX_CACHED_SHAPES = 256
+#: the ranking key of a node outside the mask: below any score's key, negative ones too
+_NO_NODE = np.iinfo(np.int64).min
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,7 +92,7 @@ class Placer:
             cache.score[stale] = score
             cache.key[stale] = score * len(self.state) + self._tiebreak[stale]
             cache.version[stale] = version[stale]
-        return int(np.where(mask, cache.key, -1).argmax())
+        return int(np.where(mask, cache.key, _NO_NODE).argmax())
 
     def scores(self, req: PodRequest, nodes: np.ndarray) -> np.ndarray:
         """Policy scores of `nodes` (all feasible for `req`), served from cache when fresh."""
@@ -102,7 +104,8 @@ class Placer:
         if len(stale):
             cache.score[stale] = self.policy.score(self.state, req, stale)
             cache.version[stale] = self.state.version[stale]
-        cache.key[stale] = cache.score[stale] * len(self.state) + self._tiebreak[stale]
+        if self._plain_rank:  # `_ranked` reads the key of every fresh node
+            cache.key[stale] = cache.score[stale] * len(self.state) + self._tiebreak[stale]
         return cache.score[nodes]
 
     def decide(self, req: PodRequest, exclude: np.ndarray | None = None) -> Decision:
