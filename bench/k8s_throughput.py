@@ -63,15 +63,18 @@ GPUGOV = "gpugov-bench"
 async def wait_bound(kube: Kube, total: int, deadline_s: float, path: str = "",
                      settle_s: float = 0.0) -> tuple[float, int]:
     """Watch `path` (default: the bench namespace's pods) until `total` pods are bound, or,
-    with `settle_s`, until none was bound for that long; (time of the last binding, bound)."""
+    with `settle_s`, until none was bound for that long after the first binding (a first cycle
+    over tens of thousands of pods takes minutes; `deadline_s` bounds the wait for it);
+    (time of the last binding, bound)."""
     path = path or f"/api/v1/namespaces/{NS}/pods"
     items, rv = await kube.list_all(path)
     done = {_key(p) for p in items if p["spec"].get("nodeName")}
+    bound0 = len(done)
     last = time.monotonic()
     end = time.monotonic() + deadline_s
     while len(done) < total:
         now = time.monotonic()
-        if settle_s and now - last > settle_s:
+        if settle_s and len(done) > bound0 and now - last > settle_s:
             break
         if now > end:
             raise TimeoutError(f"only {len(done)} of {total} pods bound after {deadline_s} s")
@@ -83,7 +86,8 @@ async def wait_bound(kube: Kube, total: int, deadline_s: float, path: str = "",
                         "nodeName") and _key(obj) not in done:
                     done.add(_key(obj))
                     last = time.monotonic()
-                if len(done) >= total or (settle_s and time.monotonic() - last > settle_s):
+                if len(done) >= total or (settle_s and len(done) > bound0
+                                          and time.monotonic() - last > settle_s):
                     break
         except Exception:  # an expired watch: list again
             items, rv = await kube.list_all(path)
