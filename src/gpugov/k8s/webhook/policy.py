@@ -53,6 +53,22 @@ ASKS_GPU = (
 )
 
 
+def _owned_present(obj: str) -> str:
+    return (f"(has({obj}.metadata.annotations) && {_cel_list(OWNED_ANNOTATIONS)}.exists(k, k in "
+            f"{obj}.metadata.annotations)) || (has({obj}.metadata.labels) && "
+            f"{_cel_list(OWNED_LABELS)}.exists(k, k in {obj}.metadata.labels))")
+
+
+def _may_ask_gpu() -> str:
+    """A superset of ASKS_GPU that reads only keys (no quantity): a GPU resource named."""
+    return ("[(has(object.spec.initContainers) ? object.spec.initContainers : []), "
+            "object.spec.containers].exists(cs, cs.exists(c, has(c.resources) && ("
+            f"(has(c.resources.limits) && c.resources.limits.exists(k, {_GPU_KEY})) || "
+            f"(has(c.resources.requests) && c.resources.requests.exists(k, {_GPU_KEY}))))) || "
+            "(has(object.metadata.annotations) && ('gpu-fraction' in object.metadata.annotations"
+            " || 'gpu-memory' in object.metadata.annotations))")
+
+
 def _cel_list(items: tuple[str, ...]) -> str:
     return "[" + ", ".join(f"'{i}'" for i in items) + "]"
 
@@ -61,6 +77,24 @@ def _unchanged(key: str, new: str, old: str) -> str:
     k = f"'{key}'"
     return (f"(({k} in {new}) == ({k} in {old}) && "
             f"(!({k} in {new}) || {new}[{k}] == {old}[{k}]))")
+
+
+def match_condition() -> str:
+    """CEL: the request is one some validation could refuse (a superset, by keys only), so
+    every other pod is decided by this one check. Why: the apiserver converts the whole pod for
+    each CEL evaluation pass of a policy (validations, messages, audit annotations: three
+    passes), and a matchCondition that is false ends after one. UPDATE: an owned key present
+    before or after (nothing owned on either side: nothing owned changed). CREATE: an
+    allocation record set, or a pod that may ask for a GPU and either presets spec.nodeName
+    or lacks gpugov's translation (a pod gpugov's webhook translated, with no node preset,
+    passes every CREATE rule)."""
+    ann_new = "object.metadata.annotations"
+    alloc = " || ".join(f"'{k}' in {ann_new}" for k in FORBIDDEN_AT_CREATE)
+    return (f"request.operation == 'UPDATE' ? ({_owned_present('object')} || "
+            f"{_owned_present('oldObject')}) : "
+            f"(has({ann_new}) && ({alloc})) || "
+            f"((has(object.spec.nodeName) || !has({ann_new}) || !('{ann.REQUEST}' in {ann_new}))"
+            f" && ({_may_ask_gpu()}))")
 
 
 def owner_message(key: str, what: str = "annotation") -> str:
@@ -160,6 +194,7 @@ def pod_ownership_policies(namespace: str = identities.SYSTEM_NAMESPACE,
             "matchConstraints": {"resourceRules": [{
                 "apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
                 "resources": ["pods"]}]},
+            "matchConditions": [{"name": "may-refuse", "expression": match_condition()}],
             "variables": variables(namespace, skip_namespaces),
             "validations": validations(),
         },
