@@ -15,6 +15,7 @@ many pods it resolved by a live read instead of its watch cache. Usage:
 
     python bench/webhook_admission.py [--pods 500] [--concurrency 32] [--rounds 2]
                                       [--create-validation] [--no-policy]
+                                      [--no-policy-match] [--trivial-condition]
 """
 
 from __future__ import annotations
@@ -104,10 +105,22 @@ def client_cpu() -> float:
     return use.ru_utime + use.ru_stime
 
 
-async def register(kubeconfig: Path, ca: bytes, url: str, create_validation: bool) -> None:
+#: a matchCondition that reads one map key (the bench's GPU pods name nvidia.com/gpu first),
+#: to measure what the real GPU_POD_CONDITION costs the apiserver beside it
+TRIVIAL_CONDITION = "'nvidia.com/gpu' in object.spec.containers[0].resources.limits"
+
+
+async def register(kubeconfig: Path, ca: bytes, url: str, create_validation: bool,
+                   trivial: bool = False) -> None:
     """Replace the webhook configurations, then wait until the apiserver routes by them."""
-    await apply_webhook_configurations(kubeconfig, registration.configurations(
-        ca, url=url, create_validation=create_validation))
+    objs = registration.configurations(ca, url=url, create_validation=create_validation)
+    if trivial:
+        for obj in objs:
+            for hook in obj["webhooks"]:
+                if hook["name"].endswith(".pods.gpugov.io"):
+                    hook["matchConditions"] = [{"name": "asks-for-gpu",
+                                                "expression": TRIVIAL_CONDITION}]
+    await apply_webhook_configurations(kubeconfig, objs)
     await asyncio.sleep(1.0)  # the apiserver's webhook informer is asynchronous
 
 
@@ -138,6 +151,12 @@ def main() -> None:
     ap.add_argument("--no-policy", action="store_true",
                     help="leave the pod policy out (as the bench did before it existed; every "
                          "pod then costs the apiserver less)")
+    ap.add_argument("--no-policy-match", action="store_true",
+                    help="the pod policy without its matchConditions (every pod evaluated, "
+                         "as before they existed)")
+    ap.add_argument("--trivial-condition", action="store_true",
+                    help="the webhook's matchCondition replaced by one map lookup (what the "
+                         "real condition costs)")
     args = ap.parse_args()
     kinds = ["plain", "gpu"] + (["gpu+validate"] if args.create_validation else [])
     build.ensure_binaries(("etcd", "kube-apiserver"))
@@ -154,13 +173,17 @@ def main() -> None:
                                                        Path(tmp) / "kubeconfig-webhook"))
             url = start_webhook(plane, kubeconfig=hook_kc)
             if not args.no_policy:
-                asyncio.run(policy.apply_policies(kc, policy.pod_ownership_policies(
-                    SYSTEM_NAMESPACE)))
-            asyncio.run(register(kc, plane.ca.pair.cert, url, False))
+                objs = policy.pod_ownership_policies(SYSTEM_NAMESPACE)
+                if args.no_policy_match:
+                    objs[0]["spec"].pop("matchConditions", None)
+                asyncio.run(policy.apply_policies(kc, objs))
+            trivial = args.trivial_condition
+            asyncio.run(register(kc, plane.ca.pair.cert, url, False, trivial))
             asyncio.run(namespace(kc, "bench"))
             for kind in kinds:  # warm-up, not counted: connections, caches, compiled CEL
                 if args.create_validation and kind != "plain":
-                    asyncio.run(register(kc, plane.ca.pair.cert, url, kind == "gpu+validate"))
+                    asyncio.run(register(kc, plane.ca.pair.cert, url, kind == "gpu+validate",
+                                         trivial))
                 asyncio.run(create(kc, "bench", [f"w{len(kind)}-{i}" for i in range(
                     args.concurrency)], kind != "plain", args.concurrency))
             secs = dict.fromkeys(kinds, 0.0)
@@ -171,7 +194,7 @@ def main() -> None:
                 for kind in kinds:
                     if args.create_validation and kind != "plain":
                         asyncio.run(register(kc, plane.ca.pair.cert, url,
-                                             kind == "gpu+validate"))
+                                             kind == "gpu+validate", trivial))
                     names = [f"{kind[:3]}{len(kind)}-{r}-{i}" for i in range(args.pods)]
                     hist0 = reviews(plane, url)
                     before, mine = cpu_seconds(plane), client_cpu()

@@ -51,6 +51,11 @@ def parse_quantity(value: object) -> Fraction:
     if len(text) > MAX_TEXT:
         raise ValueError(f"{_short(text)} is not a quantity gpugov reads (longer than "
                          f"{MAX_TEXT} characters)")
+    if text.isascii() and text.isdigit():  # the common `1`, `20000`: no regex, no Decimal
+        number = int(text)
+        if number > MAX_VALUE:
+            raise ValueError(f"{text!r} is out of range (at most {MAX_VALUE})")
+        return Fraction(number)
     m = _QUANTITY.match(text)
     if not m:
         raise ValueError(f"{value!r} is not a Kubernetes quantity (e.g. 1, 20000, 20k, 1Gi)")
@@ -80,6 +85,11 @@ def plain(value: object) -> object:
     """An integral quantity as a plain int (`20k` -> 20000); anything else unchanged, so the
     translator reports it with its own message (an out-of-range value comes back as text,
     which the translator refuses as not a whole number)."""
+    if isinstance(value, str) and len(value) <= MAX_TEXT:
+        text = value.strip()
+        if text.isascii() and text.isdigit():  # fast path, same answer as below
+            number = int(text)
+            return number if number <= MAX_VALUE else value
     try:
         q = parse_quantity(value)
     except ValueError:
