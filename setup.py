@@ -1,4 +1,6 @@
-"""Package build hook: compiles the enforcement library libgpugov.so with plain `cc`.
+"""Package build hook: compiles the enforcement library libgpugov.so with plain `cc`, and
+FGD's per-node score (native/placement/, libgpugov_placement.so, loaded with ctypes by
+gpugov.placement.native_fgd; the Python path answers without it).
 
 No CUDA toolkit and no make are needed; the same command runs for `pip install .`
 (the library lands in the wheel at gpugov/_native/) and `pip install -e .` (it is
@@ -25,17 +27,19 @@ LDLIBS = ["-ldl", "-lpthread"]
 class NativeLibrary(Extension):
     """A plain shared library (not a Python extension module) built from native/."""
 
-    def __init__(self) -> None:
-        sources = sorted(str(p.relative_to(ROOT)) for p in NATIVE.glob("*.c"))
-        super().__init__(LIB_NAME, sources=sources)
+    def __init__(self, name: str = LIB_NAME, folder: Path = NATIVE,
+                 libs: tuple[str, ...] = tuple(LDLIBS)) -> None:
+        sources = sorted(str(p.relative_to(ROOT)) for p in folder.glob("*.c"))
+        super().__init__(name, sources=sources)
+        self.ldlibs = list(libs)
 
 
 class BuildNative(build_ext):
     """Builds NativeLibrary with `cc` and the project's warning flags; others as usual."""
 
     def get_ext_filename(self, fullname: str) -> str:
-        if fullname.split(".")[-1] == "libgpugov":
-            return os.path.join(*fullname.split(".")[:-1], "libgpugov.so")
+        if fullname.split(".")[-1].startswith("libgpugov"):
+            return os.path.join(*fullname.split(".")[:-1], fullname.split(".")[-1] + ".so")
         return super().get_ext_filename(fullname)
 
     def copy_extensions_to_source(self) -> None:
@@ -56,11 +60,15 @@ class BuildNative(build_ext):
         if shutil.which(cc) is None:
             raise SystemExit(f"gpugov: C compiler {cc!r} not found; install gcc or set CC")
         sources = [str(ROOT / s) for s in ext.sources]
-        subprocess.run([cc, *CFLAGS, "-o", str(out), *sources, *LDLIBS], check=True)
+        subprocess.run([cc, *CFLAGS, "-o", str(out), *sources, *ext.ldlibs], check=True)
+        if ext.name != LIB_NAME:
+            return
         # The layout header is the region's single source of truth; the Python reader
         # parses it. Editable installs read it from native/ directly.
         if not str(out.parent).startswith(str(ROOT / "src")):
             shutil.copy2(NATIVE / "region_layout.h", out.parent / "region_layout.h")
 
 
-setup(ext_modules=[NativeLibrary()], cmdclass={"build_ext": BuildNative})
+setup(ext_modules=[NativeLibrary(),
+                   NativeLibrary("gpugov._native.libgpugov_placement", NATIVE / "placement", ())],
+      cmdclass={"build_ext": BuildNative})

@@ -55,6 +55,12 @@ class Policy(ABC):
         """Optional pass over all feasible nodes' scores (identity by default)."""
         return scores
 
+    def ranked(self, state: ClusterState, req: PodRequest, mask: np.ndarray, cache: object
+               ) -> int | None:
+        """The engine's ranked pick (`Placer._ranked`) done by the policy in one compiled
+        call — the same node — or None to let the engine do it (the default)."""
+        return None
+
     def choose_devices(self, state: ClusterState, req: PodRequest, node: int) -> tuple[int, ...]:
         """Devices for `req` on `node`: lowest-index free GPUs, best fit for sharing pods."""
         if not req.is_gpu:

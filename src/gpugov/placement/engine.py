@@ -35,14 +35,19 @@ class Decision:
 
 class _ScoreCache:
     """Scores of one request shape per node, valid while the node's version is unchanged;
-    `key` is the engine's ranking key of each scored node (score x nodes + tie-break)."""
+    `key` is the engine's ranking key of each scored node (score x nodes + tie-break);
+    `tiebreak` is the engine's tie-break per node; `addresses` are the four arrays' data
+    addresses, for a policy's compiled path (`Policy.ranked`)."""
 
-    __slots__ = ("version", "score", "key")
+    __slots__ = ("version", "score", "key", "tiebreak", "addresses")
 
-    def __init__(self, n: int) -> None:
+    def __init__(self, n: int, tiebreak: np.ndarray) -> None:
         self.version = np.full(n, -1, dtype=np.int64)
         self.score = np.zeros(n, dtype=np.int64)
         self.key = np.zeros(n, dtype=np.int64)
+        self.tiebreak = tiebreak
+        self.addresses = (self.version.ctypes.data, self.score.ctypes.data, self.key.ctypes.data,
+                          tiebreak.ctypes.data)
 
 
 class Placer:
@@ -58,7 +63,7 @@ class Placer:
         # rank[node] = position in the priority order; tie-break key prefers smaller rank.
         self.rank = np.empty(n, dtype=np.int64)
         self.rank[order] = np.arange(n)
-        self._tiebreak = n - 1 - self.rank
+        self._tiebreak = np.ascontiguousarray(n - 1 - self.rank, dtype=np.int64)
         self._caches: OrderedDict[tuple, _ScoreCache] = OrderedDict()
         #: the score is the key as it is (no normalising pass over the feasible nodes): the
         #: ranking key can then be cached per node with its score (`_ranked`)
@@ -71,7 +76,7 @@ class Placer:
                else shape_key(req))
         cache = self._caches.get(key)
         if cache is None:
-            cache = _ScoreCache(len(self.state))
+            cache = _ScoreCache(len(self.state), self._tiebreak)
             self._caches[key] = cache
             if len(self._caches) > MAX_CACHED_SHAPES:
                 self._caches.popitem(last=False)
@@ -85,6 +90,9 @@ class Placer:
         same node `decide`'s general path picks (keys are distinct, so the first maximum of
         either is the one node with the largest key)."""
         cache = self._cache(req)
+        node = self.policy.ranked(self.state, req, mask, cache)
+        if node is not None:  # the policy's compiled path: the same node
+            return node
         version = self.state.version
         stale = (mask & (cache.version != version)).nonzero()[0]
         if len(stale):

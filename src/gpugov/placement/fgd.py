@@ -25,8 +25,8 @@ from gpugov.placement.base import (
     PolicyContext,
     general_devices,
     lowest_fitting_devices,
-    truncate,
 )
+from gpugov.placement.fragmentation import fgd_score
 
 #: _EARLIER[j, i]: device i comes before device j (enough columns for any node)
 _EARLIER = np.tri(256, k=-1, dtype=bool)
@@ -35,6 +35,8 @@ _EARLIER = np.tri(256, k=-1, dtype=bool)
 #: stale nodes up to this many are scored one at a time with scalar bookkeeping
 #: (`_score_one`); more in one vectorised pass (`_scores_by_parts`)
 SCALAR_NODES = 4
+
+_BOOL = np.dtype(bool)
 
 #: device choices kept per request shape (least recently used shapes are dropped)
 MAX_CACHED_SHAPES = 256
@@ -50,12 +52,45 @@ class FgdPolicy(Policy):
         super().__init__(ctx)
         self._devices_of: ClusterState | None = None
         #: per shape: (node version, best device) for sharing pods, as last scored
-        self._devices: OrderedDict[tuple, tuple[np.ndarray, np.ndarray]] = OrderedDict()
+        self._devices: OrderedDict[tuple, tuple[np.ndarray, np.ndarray, tuple[int, int]]] = \
+            OrderedDict()
         #: FGD's integer score per fragmentation gain (`_score_of`)
         self._gain_scores: dict[int, int] = {}
+        #: the C path (`ranked`) serves policies whose score is FGD's own
+        self._native_score = type(self).score is FgdPolicy.score
+
+    def ranked(self, state: ClusterState, req: PodRequest, mask: np.ndarray, cache: object
+               ) -> int | None:
+        """`Placer._ranked` in one C call (native/placement/fgd.c) on the study's fast path:
+        the stale masked nodes scored as `_score_one` scores them, the device found kept as
+        `_scores` keeps it, the same argmax. None off that path or without the library."""
+        if (not self._native_score or self.memory_aware or req.gpu_memory_mib
+                or not state.fast_path(req)):
+            return None
+        ctx = self.ctx.fragmentation.native(state)
+        n = len(state)
+        if (ctx is None or mask.dtype is not _BOOL or mask.shape != (n,)
+                or not mask.flags.c_contiguous or len(cache.tiebreak) != n  # type: ignore
+                or len(cache.version) != n):  # type: ignore[attr-defined]
+            return None
+        dev_version = dev_device = 0
+        if req.is_sharing:
+            dev_version, dev_device = self._device_entry(state, req)[2]
+        cv, cs, ck, tb = cache.addresses  # type: ignore[attr-defined]
+        node = ctx.lib.gg_fgd_ranked(ctx.ref, mask.ctypes.data, cv, cs, ck, tb,
+                                     dev_version, dev_device, req.cpu_milli, req.gpu_milli,
+                                     req.gpu_count, req.is_sharing, req.is_gpu)
+        return None if node < 0 else int(node)
 
     def _device_cache(self, state: ClusterState, req: PodRequest
                       ) -> tuple[np.ndarray, np.ndarray]:
+        """Per node of `state`, for `req`'s shape: (node version when scored, best device)."""
+        entry = self._device_entry(state, req)
+        return entry[0], entry[1]
+
+    def _device_entry(self, state: ClusterState, req: PodRequest
+                      ) -> tuple[np.ndarray, np.ndarray, tuple[int, int]]:
+        """`_device_cache`'s two arrays and their data addresses (for the C path)."""
         if self._devices_of is not state:
             self._devices_of = state
             self._devices.clear()
@@ -66,8 +101,9 @@ class FgdPolicy(Policy):
                else shape_key(req))
         entry = self._devices.get(key)
         if entry is None:
-            entry = (np.full(len(state), -1, dtype=np.int64),
-                     np.full(len(state), -1, dtype=np.int64))
+            version = np.full(len(state), -1, dtype=np.int64)
+            device = np.full(len(state), -1, dtype=np.int64)
+            entry = (version, device, (version.ctypes.data, device.ctypes.data))
             self._devices[key] = entry
             if len(self._devices) > MAX_CACHED_SHAPES:
                 self._devices.popitem(last=False)
@@ -89,7 +125,15 @@ class FgdPolicy(Policy):
             best, dev = self._scores_by_state(state, req, nodes)
         elif len(nodes) <= SCALAR_NODES and state.fast_path(req):
             listed = nodes.tolist()
-            pairs = [self._score_one(state, req, n) for n in listed]
+            ctx = self.ctx.fragmentation.native(state)
+            if ctx is not None:  # one C call per node (native/placement/fgd.c)
+                call, ref = ctx.lib.gg_fgd_score_one, ctx.ref
+                args = (req.cpu_milli, req.gpu_milli, req.gpu_count, req.is_sharing,
+                        req.is_gpu)
+                packed = [call(ref, n, *args) for n in listed]
+                pairs = [(p >> 10, (p & 1023) - 1) for p in packed]
+            else:
+                pairs = [self._score_one(state, req, n) for n in listed]
             if req.is_sharing:  # scalar writes: a few nodes
                 version, device = self._device_cache(state, req)
                 for n, (_, d) in zip(listed, pairs, strict=True):
@@ -228,9 +272,8 @@ class FgdPolicy(Policy):
 
     def _to_score(self, gain: np.ndarray) -> np.ndarray:
         model = self.ctx.fragmentation
-        weight = (model.memory_total_weight if self.memory_aware else model.total_weight) or 1
-        x = gain / (weight * float(MILLI_PER_GPU))
-        return truncate(100.0 / (1.0 + np.exp(-x)))
+        return fgd_score(gain, model.memory_total_weight if self.memory_aware
+                         else model.total_weight)
 
     def score(self, state: ClusterState, req: PodRequest, nodes: np.ndarray) -> np.ndarray:
         return self._scores(state, req, nodes)[0]

@@ -32,6 +32,7 @@ import numpy as np
 from gpugov.model.catalog import MILLI_PER_GPU
 from gpugov.model.cluster import ClusterState
 from gpugov.model.request import PodRequest
+from gpugov.placement import native_fgd
 
 #: share of pods the typical set must cover (the study's podPopularityThreshold).
 POPULARITY_THRESHOLD = 0.95
@@ -159,6 +160,27 @@ class FragmentationModel:
         self._losses: dict[tuple[int, int], np.ndarray] = {}
         #: milli taken -> `_loss` of every free milli (`_loss_table`)
         self._loss_tables: dict[int, np.ndarray] = {}
+        #: the C context over this model's and one state's arrays (`native`); False = none
+        self._native: native_fgd.FgdContext | None | bool = None
+
+    def native(self, state: ClusterState) -> native_fgd.FgdContext | None:
+        """The C path's context for `state` (native/placement/fgd.c), or None: library
+        absent or switched off, a table too large, or another state than the first."""
+        ctx = self._native
+        if ctx is None:
+            self._native = ctx = native_fgd.FgdContext.build(
+                self, state, native_fgd.score_thresholds(
+                    lambda g: fgd_score(g, self.total_weight), self.total_weight)) or False
+        if ctx and ctx.matches(state):
+            return ctx
+        return None
+
+    def frag_of(self, state: ClusterState, node: int) -> int:
+        """`parts_of(state, node)[0]`: the node's fragmentation, its parts refreshed."""
+        ctx = self.native(state)
+        if ctx is not None:
+            return ctx.lib.gg_fgd_refresh(ctx.ref, node)
+        return self.parts_of(state, node)[0]
 
     def node_frag(self, gpu_free: np.ndarray, cpu_free: np.ndarray, model_idx: np.ndarray
                   ) -> np.ndarray:
@@ -401,6 +423,13 @@ class FragmentationModel:
         return cached[nodes]
 
 
+def fgd_score(gain: np.ndarray, weight: int) -> np.ndarray:
+    """FGD's integer score of fragmentation gains (milli x pod count, `weight` the pod
+    count): int(100 * sigmoid(gain / weight / 1000)), truncated toward zero as Go does."""
+    x = gain / ((weight or 1) * float(MILLI_PER_GPU))
+    return np.trunc(100.0 / (1.0 + np.exp(-x))).astype(np.int64)
+
+
 class FragmentationMeter:
     """Keeps the cluster's total fragmentation current as nodes change (exact integers)."""
 
@@ -411,7 +440,7 @@ class FragmentationMeter:
         self.total = int(self.per_node.sum())
 
     def update(self, node: int) -> None:
-        new = self.model.parts_of(self.state, node)[0]
+        new = self.model.frag_of(self.state, node)
         self.total += new - int(self.per_node[node])
         self.per_node[node] = new
 
