@@ -25,14 +25,6 @@ EXAMPLES = sorted((REPO / "deploy" / "helm" / "examples").glob("values-*.yaml"))
 NS = "gpugov-chart"
 
 
-@pytest.fixture(scope="module")
-def helm() -> Path:
-    if build.missing(("helm",)) and build.go_binary() is None:
-        pytest.skip("needs helm, built from its Go module, and Go is not installed")
-    build.ensure_binaries((), include_helm=True)
-    return build.bin_dir() / "helm"
-
-
 def render(helm: Path, *args: str, namespace: str = NS) -> list[dict]:
     # helm built by `go install` has no version stamp and assumes Kubernetes 1.20 offline
     out = subprocess.run([str(helm), "template", "gpugov", str(CHART), "--namespace", namespace,

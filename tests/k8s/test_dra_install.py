@@ -11,7 +11,6 @@ import sys
 from pathlib import Path
 
 import click
-import pytest
 import yaml
 from typer.main import get_command
 
@@ -23,14 +22,6 @@ from gpugov.k8s.dra.slices import Features, device_classes
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "deploy" / "helm" / "gpugov"
 NS = "gpu-ops"
-
-
-@pytest.fixture(scope="module")
-def helm() -> Path:
-    if build.missing(("helm",)) and build.go_binary() is None:
-        pytest.skip("needs helm, built from its Go module, and Go is not installed")
-    build.ensure_binaries((), include_helm=True)
-    return build.bin_dir() / "helm"
 
 
 def _helm(helm: Path, *args: str, namespace: str = NS) -> subprocess.CompletedProcess:

@@ -9,8 +9,6 @@ import asyncio
 import sys
 from pathlib import Path
 
-import pytest
-
 from gpugov.k8s.annotations import Inventory, MigInstance
 from gpugov.k8s.dra.publisher import SlicePublisher, probe_features
 from gpugov.k8s.dra.slices import (
@@ -31,7 +29,6 @@ from dra_support import (  # noqa: E402
     gpu,
     inventory,
     kwok_node,
-    plane_fixture,
     request,
     wait_for,
 )
@@ -84,11 +81,6 @@ def test_a_large_pool_is_split_into_slices_of_128_devices() -> None:
     assert {s["spec"]["pool"]["resourceSliceCount"] for s in slices} == {3}
     assert {s["spec"]["pool"]["generation"] for s in slices} == {7}
     assert len(_devices(slices)) == 8 * 48 <= 3 * MAX_DEVICES_PER_SLICE
-
-
-@pytest.fixture(scope="module")
-def dra_plane(tmp_path_factory):
-    yield from plane_fixture(tmp_path_factory)
 
 
 async def _kube(plane) -> Kube:

@@ -170,14 +170,6 @@ def test_node_scope_allows_exactly_the_labels_the_agent_owns() -> None:
     assert re.match(node_policy.NODE_LABEL_PATTERN, "nvidia.com/mig-1g.10gb.count")
 
 
-@pytest.fixture(scope="module")
-def helm() -> Path:
-    if build.missing(("helm",)) and build.go_binary() is None:
-        pytest.skip("needs helm, built from its Go module, and Go is not installed")
-    build.ensure_binaries((), include_helm=True)
-    return build.bin_dir() / "helm"
-
-
 def test_chart_renders_the_node_scope_policy(helm) -> None:
     out = subprocess.run([str(helm), "template", "rel", str(CHART), "--namespace", "gpu-ops",
                           "--kube-version", build.K8S_VERSION], capture_output=True, text=True,
