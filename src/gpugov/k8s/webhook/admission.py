@@ -438,6 +438,23 @@ def _queue_refusal(pod: Mapping[str, Any], res: Resolution) -> str | None:
     return None
 
 
+#: parsed guardrails per Resolution, by identity (the webhook's tenancy memo hands out one
+#: Resolution per namespace until its watch copy changes, so a Tenant edit makes a new one):
+#: a review does not parse its Tenant's guardrails again. Both are frozen.
+_GUARDS: dict[int, tuple[Resolution, Any]] = {}
+
+
+def _guards(res: Resolution) -> Any:
+    hit = _GUARDS.get(id(res))
+    if hit is not None and hit[0] is res:
+        return hit[1]
+    guards = guardrails_of(res.tenant, res.trust, res.guardrails)  # GuardrailError: not kept
+    if len(_GUARDS) >= 1024:
+        _GUARDS.clear()
+    _GUARDS[id(res)] = (res, guards)
+    return guards
+
+
 def mutate(req: Mapping[str, Any], resolve_tenancy, scheduler_name: str = ann.SCHEDULER_NAME,
            system_namespace: str = identities.SYSTEM_NAMESPACE,
            options: Options = DEFAULT_OPTIONS) -> dict[str, Any]:
@@ -489,7 +506,7 @@ def mutate(req: Mapping[str, Any], resolve_tenancy, scheduler_name: str = ann.SC
     except (TenancyError, RequestError) as exc:
         return response(uid, False, f"gpugov: {exc}")
     try:
-        guards = guardrails_of(res.tenant, res.trust, res.guardrails)
+        guards = _guards(res)
     except GuardrailError as exc:
         return response(uid, False, f"gpugov: {exc}")
     found = refusals(pod) if guards.pod_checks else []
