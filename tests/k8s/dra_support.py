@@ -14,6 +14,7 @@ import yaml
 from gpugov.k8s.annotations import Inventory, InventoryDevice, MigInstance, encode_inventory
 from gpugov.k8s.devcluster.plane import LocalControlPlane
 from gpugov.k8s.devcluster.processes import free_port
+from gpugov.k8s.scheduler.kube import Kube
 from gpugov.model.devices import DeviceMode
 
 #: the alpha gates gpugov uses on 1.34: soft slices (DRAConsumableCapacity) and governing
@@ -100,6 +101,22 @@ async def wait_for(fn: Callable[[], Awaitable[Any]], what: str,
             return last
         await asyncio.sleep(0.2)
     raise AssertionError(f"timed out waiting for {what}; last: {last}")
+
+
+async def post(kube: Kube, path: str, obj: dict, expect: tuple[int, ...] = (200, 201)
+               ) -> dict:
+    """POST `obj` and return the reply; a status outside `expect` fails naming path and reply."""
+    status, doc = await kube.request("POST", path, obj)
+    assert status in expect, (path, status, doc)
+    return doc
+
+
+async def stop_all(stop: asyncio.Event, tasks: list[asyncio.Task], *clients: Kube) -> None:
+    """A test's teardown: stop its background loops, wait for them, close its clients."""
+    stop.set()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    for c in clients:
+        await c.close()
 
 
 def start_kube_scheduler(plane: LocalControlPlane, tag: str) -> str:

@@ -17,8 +17,6 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from gpugov.k8s.dra.publisher import SlicePublisher, probe_features
 from gpugov.k8s.dra.slices import SLICE_CLASS
 from gpugov.k8s.scheduler.apply import Applier
@@ -34,24 +32,13 @@ from dra_support import (  # noqa: E402
     gpu,
     inventory,
     kwok_node,
-    plane_fixture,
+    post,
     request,
     wait_for,
 )
 
 G = "/apis/gpugov.io/v1alpha1"
 R = "/apis/resource.k8s.io/v1"
-
-
-@pytest.fixture(scope="module")
-def dra_plane(tmp_path_factory):
-    yield from plane_fixture(tmp_path_factory)
-
-
-async def _post(kube: Kube, path: str, obj: dict) -> dict:
-    status, doc = await kube.request("POST", path, obj)
-    assert status in (200, 201), (path, status, doc)
-    return doc
 
 
 class Env:
@@ -66,20 +53,20 @@ class Env:
     async def node(self, name: str, *devices: Any) -> None:
         n = kwok_node(name, inventory(*devices))
         n["metadata"]["labels"].update(self.select)
-        await _post(self.kube, "/api/v1/nodes", n)
+        await post(self.kube, "/api/v1/nodes", n)
 
     async def tenant(self, ns: str, queue: str, **spec: Any) -> None:
-        await _post(self.kube, "/api/v1/namespaces", {"metadata": {"name": ns}})
-        await _post(self.kube, f"{G}/queues", {"apiVersion": "gpugov.io/v1alpha1",
-                                                "kind": "Queue", "metadata": {"name": queue},
-                                                "spec": spec})
+        await post(self.kube, "/api/v1/namespaces", {"metadata": {"name": ns}})
+        await post(self.kube, f"{G}/queues", {"apiVersion": "gpugov.io/v1alpha1",
+                                               "kind": "Queue", "metadata": {"name": queue},
+                                               "spec": spec})
         self.queues.append(queue)
-        await _post(self.kube, f"{G}/tenants", {
+        await post(self.kube, f"{G}/tenants", {
             "apiVersion": "gpugov.io/v1alpha1", "kind": "Tenant",
             "metadata": {"name": queue}, "spec": {"queue": queue, "namespaces": [ns]}})
 
     async def template(self, ns: str, name: str, requests: list[dict]) -> None:
-        await _post(self.kube, f"{R}/namespaces/{ns}/resourceclaimtemplates", {
+        await post(self.kube, f"{R}/namespaces/{ns}/resourceclaimtemplates", {
             "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
             "metadata": {"name": name, "namespace": ns},
             "spec": {"spec": {"devices": {"requests": requests}}}})
@@ -89,7 +76,7 @@ class Env:
         p = claim_pod(name, ns, claims, scheduler=f"gpugov-{self.tag}", template=template)
         p["metadata"]["labels"] = labels or {}
         p["spec"].update(spec)
-        await _post(self.kube, f"/api/v1/namespaces/{ns}/pods", p)
+        await post(self.kube, f"/api/v1/namespaces/{ns}/pods", p)
 
     async def get(self, path: str) -> dict:
         code, doc = await self.kube.request("GET", path)
@@ -246,9 +233,9 @@ def test_a_gang_of_claim_pods_binds_all_or_nothing(dra_plane) -> None:
             await e.template(ns, "whole", [request("gpu", "gpu.gpugov.io")])
             pg = f"/apis/scheduling.x-k8s.io/v1alpha1/namespaces/{ns}/podgroups"
             for name, n in (("big", 3), ("small", 2)):
-                await _post(e.kube, pg, {"apiVersion": "scheduling.x-k8s.io/v1alpha1",
-                                         "kind": "PodGroup", "metadata": {"name": name},
-                                         "spec": {"minMember": n}})
+                await post(e.kube, pg, {"apiVersion": "scheduling.x-k8s.io/v1alpha1",
+                                        "kind": "PodGroup", "metadata": {"name": name},
+                                        "spec": {"minMember": n}})
             for i in range(3):
                 await e.pod(ns, f"b{i}", {"gpu": "whole"},
                             labels={"scheduling.x-k8s.io/pod-group": "big"})
@@ -294,7 +281,7 @@ def test_bad_claims_get_a_clear_reason_on_the_pod(dra_plane) -> None:
                           "failed on device 'gpu-0'"),
             }
             for name, (reqs, _) in cases.items():
-                await _post(e.kube, f"{R}/namespaces/{ns}/resourceclaims", claim(name, ns, reqs))
+                await post(e.kube, f"{R}/namespaces/{ns}/resourceclaims", claim(name, ns, reqs))
                 await e.pod(ns, name, {"gpu": name}, template=False)
             await e.template(ns, "ok", [request("gpu", "gpu.gpugov.io")])
             await e.pod(ns, "ok", {"gpu": "ok"})
@@ -323,7 +310,7 @@ def test_gpugov_and_kube_scheduler_never_allocate_one_gpu_twice(dra_plane) -> No
             pin = {"nodeSelector": dict(e.select)}  # kube-scheduler: this node only
             kp = claim_pod("ks", ns, {"gpu": "whole"}, template=True)
             kp["spec"].update(pin)
-            await _post(e.kube, f"/api/v1/namespaces/{ns}/pods", kp)
+            await post(e.kube, f"/api/v1/namespaces/{ns}/pods", kp)
             assert await e.bound(ns, "ks") == "da-mix-n"
             await e.pod(ns, "g1", {"gpu": "whole"})
             assert await e.bound(ns, "g1") == "da-mix-n"
@@ -334,7 +321,7 @@ def test_gpugov_and_kube_scheduler_never_allocate_one_gpu_twice(dra_plane) -> No
             assert "gpugov:" in await wait_for(lambda: e.reason(ns, "g2"), "g2 held")
             kp2 = claim_pod("ks2", ns, {"gpu": "whole"}, template=True)
             kp2["spec"].update(pin)
-            await _post(e.kube, f"/api/v1/namespaces/{ns}/pods", kp2)
+            await post(e.kube, f"/api/v1/namespaces/{ns}/pods", kp2)
             await asyncio.sleep(3)
             assert await e.node_of(ns, "ks2") == "" and await e.node_of(ns, "g2") == ""
 

@@ -11,7 +11,6 @@ import sys
 from fractions import Fraction
 from pathlib import Path
 
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -30,8 +29,9 @@ from dra_support import (  # noqa: E402
     gpu,
     inventory,
     kwok_node,
-    plane_fixture,
+    post,
     request,
+    stop_all,
     wait_for,
 )
 from test_scheduler_state import T0, make, pod  # noqa: E402
@@ -79,17 +79,6 @@ def test_the_ledger_caps_every_queue_on_the_path_counting_the_schedulers_usage()
     assert "does not exist" in led.admit("c5", "nope", Charge())
 
 
-@pytest.fixture(scope="module")
-def dra_plane(tmp_path_factory):
-    yield from plane_fixture(tmp_path_factory)
-
-
-async def _post(kube: Kube, path: str, obj: dict) -> dict:
-    status, doc = await kube.request("POST", path, obj)
-    assert status in (200, 201), (path, status, doc)
-    return doc
-
-
 def test_kube_scheduler_binds_a_claim_only_when_gpugov_admits_it_to_its_queue(
         dra_plane) -> None:
     """Devices published with gpugov's binding conditions: kube-scheduler allocates, then
@@ -115,24 +104,24 @@ def test_kube_scheduler_binds_a_claim_only_when_gpugov_admits_it_to_its_queue(
             pub = SlicePublisher(ident, features)
             gov = Governor(ident, interval=0.3)
             tasks = [asyncio.create_task(pub.run(stop)), asyncio.create_task(gov.run(stop))]
-            await _post(kube, "/api/v1/nodes", kwok_node("gov-n1", inventory(
+            await post(kube, "/api/v1/nodes", kwok_node("gov-n1", inventory(
                 gpu(0), gpu(1), gpu(2, DeviceMode.SOFT), gpu(3))))
             for ns in ("gov-a", "gov-stray"):
-                await _post(kube, "/api/v1/namespaces", {"metadata": {"name": ns}})
+                await post(kube, "/api/v1/namespaces", {"metadata": {"name": ns}})
             g = "/apis/gpugov.io/v1alpha1"
-            await _post(kube, f"{g}/queues", {"apiVersion": "gpugov.io/v1alpha1",
-                                              "kind": "Queue", "metadata": {"name": "qa"},
-                                              "spec": {"quota": {"gpu": 1},
-                                                       "limit": {"gpu": 1.5}}})
-            await _post(kube, f"{g}/tenants", {
+            await post(kube, f"{g}/queues", {"apiVersion": "gpugov.io/v1alpha1",
+                                             "kind": "Queue", "metadata": {"name": "qa"},
+                                             "spec": {"quota": {"gpu": 1},
+                                                      "limit": {"gpu": 1.5}}})
+            await post(kube, f"{g}/tenants", {
                 "apiVersion": "gpugov.io/v1alpha1", "kind": "Tenant",
                 "metadata": {"name": "ta"}, "spec": {"queue": "qa", "namespaces": ["gov-a"]}})
 
             async def make(ns: str, name: str, req: dict) -> None:
-                await _post(kube, f"/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaims",
-                            claim(name, ns, [req]))
-                await _post(kube, f"/api/v1/namespaces/{ns}/pods",
-                            claim_pod(name, ns, {"gpu": name}))
+                await post(kube, f"/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaims",
+                           claim(name, ns, [req]))
+                await post(kube, f"/api/v1/namespaces/{ns}/pods",
+                           claim_pod(name, ns, {"gpu": name}))
 
             async def node_of(ns: str, name: str) -> str:
                 _, p = await kube.request("GET", f"/api/v1/namespaces/{ns}/pods/{name}")
@@ -159,8 +148,8 @@ def test_kube_scheduler_binds_a_claim_only_when_gpugov_admits_it_to_its_queue(
                 "memory": "8Gi", "compute": "40"}))
             assert await wait_for(lambda: node_of("gov-a", "slice"), "slice bound") == "gov-n1"
             # an untrusted tenant gets no slice of a shared GPU (soft < its hard floor)
-            await _post(kube, "/api/v1/namespaces", {"metadata": {"name": "gov-u"}})
-            await _post(kube, f"{g}/tenants", {
+            await post(kube, "/api/v1/namespaces", {"metadata": {"name": "gov-u"}})
+            await post(kube, f"{g}/tenants", {
                 "apiVersion": "gpugov.io/v1alpha1", "kind": "Tenant",
                 "metadata": {"name": "tu"},
                 "spec": {"queue": "qa", "namespaces": ["gov-u"], "trust": "untrusted"}})
@@ -200,10 +189,7 @@ def test_kube_scheduler_binds_a_claim_only_when_gpugov_admits_it_to_its_queue(
             assert await wait_for(lambda: node_of("gov-a", "second"), "second bound after "
                                   "first left", timeout=120) == "gov-n1"
         finally:
-            stop.set()
-            await asyncio.gather(*tasks, return_exceptions=True)
-            await kube.close()
-            await ident.close()
+            await stop_all(stop, tasks, kube, ident)
 
     asyncio.run(main())
 
@@ -288,31 +274,31 @@ def test_a_gang_of_claim_pods_binds_all_or_nothing(dra_plane) -> None:
             features = await probe_features(kube, governed=True)
             tasks = [asyncio.create_task(SlicePublisher(kube, features).run(stop)),
                      asyncio.create_task(Governor(kube, interval=0.3).run(stop))]
-            await _post(kube, "/api/v1/nodes", kwok_node("gang-n1", inventory(
+            await post(kube, "/api/v1/nodes", kwok_node("gang-n1", inventory(
                 *[gpu(i) for i in range(6)])))
             ns = "gang-a"
-            await _post(kube, "/api/v1/namespaces", {"metadata": {"name": ns}})
+            await post(kube, "/api/v1/namespaces", {"metadata": {"name": ns}})
             g = "/apis/gpugov.io/v1alpha1"
-            await _post(kube, f"{g}/queues", {"apiVersion": "gpugov.io/v1alpha1",
-                                              "kind": "Queue", "metadata": {"name": "qg"},
-                                              "spec": {"quota": {"gpu": 4},
-                                                       "limit": {"gpu": 4}}})
-            await _post(kube, f"{g}/tenants", {
+            await post(kube, f"{g}/queues", {"apiVersion": "gpugov.io/v1alpha1",
+                                             "kind": "Queue", "metadata": {"name": "qg"},
+                                             "spec": {"quota": {"gpu": 4},
+                                                      "limit": {"gpu": 4}}})
+            await post(kube, f"{g}/tenants", {
                 "apiVersion": "gpugov.io/v1alpha1", "kind": "Tenant",
                 "metadata": {"name": "tg"}, "spec": {"queue": "qg", "namespaces": [ns]}})
             pg = "/apis/scheduling.x-k8s.io/v1alpha1/namespaces/gang-a/podgroups"
             for name, size in (("three", 3), ("two", 2)):
-                await _post(kube, pg, {"apiVersion": "scheduling.x-k8s.io/v1alpha1",
-                                       "kind": "PodGroup", "metadata": {"name": name},
-                                       "spec": {"minMember": size}})
+                await post(kube, pg, {"apiVersion": "scheduling.x-k8s.io/v1alpha1",
+                                      "kind": "PodGroup", "metadata": {"name": name},
+                                      "spec": {"minMember": size}})
 
             async def member(group: str, i: int) -> str:
                 name = f"{group}-{i}"
-                await _post(kube, f"/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaims",
-                            claim(name, ns, [request("g", "gpu.gpugov.io")]))
+                await post(kube, f"/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaims",
+                           claim(name, ns, [request("g", "gpu.gpugov.io")]))
                 pod = claim_pod(name, ns, {"gpu": name})
                 pod["metadata"]["labels"] = {"scheduling.x-k8s.io/pod-group": group}
-                await _post(kube, f"/api/v1/namespaces/{ns}/pods", pod)
+                await post(kube, f"/api/v1/namespaces/{ns}/pods", pod)
                 return name
 
             async def bound(name: str) -> str:
@@ -339,9 +325,7 @@ def test_a_gang_of_claim_pods_binds_all_or_nothing(dra_plane) -> None:
                 in said, said
             assert [await bound(n) for n in two] == ["", ""]
         finally:
-            stop.set()
-            await asyncio.gather(*tasks, return_exceptions=True)
-            await kube.close()
+            await stop_all(stop, tasks, kube)
 
     asyncio.run(main())
 
@@ -364,29 +348,29 @@ def test_a_dra_pod_is_preempted_for_a_higher_priority_pod_of_a_queue_under_its_g
             features = await probe_features(kube, governed=True)
             tasks = [asyncio.create_task(SlicePublisher(kube, features).run(stop)),
                      asyncio.create_task(gov.run(stop))]
-            await _post(kube, "/api/v1/nodes", kwok_node("rc-n1", inventory(
+            await post(kube, "/api/v1/nodes", kwok_node("rc-n1", inventory(
                 gpu(0, model="RECLAIM-GPU"))))
             g = "/apis/gpugov.io/v1alpha1"
             for q, quota in (("rc-low", 0), ("rc-high", 1)):
-                await _post(kube, "/api/v1/namespaces", {"metadata": {"name": q}})
-                await _post(kube, f"{g}/queues", {
+                await post(kube, "/api/v1/namespaces", {"metadata": {"name": q}})
+                await post(kube, f"{g}/queues", {
                     "apiVersion": "gpugov.io/v1alpha1", "kind": "Queue",
                     "metadata": {"name": q}, "spec": {"quota": {"gpu": quota}}})
-                await _post(kube, f"{g}/tenants", {
+                await post(kube, f"{g}/tenants", {
                     "apiVersion": "gpugov.io/v1alpha1", "kind": "Tenant",
                     "metadata": {"name": q}, "spec": {"queue": q, "namespaces": [q]}})
             for name, value in (("rc-lo", 0), ("rc-hi", 1000)):
-                await _post(kube, "/apis/scheduling.k8s.io/v1/priorityclasses", {
+                await post(kube, "/apis/scheduling.k8s.io/v1/priorityclasses", {
                     "apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
                     "metadata": {"name": name}, "value": value})
             pick = 'device.attributes["gpu.gpugov.io"].model == "RECLAIM-GPU"'
 
             async def make(ns: str, pclass: str) -> None:
-                await _post(kube, f"/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaims",
-                            claim("c", ns, [request("g", "gpu.gpugov.io", selector=pick)]))
+                await post(kube, f"/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaims",
+                           claim("c", ns, [request("g", "gpu.gpugov.io", selector=pick)]))
                 pod = claim_pod("p", ns, {"gpu": "c"})
                 pod["spec"]["priorityClassName"] = pclass
-                await _post(kube, f"/api/v1/namespaces/{ns}/pods", pod)
+                await post(kube, f"/api/v1/namespaces/{ns}/pods", pod)
 
             async def bound(ns: str) -> str:
                 code, p = await kube.request("GET", f"/api/v1/namespaces/{ns}/pods/p")
@@ -403,9 +387,7 @@ def test_a_dra_pod_is_preempted_for_a_higher_priority_pod_of_a_queue_under_its_g
             assert said and "preempted by gpugov for rc-high/p (priority 1000, queue rc-high " \
                 "under its guarantee): this pod's queue rc-low is over its guarantee" in said[0]
         finally:
-            stop.set()
-            await asyncio.gather(*tasks, return_exceptions=True)
-            await kube.close()
+            await stop_all(stop, tasks, kube)
 
     asyncio.run(main())
 

@@ -9,8 +9,6 @@ import asyncio
 import sys
 from pathlib import Path
 
-import pytest
-
 from gpugov.k8s.dra.governor import Governor
 from gpugov.k8s.dra.publisher import SlicePublisher, probe_features
 from gpugov.k8s.scheduler.apply import Applier
@@ -25,8 +23,9 @@ from dra_support import (  # noqa: E402
     gpu,
     inventory,
     kwok_node,
-    plane_fixture,
+    post,
     request,
+    stop_all,
     wait_for,
 )
 
@@ -34,17 +33,6 @@ SCHED = "gpugov-dra-ledger"
 SELECT = {"gpugov-dra-ledger": "1"}
 NS = "dl-a"
 G = "/apis/gpugov.io/v1alpha1"
-
-
-@pytest.fixture(scope="module")
-def dra_plane(tmp_path_factory):
-    yield from plane_fixture(tmp_path_factory)
-
-
-async def _post(kube: Kube, path: str, obj: dict) -> dict:
-    status, doc = await kube.request("POST", path, obj)
-    assert status in (200, 201), (path, status, doc)
-    return doc
 
 
 def test_a_device_plugin_pod_waits_while_a_dra_claim_fills_its_queue(dra_plane) -> None:
@@ -74,13 +62,13 @@ def test_a_device_plugin_pod_waits_while_a_dra_claim_fills_its_queue(dra_plane) 
             plain["status"]["allocatable"]["nvidia.com/gpu"] = "2"
             plain["status"]["capacity"]["nvidia.com/gpu"] = "2"
             for n in (dra, plain):
-                await _post(kube, "/api/v1/nodes", n)
-            await _post(kube, "/api/v1/namespaces", {"metadata": {"name": NS}})
-            await _post(kube, f"{G}/queues", {
+                await post(kube, "/api/v1/nodes", n)
+            await post(kube, "/api/v1/namespaces", {"metadata": {"name": NS}})
+            await post(kube, f"{G}/queues", {
                 "apiVersion": "gpugov.io/v1alpha1", "kind": "Queue",
                 "metadata": {"name": "dlq"},
                 "spec": {"quota": {"gpu": 2}, "limit": {"gpu": 2}}})
-            await _post(kube, f"{G}/tenants", {
+            await post(kube, f"{G}/tenants", {
                 "apiVersion": "gpugov.io/v1alpha1", "kind": "Tenant",
                 "metadata": {"name": "dlt"}, "spec": {"queue": "dlq", "namespaces": [NS]}})
 
@@ -98,11 +86,11 @@ def test_a_device_plugin_pod_waits_while_a_dra_claim_fills_its_queue(dra_plane) 
             # a DRA pod holds both LEDGER-GPUs through one claim (kube-scheduler allocates,
             # the governor admits: 0 + 2 <= 2)
             model = 'device.attributes["gpu.gpugov.io"].model == "LEDGER-GPU"'
-            await _post(kube, f"/apis/resource.k8s.io/v1/namespaces/{NS}/resourceclaims",
-                        claim("two", NS, [request("g", "gpu.gpugov.io", count=2,
-                                                  selector=model)]))
-            await _post(kube, f"/api/v1/namespaces/{NS}/pods",
-                        claim_pod("dra", NS, {"gpu": "two"}))
+            await post(kube, f"/apis/resource.k8s.io/v1/namespaces/{NS}/resourceclaims",
+                       claim("two", NS, [request("g", "gpu.gpugov.io", count=2,
+                                                 selector=model)]))
+            await post(kube, f"/api/v1/namespaces/{NS}/pods",
+                       claim_pod("dra", NS, {"gpu": "two"}))
             assert await wait_for(lambda: node_of("dra"), "DRA pod bound") == "dl-dra"
 
             async def counted() -> dict:
@@ -112,10 +100,10 @@ def test_a_device_plugin_pod_waits_while_a_dra_claim_fills_its_queue(dra_plane) 
             status = await wait_for(counted, "the claim in dlq's status")
             assert status["usage"]["gpu"] == 2 and status["usage"]["gpumem"] == 160, status
             # a device-plugin pod of the same queue: held over-quota, naming the queue
-            await _post(kube, f"/api/v1/namespaces/{NS}/pods", {
+            await post(kube, f"/api/v1/namespaces/{NS}/pods", {
                 "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "dp", "namespace": NS},
                 "spec": {"schedulerName": SCHED, "tolerations": [{"operator": "Exists"}],
-                         "containers": [{
+                        "containers": [{
                     "name": "main", "image": "fake",
                     "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}})
 
@@ -145,9 +133,6 @@ def test_a_device_plugin_pod_waits_while_a_dra_claim_fills_its_queue(dra_plane) 
             assert status["usage"]["gpu"] == 1, status
             assert not state.errors.get("claim"), state.errors
         finally:
-            stop.set()
-            await asyncio.gather(*tasks, return_exceptions=True)
-            await kube.close()
-            await ident.close()
+            await stop_all(stop, tasks, kube, ident)
 
     asyncio.run(main())

@@ -28,7 +28,7 @@ from gpugov.model.devices import DeviceMode
 from gpugov.node.dra.prepare import NodePaths, build
 
 sys.path.insert(0, str(Path(__file__).parent))
-from dra_support import gpu, inventory, kwok_node, plane_fixture, wait_for  # noqa: E402
+from dra_support import gpu, inventory, kwok_node, post, stop_all, wait_for  # noqa: E402
 
 SCOPE = {"gpugov-dra-translate-e2e": "true"}  # only these namespaces reach the webhook
 G = "/apis/gpugov.io/v1alpha1"
@@ -37,13 +37,9 @@ HAMI = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "20000", "nvidia.com/gpucore
 
 
 @pytest.fixture(scope="module")
-def plane(tmp_path_factory):
-    yield from plane_fixture(tmp_path_factory)
-
-
-@pytest.fixture(scope="module")
-def hooked(plane):
+def hooked(dra_plane):
     """The plane with gpugov's CRDs and its webhook running as the chart's webhook identity."""
+    plane = dra_plane
     asyncio.run(install_crds(plane.kubeconfig))
     ident = asyncio.run(apply_component_rbac(plane.kubeconfig, "webhook", "gpugov-system",
                                              plane.workdir / "webhook.kubeconfig"))
@@ -57,25 +53,18 @@ def hooked(plane):
     yield DevCluster(plane)
 
 
-async def _post(kube: Kube, path: str, obj: dict, expect: tuple[int, ...] = (200, 201)
-                ) -> dict:
-    status, doc = await kube.request("POST", path, obj)
-    assert status in expect, (path, status, doc)
-    return doc
-
-
 async def _dra_tenant(kube: Kube, cluster: DevCluster, prefix: str, dra: dict | None
                       ) -> str:
     """A namespace in the webhook's scope whose Tenant (own queue) has `spec.dra`."""
     ns = await cluster.unique_namespace(prefix, SCOPE)
-    await _post(kube, f"{G}/queues", {"apiVersion": "gpugov.io/v1alpha1", "kind": "Queue",
-                                      "metadata": {"name": f"q-{ns}"},
-                                      "spec": {"quota": {"gpu": 8}, "limit": {"gpu": 8}}})
+    await post(kube, f"{G}/queues", {"apiVersion": "gpugov.io/v1alpha1", "kind": "Queue",
+                                     "metadata": {"name": f"q-{ns}"},
+                                     "spec": {"quota": {"gpu": 8}, "limit": {"gpu": 8}}})
     spec: dict = {"queue": f"q-{ns}", "namespaces": [ns]}
     if dra is not None:
         spec["dra"] = dra
-    await _post(kube, f"{G}/tenants", {"apiVersion": "gpugov.io/v1alpha1", "kind": "Tenant",
-                                       "metadata": {"name": ns}, "spec": spec})
+    await post(kube, f"{G}/tenants", {"apiVersion": "gpugov.io/v1alpha1", "kind": "Tenant",
+                                      "metadata": {"name": ns}, "spec": spec})
     return ns
 
 
@@ -184,18 +173,18 @@ def test_gpugovs_scheduler_binds_translated_pods_when_it_allocates(hooked) -> No
             node = kwok_node("tr-own", inventory(gpu(0, DeviceMode.SOFT, model=A100),
                                                  gpu(1, DeviceMode.SOFT, model=A100)))
             node["metadata"]["labels"].update(select)
-            await _post(kube, "/api/v1/nodes", node)
+            await post(kube, "/api/v1/nodes", node)
             ns = await _dra_tenant(kube, hooked, "dra-own", {"allocator": "gpugov"})
             pods = f"/api/v1/namespaces/{ns}/pods"
-            hami = await _post(kube, pods, _pod("hami", [_c("main", HAMI)]))
+            hami = await post(kube, pods, _pod("hami", [_c("main", HAMI)]))
             assert hami["spec"]["schedulerName"] == ann.SCHEDULER_NAME
             assert await _wait_bound(kube, ns, "hami") == "tr-own"
             c = (await _claims(kube, ns, "hami"))["gpu-main"]
             assert _result(c)["consumedCapacity"] == {"memory": "20000Mi", "compute": "30"}
             assert c["status"]["reservedFor"][0]["name"] == "hami"
             # (gpugov's scheduler places one slice size per pod: one shape, three claims)
-            await _post(kube, pods, _pod("multi", [_c("train", HAMI), _c("infer", HAMI)],
-                                         init=[_c("warm", HAMI)]))
+            await post(kube, pods, _pod("multi", [_c("train", HAMI), _c("infer", HAMI)],
+                                        init=[_c("warm", HAMI)]))
             assert await _wait_bound(kube, ns, "multi") == "tr-own"
             claims = await _claims(kube, ns, "multi")
             got = {k: _result(v)["consumedCapacity"] for k, v in claims.items()}
@@ -203,10 +192,7 @@ def test_gpugovs_scheduler_binds_translated_pods_when_it_allocates(hooked) -> No
                            for k in ("gpu-warm", "gpu-train", "gpu-infer")}
             assert len({c["metadata"]["uid"] for c in claims.values()}) == 3
         finally:
-            stop.set()
-            await asyncio.gather(*tasks, return_exceptions=True)
-            await ident.close()
-            await kube.close()
+            await stop_all(stop, tasks, ident, kube)
 
     asyncio.run(main())
 
@@ -224,12 +210,12 @@ def test_hami_nvidia_and_kai_pods_become_claims_kube_scheduler_binds(hooked) -> 
         stop = asyncio.Event()
         ident, tasks = await _governed(kube, plane, stop)
         try:
-            await _post(kube, "/api/v1/nodes", _node("tr-n1", inventory(
+            await post(kube, "/api/v1/nodes", _node("tr-n1", inventory(
                 gpu(0, model=A100), gpu(1, DeviceMode.SOFT, model=A100))))
             ns = await _dra_tenant(kube, hooked, "dra-tr", {"allocator": "kube-scheduler",
                                                              "models": [A100]})
             pods = f"/api/v1/namespaces/{ns}/pods"
-            hami = await _post(kube, pods, _pod("hami", [_c("main", HAMI)], node="tr-n1"))
+            hami = await post(kube, pods, _pod("hami", [_c("main", HAMI)], node="tr-n1"))
             # what the webhook made of it: a claim, no extended resources, the record
             (c,) = hami["spec"]["containers"]
             assert not any(k.startswith("nvidia.com/") for k in c["resources"].get("limits", {}))
@@ -254,15 +240,15 @@ def test_hami_nvidia_and_kai_pods_become_claims_kube_scheduler_binds(hooked) -> 
             said = "\n".join(await explain_pod(plane.kubeconfig, ns, "hami"))
             assert "bound to node tr-n1" in said and "-> claim 'gpu-main'" in said, said
             # KAI's gpu-fraction: half of the card it lands on (the Tenant's fleet: A100 80GB)
-            await _post(kube, pods, _pod("kai", [_c("main")], node="tr-n1",
-                                         annotations={"gpu-fraction": "0.5"}))
+            await post(kube, pods, _pod("kai", [_c("main")], node="tr-n1",
+                                        annotations={"gpu-fraction": "0.5"}))
             assert await _wait_bound(kube, ns, "kai") == "tr-n1"
             res = _result((await _claims(kube, ns, "kai"))["gpu-main"])
             assert res["device"] == "gpu-1"
             assert res["consumedCapacity"] == {"memory": "40Gi", "compute": "50"}
             # NVIDIA's whole GPU: the soft GPU is partly taken, so gpu-0 whole
-            await _post(kube, pods, _pod("nvidia", [_c("main", {"nvidia.com/gpu": "1"})],
-                                         node="tr-n1"))
+            await post(kube, pods, _pod("nvidia", [_c("main", {"nvidia.com/gpu": "1"})],
+                                        node="tr-n1"))
             assert await _wait_bound(kube, ns, "nvidia") == "tr-n1"
             claims = await _claims(kube, ns, "nvidia")
             assert _result(claims["gpu-main"])["device"] == "gpu-0"
@@ -273,10 +259,7 @@ def test_hami_nvidia_and_kai_pods_become_claims_kube_scheduler_binds(hooked) -> 
                          for x in d.get("conditions") or []}
                 assert conds.get("gpugov.io/admitted") == "True", (name, c["status"])
         finally:
-            stop.set()
-            await asyncio.gather(*tasks, return_exceptions=True)
-            await ident.close()
-            await kube.close()
+            await stop_all(stop, tasks, ident, kube)
 
     asyncio.run(main())
 
@@ -295,11 +278,11 @@ def test_two_gpu_containers_and_a_gpu_init_container_each_get_their_own_claim(
         ident, tasks = await _governed(kube, plane, stop)
         inv = inventory(gpu(0, model=A100), gpu(1, DeviceMode.SOFT, model=A100))
         try:
-            await _post(kube, "/api/v1/nodes", _node("tr-n2", inv))
+            await post(kube, "/api/v1/nodes", _node("tr-n2", inv))
             ns = await _dra_tenant(kube, hooked, "dra-multi", {"allocator": "kube-scheduler"})
             small = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "8000",
                      "nvidia.com/gpucores": "10"}
-            created = await _post(kube, f"/api/v1/namespaces/{ns}/pods", _pod(
+            created = await post(kube, f"/api/v1/namespaces/{ns}/pods", _pod(
                 "multi", [_c("train", HAMI), _c("infer", small), _c("log")],
                 init=[_c("warm", {"nvidia.com/gpu": "1"})], node="tr-n2"))
             spec = created["spec"]
@@ -324,10 +307,7 @@ def test_two_gpu_containers_and_a_gpu_init_container_each_get_their_own_claim(
                            "gpu-train": ("gpu-1", "20000Mi", "30"),
                            "gpu-infer": ("gpu-1", "8000Mi", "10")}
         finally:
-            stop.set()
-            await asyncio.gather(*tasks, return_exceptions=True)
-            await ident.close()
-            await kube.close()
+            await stop_all(stop, tasks, ident, kube)
 
     asyncio.run(main())
 
@@ -353,8 +333,8 @@ def test_a_tenant_cannot_switch_dra_mode_or_plant_a_template_gpugov_trusts(hooke
                                                  content_type="application/merge-patch+json")
                 assert status == 403
                 # not in DRA mode: the device-plugin path, as before
-                plain = await _post(tenant, f"/api/v1/namespaces/{ns}/pods",
-                                    _pod("plain", [_c("main", HAMI)]))
+                plain = await post(tenant, f"/api/v1/namespaces/{ns}/pods",
+                                   _pod("plain", [_c("main", HAMI)]))
                 assert "resourceClaims" not in plain["spec"]
                 assert plain["spec"]["containers"][0]["resources"]["limits"][
                     "nvidia.com/gpumem"] == "20k"
