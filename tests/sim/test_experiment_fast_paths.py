@@ -10,6 +10,7 @@ import pytest
 import gpugov.sim.experiment as experiment
 from gpugov.model.cluster import NodeSpec
 from gpugov.model.request import PodRequest
+from gpugov.placement import native_fgd
 from gpugov.placement.engine import Placer
 from gpugov.placement.fgd import FgdPolicy
 from gpugov.placement.registry import get_policy
@@ -57,12 +58,17 @@ def _trace(seed: int) -> tuple[list[NodeSpec], list[PodRequest]]:
     return nodes, pods
 
 
+@pytest.mark.parametrize("native", [True, False], ids=["c-path", "python-path"])
 @pytest.mark.parametrize("policy", ["fgd", "bestfit", "gpupacking", "dotprod"])
 @pytest.mark.parametrize("seed", [3, 11])
-def test_fast_paths_give_the_reference_run(policy: str, seed: int,
+def test_fast_paths_give_the_reference_run(policy: str, seed: int, native: bool,
                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """With FGD's C path (native/placement/fgd.c) and with it switched off."""
     nodes, pods = _trace(seed)
+    monkeypatch.setenv(native_fgd.ENV_SWITCH, "1" if native else "0")
+    assert (native_fgd.library() is not None) is native
     fast = experiment.run_experiment(nodes, pods, policy, seed)
+    monkeypatch.setenv(native_fgd.ENV_SWITCH, "0")  # the reference: Python throughout
     monkeypatch.setattr(experiment, "Placer", _GeneralPlacer)
     monkeypatch.setattr(experiment, "get_policy",
                         lambda name: _ReferenceFgd if name == "fgd" else get_policy(name))
