@@ -2,6 +2,7 @@
 
 Usage: python bench/experiment_wall.py [--trace-dir DIR] [--workload NAME] [--policy fgd]
                                        [--seeds 42] [--repeat 5] [--no-pin] [--no-bytecode]
+                                       [--both-paths]
 
 Runs the whole command (process start-up, imports, trace loading, the experiment, the CSVs,
 PNG and summary.json, the printed table) `--repeat` times, each in a fresh process pinned to
@@ -12,6 +13,8 @@ the command calls, in its order) and prints their medians. Numbers only: nothing
 Python's compiled bytecode is kept in a temporary folder (PYTHONPYCACHEPREFIX, warmed by one
 uncounted run), as an installed package has it; `--no-bytecode` leaves the environment as it
 is (with PYTHONDONTWRITEBYTECODE set, every run compiles gpugov's modules from source again).
+`--both-paths` also runs the whole command with FGD's C path switched off
+(GPUGOV_PLACEMENT_NATIVE=0), alternated with the default runs, and prints both medians.
 """
 
 from __future__ import annotations
@@ -100,6 +103,8 @@ def main() -> None:
     ap.add_argument("--no-pin", action="store_true", help="do not pin to one core")
     ap.add_argument("--no-bytecode", action="store_true",
                     help="leave the environment's bytecode setting as it is")
+    ap.add_argument("--both-paths", action="store_true",
+                    help="also time the command with FGD's C path off, runs alternated")
     args = ap.parse_args()
     if not (args.trace_dir / "openb_node_list_gpu_node.csv").exists():
         sys.exit(f"no trace at {args.trace_dir} (give --trace-dir)")
@@ -118,10 +123,15 @@ def main() -> None:
         cpus: list[float] = []
         bare: list[float] = []
         phases: list[dict[str, float]] = []
+        python_walls: list[float] = []
+        python_env = {**env, "GPUGOV_PLACEMENT_NATIVE": "0"}
         for i in range(args.repeat):
             out = Path(tmp) / f"run{i}"
             walls.append(_wall(_pin([sys.executable, "-c", CLI, *command, "--out", str(out)],
                                     pin), env, cpus))
+            if args.both_paths:
+                python_walls.append(_wall(_pin([sys.executable, "-c", CLI, *command, "--out",
+                                                str(out) + "py"], pin), python_env))
             bare.append(_wall(_pin([sys.executable, "-c", "pass"], pin), env))
             proc = subprocess.run(
                 _pin([sys.executable, "-c", PHASES, str(args.trace_dir), args.workload,
@@ -137,6 +147,9 @@ def main() -> None:
     print(f"{'whole command (median CPU time)':<34}{statistics.median(cpus):>8.3f} s   "
           f"(user + system; load average now {os.getloadavg()[0]:.1f} on "
           f"{os.cpu_count()} cores: wall time above CPU time = waiting for a core)")
+    if python_walls:
+        print(f"{'  the same, C path off (median)':<34}{statistics.median(python_walls):>8.3f} s"
+              f"   (min {min(python_walls):.3f}; GPUGOV_PLACEMENT_NATIVE=0, alternated)")
     print("breakdown (medians, separate fresh processes):")
     print(f"  {'interpreter start-up':<32}{statistics.median(bare):>8.3f} s")
     total = statistics.median(bare)
