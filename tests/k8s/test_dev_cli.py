@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 from kubernetes_asyncio import client
 
@@ -14,6 +14,9 @@ from gpugov.k8s import annotations as ann
 from gpugov.k8s.devcluster.client import api_client
 from gpugov.k8s.devcluster.processes import alive
 from gpugov.k8s.devcluster.pytest_plugin import ensure_binaries_or_skip
+
+sys.path.insert(0, str(Path(__file__).parent))
+from cli_run import gpugov  # noqa: E402
 
 CLUSTER = textwrap.dedent("""\
     nodePools:
@@ -27,11 +30,6 @@ CLUSTER = textwrap.dedent("""\
         devices:
           - {index: "0-3", mode: soft}
     """)
-
-
-def gpugov(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", "from gpugov.cli import app; app()", *args],
-                          capture_output=True, text=True, timeout=timeout, check=False)
 
 
 def test_dev_up_serves_gpu_pods_and_down_leaves_nothing(tmp_path):

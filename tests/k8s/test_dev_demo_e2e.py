@@ -16,12 +16,10 @@ from gpugov.k8s.devcluster.pytest_plugin import ensure_binaries_or_skip
 from gpugov.k8s.scheduler.kube import Kube
 from gpugov.k8s.scheduler.state import NO_NODES, NO_QUEUES, SchedulerState
 
+sys.path.insert(0, str(Path(__file__).parent))
+from cli_run import gpugov  # noqa: E402
+
 T0 = 1_800_000_000.0
-
-
-def gpugov(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", "from gpugov.cli import app; app()", *args],
-                          capture_output=True, text=True, timeout=timeout, check=False)
 
 
 async def _read(kubeconfig: str) -> dict:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -23,6 +22,7 @@ from gpugov.k8s.devcluster.pytest_plugin import ensure_binaries_or_skip
 from gpugov.k8s.dra.slices import ADMITTED, DRA_LABEL, SLICE_CLASS
 
 sys.path.insert(0, str(Path(__file__).parent))
+from cli_run import gpugov  # noqa: E402
 from dra_support import claim, claim_pod, request  # noqa: E402
 
 CLUSTER = textwrap.dedent("""\
@@ -42,11 +42,6 @@ CLUSTER = textwrap.dedent("""\
         devices:
           - {index: "0", mode: soft}
     """)
-
-
-def gpugov(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", "from gpugov.cli import app; app()", *args],
-                          capture_output=True, text=True, timeout=timeout, check=False)
 
 
 def _wait_query(url: str, promql: str, timeout: float = 60) -> list[dict]:
