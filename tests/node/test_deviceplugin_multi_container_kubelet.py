@@ -74,6 +74,19 @@ def got(result: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return out
 
 
+async def admitted(node: Node, pod: dict[str, Any], apps: list[tuple[str, int]],
+                   inits: list[tuple[str, int]] = (), sidecars: tuple[str, ...] = ()
+                   ) -> dict[str, dict[str, Any]]:
+    """Schedule `pod` with these GPU containers, have the kubelet admit it (which must
+    succeed) and return what each container got."""
+    name = pod["metadata"]["name"]
+    node.pods.put(with_containers(pod, apps, inits, sidecars))
+    cs, ics = peer_containers(apps, inits, sidecars)
+    result = await asyncio.to_thread(node.peer.admit_pod, pod["metadata"]["uid"], name, cs, ics)
+    assert result["ok"], result
+    return got(result)
+
+
 def two_soft_gpus() -> Inventory:
     """GPUs 0-3 whole; 4 and 7 soft (4 replicas each)."""
     return Inventory((*(gpu(i, nvlink=0) for i in range(4)),
@@ -86,12 +99,8 @@ def test_two_app_containers_and_an_init_container_each_get_their_own_whole_gpus(
     apps, inits = [("train", 2), ("eval", 1)], [("fetch", 1)]
 
     async def body(node: Node, mgr, source) -> None:
-        node.pods.put(with_containers(scheduled_pod("job", [whole(0), whole(1), whole(3)]),
-                                      apps, inits))
-        cs, ics = peer_containers(apps, inits)
-        result = await asyncio.to_thread(node.peer.admit_pod, "uid-job", "job", cs, ics)
-        assert result["ok"], result
-        g = got(result)
+        g = await admitted(node, scheduled_pod("job", [whole(0), whole(1), whole(3)]),
+                           apps, inits)
         record = {uuid(0), uuid(1), uuid(3)}
         assert [n for n in g] == ["fetch", "train", "eval"]  # init first, as admitted
         assert len(g["train"]["keys"]) == 2 and len(g["eval"]["keys"]) == 1
@@ -119,12 +128,8 @@ def test_soft_slice_containers_get_different_gpus_their_limits_and_their_own_reg
     apps, inits = [("a", 1), ("b", 1)], [("warmup", 1)]
 
     async def body(node: Node, mgr, source) -> None:
-        node.pods.put(with_containers(scheduled_pod(
-            "nb", [soft(4, 300, 20480), soft(7, 300, 20480)]), apps, inits))
-        cs, ics = peer_containers(apps, inits)
-        result = await asyncio.to_thread(node.peer.admit_pod, "uid-nb", "nb", cs, ics)
-        assert result["ok"], result
-        g = got(result)
+        g = await admitted(node, scheduled_pod(
+            "nb", [soft(4, 300, 20480), soft(7, 300, 20480)]), apps, inits)
         assert g["a"]["keys"] != g["b"]["keys"]  # two slices on two GPUs, as placed
         assert {*g["a"]["keys"], *g["b"]["keys"]} == {uuid(4), uuid(7)}
         assert g["warmup"]["ids"][0] in g["a"]["ids"] + g["b"]["ids"]  # handed on
@@ -149,12 +154,8 @@ def test_an_init_container_larger_than_the_app_containers_gets_the_pods_devices(
     apps, inits = [("serve", 1)], [("load", 3)]
 
     async def body(node: Node, mgr, source) -> None:
-        node.pods.put(with_containers(scheduled_pod("big", [whole(0), whole(1), whole(2)]),
-                                      apps, inits))
-        cs, ics = peer_containers(apps, inits)
-        result = await asyncio.to_thread(node.peer.admit_pod, "uid-big", "big", cs, ics)
-        assert result["ok"], result
-        g = got(result)
+        g = await admitted(node, scheduled_pod("big", [whole(0), whole(1), whole(2)]),
+                           apps, inits)
         assert g["load"]["keys"] == sorted([uuid(0), uuid(1), uuid(2)])
         assert set(g["serve"]["keys"]) < set(g["load"]["keys"])  # one of them, handed on
 
@@ -166,12 +167,8 @@ def test_a_sidecar_keeps_its_gpu_beside_the_app_container(kubelet_driver_binary:
     apps, inits, sidecars = [("main", 1)], [("proxy", 1), ("prep", 1)], ("proxy",)
 
     async def body(node: Node, mgr, source) -> None:
-        node.pods.put(with_containers(scheduled_pod("sc", [whole(1), whole(2)]), apps, inits,
-                                      sidecars))
-        cs, ics = peer_containers(apps, inits, sidecars)
-        result = await asyncio.to_thread(node.peer.admit_pod, "uid-sc", "sc", cs, ics)
-        assert result["ok"], result
-        g = got(result)
+        g = await admitted(node, scheduled_pod("sc", [whole(1), whole(2)]), apps, inits,
+                           sidecars)
         assert g["proxy"]["keys"] != g["main"]["keys"]  # they run together
         assert g["prep"]["keys"] != g["proxy"]["keys"]  # prep runs beside the sidecar
         assert {*g["proxy"]["keys"], *g["main"]["keys"]} == {uuid(1), uuid(2)}
