@@ -109,12 +109,18 @@ static int64_t frag_after(const struct gg_fgd_ctx *c, int64_t node, const int64_
     return c->total_weight * (c->free_total[node] - taken * milli) - usable;
 }
 
+/* How many of thresholds[1..100] (ascending) the gain reaches: bisection. */
 static int64_t score_of(const struct gg_fgd_ctx *c, int64_t gain)
 {
-    int64_t s = 0;
-    while (s < 100 && gain >= c->thresholds[s + 1])
-        s++;
-    return s;
+    int64_t lo = 0, hi = 100; /* the score lies in lo..hi */
+    while (lo < hi) {
+        int64_t mid = lo + (hi - lo + 1) / 2;
+        if (gain >= c->thresholds[mid])
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    return lo;
 }
 
 /* The node's fragmentation (its parts refreshed); -1 for a node out of range. */

@@ -36,8 +36,6 @@ _EARLIER = np.tri(256, k=-1, dtype=bool)
 #: (`_score_one`); more in one vectorised pass (`_scores_by_parts`)
 SCALAR_NODES = 4
 
-_BOOL = np.dtype(bool)
-
 #: device choices kept per request shape (least recently used shapes are dropped)
 MAX_CACHED_SHAPES = 256
 
@@ -58,6 +56,8 @@ class FgdPolicy(Policy):
         self._gain_scores: dict[int, int] = {}
         #: the C path (`ranked`) serves policies whose score is FGD's own
         self._native_score = type(self).score is FgdPolicy.score
+        #: (state, a node mask of its length, that mask's data address) for `ranked`
+        self._mask: tuple[ClusterState, np.ndarray, int] | None = None
 
     def ranked(self, state: ClusterState, req: PodRequest, mask: np.ndarray, cache: object
                ) -> int | None:
@@ -68,16 +68,22 @@ class FgdPolicy(Policy):
                 or not state.fast_path(req)):
             return None
         ctx = self.ctx.fragmentation.native(state)
-        n = len(state)
-        if (ctx is None or mask.dtype is not _BOOL or mask.shape != (n,)
-                or not mask.flags.c_contiguous or len(cache.tiebreak) != n  # type: ignore
-                or len(cache.version) != n):  # type: ignore[attr-defined]
+        if ctx is None:
             return None
+        buffer = self._mask
+        if buffer is None or buffer[0] is not state:
+            mine = np.zeros(len(state), dtype=bool)  # the mask copied here: address known
+            self._mask = buffer = (state, mine, mine.ctypes.data)
+        n = len(buffer[1])  # the C code reads n entries of each array (ctx: n nodes)
+        if (mask.shape != buffer[1].shape or len(cache.version) != n  # type: ignore
+                or len(cache.tiebreak) != n):  # type: ignore[attr-defined]
+            return None
+        buffer[1][...] = mask
         dev_version = dev_device = 0
         if req.is_sharing:
             dev_version, dev_device = self._device_entry(state, req)[2]
         cv, cs, ck, tb = cache.addresses  # type: ignore[attr-defined]
-        node = ctx.lib.gg_fgd_ranked(ctx.ref, mask.ctypes.data, cv, cs, ck, tb,
+        node = ctx.lib.gg_fgd_ranked(ctx.ref, buffer[2], cv, cs, ck, tb,
                                      dev_version, dev_device, req.cpu_milli, req.gpu_milli,
                                      req.gpu_count, req.is_sharing, req.is_gpu)
         return None if node < 0 else int(node)
