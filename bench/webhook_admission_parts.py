@@ -1,0 +1,113 @@
+"""Where admission's CPU goes: the same plain and GPU pod rounds as `webhook_admission.py`,
+with the apiserver's admission configuration varied between rounds of ONE control plane, so
+the variants are compared under the same load (separate runs on a shared machine differ by
+more than the effects measured).
+
+Variants (each round runs every variant in turn: a plain round, then a GPU round):
+  policy     the pod policy as shipped (with its matchConditions), the real webhook condition
+  nomatch    the pod policy without its matchConditions (every pod evaluated by all rules)
+  nopolicy   no pod policy
+  trivial    the pod policy as shipped; the webhook's matchCondition replaced by one map lookup
+
+Prints, per variant: pods/s of plain and GPU pods and their ratio, and the CPU ms per pod of
+kube-apiserver (plain, GPU) and of the webhook (GPU). Usage:
+
+    python bench/webhook_admission_parts.py [--pods 200] [--rounds 4] [--concurrency 32]
+                                            [--variants policy,nomatch,nopolicy,trivial]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import webhook_admission as wa  # noqa: E402
+from gpugov.k8s.devcluster import build  # noqa: E402
+from gpugov.k8s.devcluster.dev import create_defaults, install_crds, start_webhook  # noqa: E402
+from gpugov.k8s.devcluster.plane import LocalControlPlane  # noqa: E402
+from gpugov.k8s.devcluster.rbac import apply_component_rbac  # noqa: E402
+from gpugov.k8s.identities import SYSTEM_NAMESPACE  # noqa: E402
+from gpugov.k8s.webhook import policy  # noqa: E402
+
+VARIANTS = ("policy", "nomatch", "nopolicy", "trivial")
+
+
+async def configure(kc: Path, ca: bytes, url: str, variant: str) -> None:
+    objs = policy.pod_ownership_policies(SYSTEM_NAMESPACE)
+    if variant == "nopolicy":
+        await policy.delete_policies(kc, objs)
+    else:
+        if variant == "nomatch":
+            objs[0]["spec"].pop("matchConditions", None)
+        await policy.apply_policies(kc, objs)
+    await wa.register(kc, ca, url, False, variant == "trivial")
+    await asyncio.sleep(1.0)  # the policy informer too
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--pods", type=int, default=200)
+    ap.add_argument("--rounds", type=int, default=4)
+    ap.add_argument("--concurrency", type=int, default=32)
+    ap.add_argument("--variants", default=",".join(VARIANTS))
+    args = ap.parse_args()
+    variants = [v for v in args.variants.split(",") if v]
+    bad = [v for v in variants if v not in VARIANTS]
+    if bad:
+        ap.error(f"unknown variants {bad}; allowed: {', '.join(VARIANTS)}")
+    build.ensure_binaries(("etcd", "kube-apiserver"))
+    secs: dict[tuple[str, bool], float] = {}
+    cpu: dict[tuple[str, bool], dict[str, float]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        plane = LocalControlPlane(Path(tmp) / "plane", controller_manager=False, kwok=False,
+                                  extra_args={"kube-apiserver": [
+                                      "--max-requests-inflight=2000",
+                                      "--enable-priority-and-fairness=false"]})
+        plane.start()
+        try:
+            kc, ca = plane.kubeconfig, plane.ca.pair.cert
+            asyncio.run(install_crds(kc))
+            asyncio.run(create_defaults(kc))
+            hook_kc = asyncio.run(apply_component_rbac(kc, "webhook", SYSTEM_NAMESPACE,
+                                                       Path(tmp) / "kubeconfig-webhook"))
+            url = start_webhook(plane, kubeconfig=hook_kc)
+            asyncio.run(wa.namespace(kc, "bench"))
+            for r in range(-1, args.rounds):  # round -1: warm-up, not counted
+                for v in variants:
+                    asyncio.run(configure(kc, ca, url, v))
+                    for gpu in (False, True):
+                        n = args.concurrency if r < 0 else args.pods
+                        names = [f"{v[:3]}{int(gpu)}-{r + 1}-{i}" for i in range(n)]
+                        before = wa.cpu_seconds(plane)
+                        took, _lat = asyncio.run(wa.create(kc, "bench", names, gpu,
+                                                           args.concurrency))
+                        if r < 0:
+                            continue
+                        after = wa.cpu_seconds(plane)
+                        key = (v, gpu)
+                        secs[key] = secs.get(key, 0.0) + took
+                        mine = cpu.setdefault(key, {})
+                        for proc, used in after.items():
+                            mine[proc] = mine.get(proc, 0.0) + used - before.get(proc, 0.0)
+        finally:
+            plane.stop()
+    n = args.pods * args.rounds
+    print(f"pods={args.pods} x {args.rounds} rounds concurrency={args.concurrency}, variants "
+          "alternated within one control plane")
+    print(f"{'variant':10s} {'plain/s':>8s} {'GPU/s':>8s} {'ratio':>6s}   apiserver ms/pod "
+          "plain, GPU   webhook ms/GPU pod")
+    for v in variants:
+        p, g = n / secs[(v, False)], n / secs[(v, True)]
+        ap_p = cpu[(v, False)].get("kube-apiserver", 0.0) * 1000 / n
+        ap_g = cpu[(v, True)].get("kube-apiserver", 0.0) * 1000 / n
+        hook = cpu[(v, True)].get("gpugov-webhook", 0.0) * 1000 / n
+        print(f"{v:10s} {p:8.1f} {g:8.1f} {g / p:6.2f}   {ap_p:8.2f} {ap_g:8.2f}   {hook:10.2f}")
+
+
+if __name__ == "__main__":
+    main()
