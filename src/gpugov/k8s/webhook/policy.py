@@ -16,6 +16,10 @@ or no webhook is registered), and may preset `spec.nodeName` only when gpugov or
 creates it. These were the separate CREATE call of the validating webhook; here they cost the
 apiserver no HTTP call and hold while the webhook is down (docs/threat-model.md).
 
+Its `matchConditions` (`match_condition`) let only requests some rule could refuse reach the
+rules, so most pods cost the apiserver one conversion for CEL instead of three (one per pass:
+validations, messages, audit annotations).
+
 Only the `pods` resource is matched: the scheduler's `pods/binding` and the kubelet's
 `pods/status` are subresources and not affected. The Helm chart renders the same objects
 (templates/admission-policy.yaml).
