@@ -170,8 +170,9 @@ GG_EXPORT int64_t gg_fgd_score_one(const struct gg_fgd_ctx *c, int64_t node, int
 
 /* Placer._ranked with FGD's score: the masked node with the highest cached key, after
  * scoring (and caching, with the device found for sharing pods) every masked node whose
- * version moved. -1 when the mask is empty. Arrays: [n_nodes] each; dev_* NULL when the
- * pod does not share a GPU. */
+ * version moved; returned as node * 1024 + (its device for a sharing pod, else -1) + 1.
+ * -1 when the mask is empty. Arrays: [n_nodes] each; dev_* NULL when the pod does not share
+ * a GPU. */
 GG_EXPORT int64_t gg_fgd_ranked(const struct gg_fgd_ctx *c, const uint8_t *mask,
                                 int64_t *cache_version, int64_t *cache_score,
                                 int64_t *cache_key, const int64_t *tiebreak,
@@ -201,5 +202,15 @@ GG_EXPORT int64_t gg_fgd_ranked(const struct gg_fgd_ctx *c, const uint8_t *mask,
             best_key = cache_key[n];
         }
     }
-    return best;
+    if (best < 0 || !sharing || !dev_version || !dev_device)
+        return best < 0 ? -1 : best * 1024;
+    if (dev_version[best] != c->version[best]) { /* scored under another engine shape */
+        int64_t packed = gg_fgd_score_one(c, best, cpu_milli, gpu_milli, gpu_count, sharing,
+                                          is_gpu);
+        if (packed < 0)
+            return -1;
+        dev_version[best] = c->version[best];
+        dev_device[best] = packed % 1024 - 1;
+    }
+    return best * 1024 + dev_device[best] + 1;
 }

@@ -58,6 +58,8 @@ class FgdPolicy(Policy):
         self._native_score = type(self).score is FgdPolicy.score
         #: (state, a node mask of its length, that mask's data address) for `ranked`
         self._mask: tuple[ClusterState, np.ndarray, int] | None = None
+        #: (request, node, its version, device) the last `ranked` call found
+        self._picked: tuple[PodRequest, int, int, int] | None = None
 
     def ranked(self, state: ClusterState, req: PodRequest, mask: np.ndarray, cache: object
                ) -> int | None:
@@ -83,10 +85,15 @@ class FgdPolicy(Policy):
         if req.is_sharing:
             dev_version, dev_device = self._device_entry(state, req)[2]
         cv, cs, ck, tb = cache.addresses  # type: ignore[attr-defined]
-        node = ctx.lib.gg_fgd_ranked(ctx.ref, buffer[2], cv, cs, ck, tb,
+        packed = ctx.lib.gg_fgd_ranked(ctx.ref, buffer[2], cv, cs, ck, tb,
                                      dev_version, dev_device, req.cpu_milli, req.gpu_milli,
                                      req.gpu_count, req.is_sharing, req.is_gpu)
-        return None if node < 0 else int(node)
+        if packed < 0:
+            return None
+        node = packed >> 10
+        if req.is_sharing:  # the device found, for `choose_devices` right after
+            self._picked = (req, node, int(state.version[node]), (packed & 1023) - 1)
+        return node
 
     def _device_cache(self, state: ClusterState, req: PodRequest
                       ) -> tuple[np.ndarray, np.ndarray]:
@@ -288,6 +295,10 @@ class FgdPolicy(Policy):
         if req.is_gpu and not state.fast_path(req):  # device modes, seals, constraints
             return general_devices(state, req, node)
         if req.is_sharing:
+            picked = self._picked
+            if (picked is not None and picked[0] is req and picked[1] == node
+                    and picked[2] == state.version[node] and picked[3] >= 0):
+                return (picked[3],)  # what `ranked` found for this request and node
             version, device = self._device_cache(state, req)
             if version[node] != state.version[node]:
                 self._scores(state, req, np.array([node]))
