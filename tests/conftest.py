@@ -1,10 +1,12 @@
-"""Shared fixtures: the public trace data beside the checkout, when it is there."""
+"""Shared fixtures: the public trace data beside the checkout, when it is there, and helm."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
+
+from gpugov.k8s.devcluster import build
 
 REPO = Path(__file__).resolve().parents[1]
 TRACE_DIR = (REPO / ".." / "shared" / "traces" / "alibaba-gpu-v2023").resolve()
@@ -28,3 +30,12 @@ def targets_file() -> Path:
     if not TARGETS.exists():
         pytest.skip(f"needs the published targets at {TARGETS} (../shared beside the repo)")
     return TARGETS
+
+
+@pytest.fixture(scope="module")
+def helm() -> Path:
+    """The helm binary, built from its Go module; skips where Go is missing."""
+    if build.missing(("helm",)) and build.go_binary() is None:
+        pytest.skip("needs helm, built from its Go module, and Go is not installed")
+    build.ensure_binaries((), include_helm=True)
+    return build.bin_dir() / "helm"

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.k8s.test_chart import helm, render  # noqa: F401  (the fixture)
+from tests.k8s.test_chart import render
 
 from gpugov.k8s.webhook import admission, registration
 

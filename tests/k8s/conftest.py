@@ -1,4 +1,4 @@
-"""Fixtures shared by the k8s tests: a DRA control plane per module and the built helm."""
+"""Fixtures shared by the k8s tests: a DRA control plane per module (helm: tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 
-from gpugov.k8s.devcluster import build
 from gpugov.k8s.devcluster.plane import LocalControlPlane
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -19,12 +18,3 @@ from dra_support import plane_fixture  # noqa: E402
 def dra_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalControlPlane]:
     """etcd, apiserver, KCM, kwok and kube-scheduler with gpugov's DRA gates (one per module)."""
     yield from plane_fixture(tmp_path_factory)
-
-
-@pytest.fixture(scope="module")
-def helm() -> Path:
-    """The helm binary, built from its Go module; skips where Go is missing."""
-    if build.missing(("helm",)) and build.go_binary() is None:
-        pytest.skip("needs helm, built from its Go module, and Go is not installed")
-    build.ensure_binaries((), include_helm=True)
-    return build.bin_dir() / "helm"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tests.k8s.test_chart import NS, helm, render  # noqa: F401  (helm is a fixture)
+from tests.k8s.test_chart import NS, render
 
 from gpugov.k8s.devcluster.rbac import load_rules
 from gpugov.k8s.tenants.policy import all_policies, chart_template
