@@ -110,6 +110,19 @@ def test_node_agent_changes_only_its_own_node_and_pods(k8s_control_plane, tmp_pa
                 break
         else:
             raise AssertionError("the node-scope policy never took effect")
+        # the pods' policy is a second object, loaded on its own: wait for it too (under a
+        # loaded apiserver it took effect after the nodes' one)
+        for i in range(100):
+            try:
+                async with cluster.api(kc_a) as api:
+                    await client.CoreV1Api(api).patch_namespaced_pod(
+                        "on-b", ns, {"metadata": {"annotations": {ann.ALLOCATED: f"p{i}"}}},
+                        _content_type=MERGE)
+                await asyncio.sleep(0.2)
+            except ApiException:
+                break
+        else:
+            raise AssertionError("the node-scope policy for pods never took effect")
         # the apiserver type-checks each policy against its resource's schema: no warnings
         async with cluster.api() as api:
             reg = client.AdmissionregistrationV1Api(api)
