@@ -179,7 +179,8 @@ def tenant_crd() -> dict[str, Any]:
                           "default": "kube-scheduler",
                           "description": "who allocates the claims: kube-scheduler (from "
                           "gpugov's ResourceSlices, governed by `gpugov dra governor`) or "
-                          "gpugov's scheduler (refused while it does not allocate claims)"},
+                          "gpugov's scheduler (queues, fair share, gangs and reclaim apply; "
+                          "docs/dra.md)"},
             "models": {"type": "array", "maxItems": 32, "x-kubernetes-list-type": "set",
                        "items": {"type": "string", "minLength": 1, "maxLength": 64},
                        "description": "the GPU models this tenant's DRA pods run on: a "
