@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tests.placement.test_fragmentation_fast import MODELS, free_st, pod_st
 
 from gpugov.model.cluster import ClusterState, NodeSpec
 from gpugov.model.request import PodRequest
@@ -22,23 +23,6 @@ from gpugov.placement.fgd import FgdPolicy
 from gpugov.placement.fragmentation import FragmentationModel, TypicalPods, fgd_score
 
 REPO = Path(__file__).resolve().parents[2]
-MODELS = ("G2", "T4", "V100M32")
-free_st = st.one_of(st.sampled_from([0, 100, 250, 500, 750, 1000]), st.integers(0, 1000))
-
-
-@st.composite
-def pod_st(draw: st.DrawFn, name: str = "p") -> PodRequest:
-    kind = draw(st.sampled_from(["cpu", "share", "share", "whole"]))
-    cpu = draw(st.sampled_from([0, 1000, 4000, 8000, 32000, 96000]))
-    models = tuple(draw(st.lists(st.sampled_from(MODELS), max_size=2, unique=True)))
-    if kind == "cpu":
-        return PodRequest(name, cpu, 1024)
-    if kind == "share":
-        milli = draw(st.one_of(st.sampled_from([100, 250, 500, 750]), st.integers(1, 999)))
-        return PodRequest(name, cpu, 1024, 1, milli, models)
-    return PodRequest(name, cpu, 1024, draw(st.sampled_from([1, 2, 4, 8])), 1000, models)
-
-
 nodes_st = st.lists(
     st.builds(lambda i, cpu, gpus, model: NodeSpec(f"n{i}", cpu, 10**6, gpus,
                                                    model if gpus else ""),
@@ -191,7 +175,8 @@ def test_under_asan_and_ubsan(tmp_path: Path) -> None:
                     str(REPO / "native" / "placement" / "fgd.c")], check=True)
     env = {**os.environ, "LD_PRELOAD": asan.stdout.strip(), "GPUGOV_PLACEMENT_LIBRARY": str(lib),
            "ASAN_OPTIONS": "detect_leaks=0:exitcode=66", "PYTHONPATH":
-           f"{Path(__file__).parent}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+           os.pathsep.join([str(Path(__file__).parent), str(REPO),
+                            os.environ.get("PYTHONPATH", "")]),
            "UBSAN_OPTIONS": "halt_on_error=1:print_stacktrace=1:exitcode=67"}
     r = subprocess.run([sys.executable, "-c", SANITIZED_RUN], env=env, capture_output=True,
                        text=True, timeout=600)
