@@ -186,7 +186,6 @@ def test_refusals_keep_todays_messages():
 def test_gpugovs_allocator_gets_the_pod_and_refuses_what_it_does_not_allocate():
     gpugov = Resolution("t", "q", TrustTier.INTERNAL,
                         dra={"allocator": "gpugov", "models": ["H100-SXM5-80GB"]})
-    assert dra_translate.gpugov_allocates()
     after, _ = mutated(pod(container("a", HAMI)), gpugov)
     assert after["spec"]["schedulerName"] == ann.SCHEDULER_NAME
     for p in (pod(container("a"), annotations={"gpu-fraction": "0.5"}),

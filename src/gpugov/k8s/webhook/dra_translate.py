@@ -166,13 +166,6 @@ def dra_setting(res: Resolution) -> tuple[str, tuple[str, ...]] | None:
     return str(allocator), tuple(models)
 
 
-def gpugov_allocates() -> bool:
-    """Whether gpugov's scheduler allocates claims (else it refuses claim pods)."""
-    from gpugov.k8s.dra.claims import refusal
-
-    return not refusal({"resourceClaims": [{"name": "probe"}]})
-
-
 def _asks(pod: Mapping[str, Any], names) -> bool:
     """Cheap: does any container name a GPU resource, or the pod a KAI size?"""
     spec = pod.get("spec") or {}
@@ -274,12 +267,8 @@ def _scheduler_patch(pod: Mapping[str, Any], res: Resolution, allocator: str,
                      ) -> tuple[list[dict[str, Any]], str | None]:
     """kube-scheduler allocates: the pod stays with (or is handed to) `default-scheduler`;
     gpugov's name and the adoption list are taken over, recorded as on the other path.
-    gpugov allocates: the device-plugin path's rule, once gpugov's scheduler does."""
+    gpugov allocates: the device-plugin path's rule."""
     if allocator == "gpugov":
-        if not gpugov_allocates():
-            return [], (f"gpugov: Tenant {res.tenant!r} has spec.dra.allocator: gpugov, but "
-                        "gpugov's scheduler does not allocate DRA claims yet (planned); an "
-                        "admin sets spec.dra.allocator: kube-scheduler (docs/dra.md)")
         return adm._scheduler_patch(pod, res, scheduler_name, adopt)
     current = (pod.get("spec") or {}).get("schedulerName")
     if current in (None, "", adm.DEFAULT_SCHEDULER) or current in res.schedulers:
