@@ -334,3 +334,24 @@ def test_a_pending_pods_new_labels_are_what_counts() -> None:
     relabelled["metadata"]["labels"] = {"role": "quiet"}
     st.set_pod(relabelled)
     assert [b.name for b in st.cycle(T0 + 1).binds] == ["p"]
+
+
+def test_a_job_not_tried_again_keeps_the_words_naming_its_term() -> None:
+    """A pending job the engine does not try again in a cycle keeps its earlier inter-pod
+    block; its reason must still name the term, not fall back to the bare code."""
+    from types import SimpleNamespace
+
+    from gpugov.k8s.scheduler.pod_affinity import ANTI_AFFINITY
+    from gpugov.k8s.scheduler.pod_presence import PodPresence
+
+    presence = PodPresence()
+    terms = object()  # any hashable stands for the request's terms
+    job = SimpleNamespace(request=SimpleNamespace(pods=terms), blocked_by=ANTI_AFFINITY,
+                          reason=ANTI_AFFINITY, detail=ANTI_AFFINITY)
+    words = "required anti-affinity app=llm on kubernetes.io/hostname: every node holds one"
+    presence.view = SimpleNamespace(why={terms: words})
+    assert presence.reason(job) == (ANTI_AFFINITY, words)
+    presence.view = SimpleNamespace(why={})  # the next cycle did not try the job
+    assert presence.reason(job) == (ANTI_AFFINITY, words)
+    job.blocked_by = "quota"  # blocked by something else now: its own reason
+    assert presence.reason(job) == (ANTI_AFFINITY, ANTI_AFFINITY)

@@ -52,6 +52,10 @@ def _terms(obj: dict[str, Any]) -> PodTerms:
                                                _mapping(spec.get("nodeSelector")).items())))
 
 
+#: how many sets of terms keep their last words (bounded: terms are tenant input)
+MAX_WORDS = 4096
+
+
 class PodPresence:
     """Live pods by key, and the view of one cycle."""
 
@@ -59,6 +63,9 @@ class PodPresence:
         self.pods: dict[str, Presence] = {}
         self.constrained: set[str] = set()  # pods stating their own inter-pod terms
         self.view: PodView | None = None  # the last cycle's (its `why` words)
+        #: the words last said for each set of terms: a job the engine did not try again
+        #: this cycle keeps its earlier block, and its reason keeps naming the term
+        self.words: dict[PodTerms, str] = {}
 
     @property
     def active(self) -> bool:
@@ -126,6 +133,13 @@ class PodPresence:
         """(code, detail) for a pending job: an inter-pod code with the words naming the
         term when that is what blocked it, else the job's own."""
         terms = getattr(job.request, "pods", None)
-        if job.blocked_by in CODES and self.view is not None and terms in self.view.why:
-            return job.blocked_by, self.view.why[terms]
+        if job.blocked_by in CODES and terms is not None:
+            words = self.view.why.get(terms) if self.view is not None else None
+            if words is not None:
+                if len(self.words) >= MAX_WORDS and terms not in self.words:
+                    self.words.pop(next(iter(self.words)))
+                self.words[terms] = words
+                return job.blocked_by, words
+            if terms in self.words:
+                return job.blocked_by, self.words[terms]
         return job.reason, job.detail
