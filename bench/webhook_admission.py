@@ -16,6 +16,11 @@ many pods it resolved by a live read instead of its watch cache. Usage:
     python bench/webhook_admission.py [--pods 500] [--concurrency 32] [--rounds 2]
                                       [--create-validation] [--no-policy]
                                       [--no-policy-match] [--trivial-condition]
+                                      [--pprof DIR]
+
+With `--pprof DIR`, the first round of each kind also records kube-apiserver's CPU profile
+(its /debug/pprof endpoint, `--pprof-seconds` long from the round's start) into
+DIR/<kind>.pb.gz; read them with `go tool pprof -top -diff_base DIR/plain.pb.gz DIR/gpu.pb.gz`.
 """
 
 from __future__ import annotations
@@ -27,7 +32,9 @@ import re
 import resource
 import statistics
 import tempfile
+import threading
 import time
+import urllib.request
 from pathlib import Path
 
 from kubernetes_asyncio import client
@@ -131,6 +138,19 @@ def reviews(plane: LocalControlPlane, url: str) -> dict[str, list[tuple[float, f
             for hook in ("mutate", "validate")}
 
 
+def profile(plane: LocalControlPlane, seconds: float, out: Path) -> threading.Thread:
+    """Start recording kube-apiserver's CPU profile for `seconds` into `out` (a thread)."""
+    def fetch() -> None:
+        url = f"{plane.server}/debug/pprof/profile?seconds={max(1, round(seconds))}"
+        with urllib.request.urlopen(url, timeout=seconds + 30,
+                                    context=plane.ssl_context()) as resp:
+            out.write_bytes(resp.read())
+    thread = threading.Thread(target=fetch, daemon=True)
+    thread.start()
+    time.sleep(0.2)  # the profile starts when the request arrives
+    return thread
+
+
 def pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
@@ -157,7 +177,12 @@ def main() -> None:
     ap.add_argument("--trivial-condition", action="store_true",
                     help="the webhook's matchCondition replaced by one map lookup (what the "
                          "real condition costs)")
+    ap.add_argument("--pprof", type=Path, default=None, metavar="DIR",
+                    help="record kube-apiserver's CPU profile of each kind's first round here")
+    ap.add_argument("--pprof-seconds", type=float, default=2.0)
     args = ap.parse_args()
+    if args.pprof is not None:
+        args.pprof.mkdir(parents=True, exist_ok=True)
     kinds = ["plain", "gpu"] + (["gpu+validate"] if args.create_validation else [])
     build.ensure_binaries(("etcd", "kube-apiserver"))
     with tempfile.TemporaryDirectory() as tmp:
@@ -197,10 +222,14 @@ def main() -> None:
                                              kind == "gpu+validate", trivial))
                     names = [f"{kind[:3]}{len(kind)}-{r}-{i}" for i in range(args.pods)]
                     hist0 = reviews(plane, url)
+                    rec = (profile(plane, args.pprof_seconds, args.pprof / f"{kind}.pb.gz")
+                           if args.pprof is not None and r == 0 else None)
                     before, mine = cpu_seconds(plane), client_cpu()
                     took, lat = asyncio.run(create(kc, "bench", names, kind != "plain",
                                                    args.concurrency))
                     used_here = {**cpu_seconds(plane), "client": client_cpu()}
+                    if rec is not None:
+                        rec.join()
                     for proc, used in used_here.items():
                         start = mine if proc == "client" else before.get(proc, 0)
                         cpu[kind][proc] = cpu[kind].get(proc, 0.0) + used - start

@@ -10,6 +10,9 @@ created uncounted, so what the apiserver compiles for it is not charged to a var
   nomatch    the pod policy without its matchConditions (every pod evaluated by all rules)
   nopolicy   no pod policy
   trivial    the pod policy as shipped; the webhook's matchCondition replaced by one map lookup
+  null       the pod policy as shipped; GPU pods go to `null_webhook.py` instead (answers the
+             same patch without deciding anything: the floor of any Python webhook)
+  null-uvloop  the same on uvloop's event loop
 
 Prints, per variant: pods/s of plain and GPU pods and their ratio, and the CPU ms per pod of
 kube-apiserver (plain, GPU) and of the webhook (GPU). Usage:
@@ -32,12 +35,32 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import webhook_admission as wa  # noqa: E402
 from gpugov.k8s.devcluster import build  # noqa: E402
 from gpugov.k8s.devcluster.dev import create_defaults, install_crds, start_webhook  # noqa: E402
-from gpugov.k8s.devcluster.plane import LocalControlPlane  # noqa: E402
+from gpugov.k8s.devcluster.plane import LocalControlPlane, probe  # noqa: E402
+from gpugov.k8s.devcluster.processes import free_port  # noqa: E402
 from gpugov.k8s.devcluster.rbac import apply_component_rbac  # noqa: E402
 from gpugov.k8s.identities import SYSTEM_NAMESPACE  # noqa: E402
 from gpugov.k8s.webhook import policy  # noqa: E402
 
-VARIANTS = ("policy", "nomatch", "nopolicy", "trivial")
+VARIANTS = ("policy", "nomatch", "nopolicy", "trivial", "null", "null-uvloop")
+DEFAULT_VARIANTS = ("policy", "nomatch", "nopolicy", "trivial")
+#: the process answering GPU pods' reviews in each variant
+HOOK_PROC = {"null": "null-webhook", "null-uvloop": "null-webhook-uvloop"}
+
+
+def start_null(plane: LocalControlPlane, name: str, uvloop: bool) -> str:
+    """Start `null_webhook.py` as process `name` of the plane; its base URL."""
+    assert plane.ca is not None
+    pair = plane.ca.serving("gpugov-webhook")
+    cert, key = plane.pki_dir / f"{name}.crt", plane.pki_dir / f"{name}.key"
+    pair.write(cert, key)
+    port = free_port()
+    plane.start_process(name, [
+        sys.executable, str(Path(__file__).resolve().parent / "null_webhook.py"), "--cert",
+        str(cert), "--key", str(key), "--client-ca", str(plane.webhook_client_ca), "--listen",
+        f"127.0.0.1:{port}", *(["--uvloop"] if uvloop else [])],
+        ready=lambda: probe(f"https://127.0.0.1:{port}/healthz", plane.ssl_context()) == b"ok",
+        timeout=30)
+    return f"https://127.0.0.1:{port}"
 
 
 async def configure(kc: Path, ca: bytes, url: str, variant: str) -> None:
@@ -51,7 +74,7 @@ async def configure(kc: Path, ca: bytes, url: str, variant: str) -> None:
     await wa.register(kc, ca, url, False, variant == "trivial")
     await asyncio.sleep(2.0)  # the informers; then what a new configuration compiles is
     for gpu in (False, True):  # spent before the counted rounds
-        await wa.create(kc, "bench", [f"c{variant[:3]}{int(gpu)}-{time.monotonic_ns()}-{i}"
+        await wa.create(kc, "bench", [f"c{variant}{int(gpu)}-{time.monotonic_ns()}-{i}"
                                       for i in range(32)], gpu, 32)
 
 
@@ -60,7 +83,8 @@ def main() -> None:
     ap.add_argument("--pods", type=int, default=200)
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--concurrency", type=int, default=32)
-    ap.add_argument("--variants", default=",".join(VARIANTS))
+    ap.add_argument("--variants", default=",".join(DEFAULT_VARIANTS),
+                    help=f"comma-separated, of: {', '.join(VARIANTS)}")
     args = ap.parse_args()
     variants = [v for v in args.variants.split(",") if v]
     bad = [v for v in variants if v not in VARIANTS]
@@ -81,15 +105,18 @@ def main() -> None:
             asyncio.run(create_defaults(kc))
             hook_kc = asyncio.run(apply_component_rbac(kc, "webhook", SYSTEM_NAMESPACE,
                                                        Path(tmp) / "kubeconfig-webhook"))
-            url = start_webhook(plane, kubeconfig=hook_kc)
+            real = (start_webhook(plane, kubeconfig=hook_kc)
+                    if any(v not in HOOK_PROC for v in variants) else "")
+            urls = {v: real if v not in HOOK_PROC else
+                    start_null(plane, HOOK_PROC[v], v == "null-uvloop") for v in variants}
             asyncio.run(wa.namespace(kc, "bench"))
             for r in range(-1, args.rounds):  # round -1: warm-up, not counted
                 # odd rounds run the variants in reverse: no variant always follows another
                 for v in (variants if r % 2 == 0 else variants[::-1]):
-                    asyncio.run(configure(kc, ca, url, v))
+                    asyncio.run(configure(kc, ca, urls[v], v))
                     for gpu in (False, True):
                         n = args.concurrency if r < 0 else args.pods
-                        names = [f"{v[:3]}{int(gpu)}-{r + 1}-{i}" for i in range(n)]
+                        names = [f"{v}{int(gpu)}-{r + 1}-{i}" for i in range(n)]
                         before = wa.cpu_seconds(plane)
                         took, _lat = asyncio.run(wa.create(kc, "bench", names, gpu,
                                                            args.concurrency))
@@ -112,7 +139,7 @@ def main() -> None:
         p, g = n / secs[(v, False)], n / secs[(v, True)]
         ap_p = cpu[(v, False)].get("kube-apiserver", 0.0) * 1000 / n
         ap_g = cpu[(v, True)].get("kube-apiserver", 0.0) * 1000 / n
-        hook = cpu[(v, True)].get("gpugov-webhook", 0.0) * 1000 / n
+        hook = cpu[(v, True)].get(HOOK_PROC.get(v, "gpugov-webhook"), 0.0) * 1000 / n
         print(f"{v:10s} {p:8.1f} {g:8.1f} {g / p:6.2f}   {ap_p:8.2f} {ap_g:8.2f}   {hook:10.2f}")
 
 
