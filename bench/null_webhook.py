@@ -7,7 +7,10 @@ without reading Tenants or deciding anything. `webhook_admission_parts.py --vari
 runs GPU pods through it: the gap between its ratio and 1.0 is what calling any webhook costs
 the apiserver and the machine; the gap between it and the real webhook is gpugov's own work.
 
-    python bench/null_webhook.py --cert C --key K --client-ca CA --listen 127.0.0.1:PORT [--uvloop]
+    python bench/null_webhook.py --cert C --key K --client-ca CA --listen 127.0.0.1:PORT
+                                 [--no-patch]
+
+`--no-patch` allows every pod unchanged: what the call alone costs, without the pod growing.
 """
 
 from __future__ import annotations
@@ -30,12 +33,15 @@ PATCH = base64.b64encode(json.dumps([
 ]).encode()).decode()
 
 
-async def mutate(request: web.Request) -> web.Response:
-    review = json.loads(await request.read())
-    uid = review["request"]["uid"]
-    return web.json_response({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-                              "response": {"uid": uid, "allowed": True,
-                                           "patchType": "JSONPatch", "patch": PATCH}})
+def handler(patch: bool):
+    async def mutate(request: web.Request) -> web.Response:
+        review = json.loads(await request.read())
+        answer = {"uid": review["request"]["uid"], "allowed": True}
+        if patch:
+            answer.update(patchType="JSONPatch", patch=PATCH)
+        return web.json_response({"apiVersion": "admission.k8s.io/v1",
+                                  "kind": "AdmissionReview", "response": answer})
+    return mutate
 
 
 async def healthz(_request: web.Request) -> web.Response:
@@ -48,22 +54,17 @@ def main() -> None:
     ap.add_argument("--key", required=True)
     ap.add_argument("--client-ca", required=True)
     ap.add_argument("--listen", required=True)
-    ap.add_argument("--uvloop", action="store_true", help="run on uvloop's event loop")
+    ap.add_argument("--no-patch", action="store_true", help="allow pods unchanged")
     args = ap.parse_args()
     ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     ctx.load_cert_chain(args.cert, args.key)
     ctx.load_verify_locations(cafile=args.client_ca)
     ctx.verify_mode = ssl.CERT_REQUIRED
     app = web.Application()
-    app.router.add_post("/mutate", mutate)
+    app.router.add_post("/mutate", handler(not args.no_patch))
     app.router.add_get("/healthz", healthz)
     host, port = args.listen.rsplit(":", 1)
-    loop = None
-    if args.uvloop:
-        import uvloop
-        loop = uvloop.new_event_loop()
-    web.run_app(app, host=host, port=int(port), ssl_context=ctx, access_log=None,
-                print=None, loop=loop)
+    web.run_app(app, host=host, port=int(port), ssl_context=ctx, access_log=None, print=None)
 
 
 if __name__ == "__main__":

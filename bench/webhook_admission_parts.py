@@ -12,7 +12,8 @@ created uncounted, so what the apiserver compiles for it is not charged to a var
   trivial    the pod policy as shipped; the webhook's matchCondition replaced by one map lookup
   null       the pod policy as shipped; GPU pods go to `null_webhook.py` instead (answers the
              same patch without deciding anything: the floor of any Python webhook)
-  null-uvloop  the same on uvloop's event loop
+  null-nopatch  no pod policy (it refuses untranslated GPU pods); the null webhook allows
+             pods unchanged: what the call alone costs
 
 Prints, per variant: pods/s of plain and GPU pods and their ratio, and the CPU ms per pod of
 kube-apiserver (plain, GPU) and of the webhook (GPU). Usage:
@@ -41,13 +42,13 @@ from gpugov.k8s.devcluster.rbac import apply_component_rbac  # noqa: E402
 from gpugov.k8s.identities import SYSTEM_NAMESPACE  # noqa: E402
 from gpugov.k8s.webhook import policy  # noqa: E402
 
-VARIANTS = ("policy", "nomatch", "nopolicy", "trivial", "null", "null-uvloop")
+VARIANTS = ("policy", "nomatch", "nopolicy", "trivial", "null", "null-nopatch")
 DEFAULT_VARIANTS = ("policy", "nomatch", "nopolicy", "trivial")
 #: the process answering GPU pods' reviews in each variant
-HOOK_PROC = {"null": "null-webhook", "null-uvloop": "null-webhook-uvloop"}
+HOOK_PROC = {"null": "null-webhook", "null-nopatch": "null-webhook-nopatch"}
 
 
-def start_null(plane: LocalControlPlane, name: str, uvloop: bool) -> str:
+def start_null(plane: LocalControlPlane, name: str, patch: bool) -> str:
     """Start `null_webhook.py` as process `name` of the plane; its base URL."""
     assert plane.ca is not None
     pair = plane.ca.serving("gpugov-webhook")
@@ -57,7 +58,7 @@ def start_null(plane: LocalControlPlane, name: str, uvloop: bool) -> str:
     plane.start_process(name, [
         sys.executable, str(Path(__file__).resolve().parent / "null_webhook.py"), "--cert",
         str(cert), "--key", str(key), "--client-ca", str(plane.webhook_client_ca), "--listen",
-        f"127.0.0.1:{port}", *(["--uvloop"] if uvloop else [])],
+        f"127.0.0.1:{port}", *([] if patch else ["--no-patch"])],
         ready=lambda: probe(f"https://127.0.0.1:{port}/healthz", plane.ssl_context()) == b"ok",
         timeout=30)
     return f"https://127.0.0.1:{port}"
@@ -65,7 +66,7 @@ def start_null(plane: LocalControlPlane, name: str, uvloop: bool) -> str:
 
 async def configure(kc: Path, ca: bytes, url: str, variant: str) -> None:
     objs = policy.pod_ownership_policies(SYSTEM_NAMESPACE)
-    if variant == "nopolicy":
+    if variant in ("nopolicy", "null-nopatch"):  # the policy refuses untranslated GPU pods
         await policy.delete_policies(kc, objs)
     else:
         if variant == "nomatch":
@@ -108,7 +109,7 @@ def main() -> None:
             real = (start_webhook(plane, kubeconfig=hook_kc)
                     if any(v not in HOOK_PROC for v in variants) else "")
             urls = {v: real if v not in HOOK_PROC else
-                    start_null(plane, HOOK_PROC[v], v == "null-uvloop") for v in variants}
+                    start_null(plane, HOOK_PROC[v], v == "null") for v in variants}
             asyncio.run(wa.namespace(kc, "bench"))
             for r in range(-1, args.rounds):  # round -1: warm-up, not counted
                 # odd rounds run the variants in reverse: no variant always follows another

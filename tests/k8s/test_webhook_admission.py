@@ -30,8 +30,18 @@ def pod(limits: dict | None = None, annotations: dict | None = None, **spec) -> 
 
 
 def patch_of(out: dict) -> dict[str, object]:
+    """Path -> value of what the patch writes: each operation's value, and each key of a map
+    it writes whole (`/metadata/annotations/<key>`), as the pod reads after it is applied."""
     ops = json.loads(base64.b64decode(out["response"]["patch"]))
-    return {op["path"]: op["value"] for op in ops if "value" in op}
+    got: dict[str, object] = {}
+    for op in ops:
+        if "value" not in op:
+            continue
+        got[op["path"]] = op["value"]
+        if op["path"] in ("/metadata/annotations", "/metadata/labels"):
+            for key, value in op["value"].items():
+                got[f"{op['path']}/{key.replace('~', '~0').replace('/', '~1')}"] = value
+    return got
 
 
 def test_hami_spelling_becomes_the_canonical_annotation():
@@ -367,7 +377,9 @@ def ops_of(out: dict) -> list[dict]:
 
 
 def added(out: dict) -> dict[str, object]:
-    return {op["path"]: op["value"] for op in ops_of(out) if op["op"] == "add"}
+    """What the patch adds, by path (keys of a map added whole included, `patch_of`)."""
+    return patch_of({"response": {"patch": base64.b64encode(json.dumps(
+        [op for op in ops_of(out) if op["op"] == "add"]).encode())}})
 
 
 def apply_ops(obj: dict, ops: list[dict]) -> dict:
@@ -565,3 +577,25 @@ def test_pod_affinity_is_admitted_and_a_malformed_term_refused_at_admission(affi
     assert out["response"]["allowed"]  # node affinity with any operator is evaluated
     out = admission.mutate(review(pod({"cpu": "1"}, affinity=affinity)), lambda ns: INTERNAL)
     assert out["response"]["allowed"]  # not a GPU pod: not gpugov's to refuse
+
+
+@pytest.mark.parametrize("annotations,labels", [(None, None), ({"team": "a"}, {"app": "x"})])
+def test_patch_keeps_the_pods_own_keys_and_writes_a_missing_map_in_one_operation(
+        annotations, labels):
+    p = pod({"nvidia.com/gpu": 1})
+    p["metadata"].pop("annotations")
+    if annotations:
+        p["metadata"]["annotations"] = dict(annotations)
+    if labels:
+        p["metadata"]["labels"] = dict(labels)
+    out = admission.mutate(review(p), lambda ns: INTERNAL)
+    ops = ops_of(out)
+    result = apply_ops(copy.deepcopy(p), ops)
+    got = result["metadata"]
+    assert {**(annotations or {})}.items() <= got["annotations"].items()
+    assert {**(labels or {})}.items() <= got["labels"].items()
+    assert got["annotations"][ann.QUEUE] == "q" and got["labels"][ann.MANAGED_LABEL] == "true"
+    assert ann.decode_request(got["annotations"][ann.REQUEST]).count == 1
+    writes = [op for op in ops if op["path"].startswith("/metadata/")]
+    # each operation costs the apiserver a walk of the pod: a missing map is written whole
+    assert len(writes) == (2 if annotations is None else 5)

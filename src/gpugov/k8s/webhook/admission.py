@@ -521,20 +521,24 @@ def mutate(req: Mapping[str, Any], resolve_tenancy, scheduler_name: str = ann.SC
     if refusal:
         return response(uid, False, refusal, code=403)
     patch: list[dict[str, Any]] = rename_patch(pod, options.names) + place
-    if not annots:
-        patch.append({"op": "add", "path": "/metadata/annotations", "value": {}})
-    for key, value in ((ann.REQUEST, ann.encode_request(gpu)), (ann.TENANT, res.tenant),
-                       (ann.QUEUE, res.queue), (ann.TRUST_TIER, res.trust.value)):
-        patch.append({"op": "add", "path": f"/metadata/annotations/{_escape(key)}",
-                      "value": value})
+    patch += _add_keys(meta, "annotations", {
+        ann.REQUEST: ann.encode_request(gpu), ann.TENANT: res.tenant, ann.QUEUE: res.queue,
+        ann.TRUST_TIER: res.trust.value})
     patch += kai_patch(pod, gpu)
-    if not _strings(meta, "labels"):
-        patch.append({"op": "add", "path": "/metadata/labels", "value": {}})
-    patch.append({"op": "add", "path": f"/metadata/labels/{_escape(ann.MANAGED_LABEL)}",
-                  "value": "true"})
+    patch += _add_keys(meta, "labels", {ann.MANAGED_LABEL: "true"})
     patch += sched_patch
     warnings = _ignore_warning(meta) + annotation_warnings(annots)
     return response(uid, patch=patch, warnings=warnings or None)
+
+
+def _add_keys(meta: Mapping[str, Any], field: str, values: dict[str, str]
+              ) -> list[dict[str, Any]]:
+    """JSON patch setting `values` in metadata.`field`: one operation when the pod has none
+    (each operation costs the apiserver a walk of the pod), else one per key."""
+    if not _strings(meta, field):
+        return [{"op": "add", "path": f"/metadata/{field}", "value": values}]
+    return [{"op": "add", "path": f"/metadata/{field}/{_escape(k)}", "value": v}
+            for k, v in values.items()]
 
 
 def validate(req: Mapping[str, Any], scheduler_name: str = ann.SCHEDULER_NAME,
