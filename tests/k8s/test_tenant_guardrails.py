@@ -145,6 +145,18 @@ def test_bad_tenants():
            guardrails={"podSecurity": {"level": "privileged"}}), others, PROTECTED)[0]
 
 
+def test_tenant_naming_an_unknown_dra_model_is_refused_with_the_known_ones():
+    from gpugov.model.catalog import CATALOG
+
+    known = next(iter(CATALOG))
+    bad = tenant_problems(_t("b", namespaces=["z"], dra={"models": [known, "H999"]}), [],
+                          PROTECTED)
+    assert len(bad) == 1 and "'H999'" in bad[0] and "spec.dra.models" in bad[0]
+    assert known in bad[0].split("known: ")[1]
+    assert tenant_problems(_t("b", namespaces=["z"], dra={"models": [known]}), [],
+                           PROTECTED) == []
+
+
 def test_owners_follow_the_webhooks_rule_and_skip_system_namespaces():
     tenants = [_t("all", namespaceSelector={}), _t("a", namespaces=["x"]),
                _t("b", namespaceSelector={"matchLabels": {"team": "b"}})]

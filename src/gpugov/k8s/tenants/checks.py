@@ -5,7 +5,9 @@
   matched by a non-empty namespaceSelector: fencing it (Pod Security, default-deny) would
   break the cluster. The catch-all `namespaceSelector: {}` stays allowed: it never applies to
   system namespaces (nor to namespaces another Tenant claims more specifically);
-- guardrails that are malformed or below the trust tier's floor (`guardrails.parse`).
+- guardrails that are malformed or below the trust tier's floor (`guardrails.parse`);
+- `spec.dra.models` naming a model gpugov does not know (every DRA pod of the Tenant would
+  be refused for it; the schema bounds the list, not the names).
 
 What only the cluster knows (RBAC subjects that do not exist, a quota below current use) is
 checked by the controller, which then leaves that fence as it was and says why in the
@@ -65,6 +67,7 @@ def tenant_problems(obj: Mapping[str, Any], others: list[Mapping[str, Any]],
             problems.append(f"Tenant {name}: spec.namespaces {', '.join(both[:10])} already "
                             f"belong to Tenant {oname}; a namespace has one Tenant: remove "
                             "it from one of them")
+    problems += _dra_problems(str(name), spec)
     try:
         trust = TrustTier(spec.get("trust", TrustTier.INTERNAL.value))
     except ValueError:
@@ -74,3 +77,20 @@ def tenant_problems(obj: Mapping[str, Any], others: list[Mapping[str, Any]],
     except GuardrailError as exc:
         problems.append(str(exc))
     return problems
+
+
+def _dra_problems(name: str, spec: Mapping[str, Any]) -> list[str]:
+    """Unknown names in `spec.dra.models` (the CRD schema bounds their count and length)."""
+    dra = spec.get("dra")
+    models = dra.get("models") if isinstance(dra, Mapping) else None
+    if not isinstance(models, list):
+        return []
+    from gpugov.model.catalog import CATALOG
+
+    unknown = sorted({m for m in models[:64] if isinstance(m, str) and m not in CATALOG})
+    if not unknown:
+        return []
+    shown = ", ".join(repr(m[:64]) for m in unknown[:4])
+    return [f"Tenant {name}: spec.dra.models names {shown}, which gpugov's GPU catalog does "
+            f"not know (every DRA pod of this Tenant would be refused); known: "
+            f"{', '.join(CATALOG)}"]
