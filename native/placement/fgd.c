@@ -7,6 +7,7 @@
  * wrong caller gets -1, never a read out of bounds. Not part of the enforcement library
  * (libgpugov.so): it is built as its own libgpugov_placement.so. */
 
+#include <stddef.h>
 #include <stdint.h>
 
 #define GG_EXPORT __attribute__((visibility("default")))
@@ -213,4 +214,181 @@ GG_EXPORT int64_t gg_fgd_ranked(const struct gg_fgd_ctx *c, const uint8_t *mask,
         dev_device[best] = packed % 1024 - 1;
     }
     return best * 1024 + dev_device[best] + 1;
+}
+
+/* ---- a whole trace run: Placer.place + FragmentationMeter.update per pod ----------------
+ * sim/experiment.py's loop for the pods on the study's fast path, in one call
+ * (gpugov/placement/fgd_run.py packs the pods and owns every array): per pod the engine's
+ * filter (ClusterState.feasible), Placer._ranked with FGD's score, the devices
+ * (FgdPolicy.choose_devices), ClusterState.allocate's plain update and the meter's update,
+ * or ClusterState's reason when no node fits. The same integers and picks as the Python
+ * path; tests/placement/test_fgd_run.py compares every series. */
+
+enum { P_CPU, P_MEM, P_COUNT, P_MILLI, P_SHAPE, P_SPEC, P_FIELDS };
+/* outcome codes: 0 placed; ClusterState._fast_failure_reason's reasons (fgd_run.REASONS) */
+enum { O_PLACED, O_GPU_MODEL, O_GPU, O_CPU, O_MEMORY };
+
+struct gg_fgd_run {
+    int64_t *gpu_free;        /* the context's, written here: [n, width] */
+    int64_t *cpu_free;        /* the context's: [n] */
+    int64_t *full_gpus;       /* the context's: [n] */
+    int64_t *version;         /* the context's: [n] */
+    int64_t *mem_free;        /* [n] */
+    int64_t *gpu_mem_free;    /* [n, width] */
+    const int64_t *gpu_count; /* [n] devices per node */
+    int64_t *kind_count;      /* [n, width + 1] */
+    int64_t *dev_pods;        /* [n, width] */
+    int64_t *pod_count;       /* [n] */
+    int64_t *gpu_free_total;  /* [n] */
+    int64_t *max_gpu_free;    /* [n] */
+    const int64_t *tiebreak;  /* [n] the engine's tie-break key */
+    int64_t n_shapes;
+    int64_t *cache;           /* [n_shapes, 5, n]: score version, score, key, device version,
+                                 device (per pod shape: CPU, milli, GPU count) */
+    int64_t n_specs;
+    const uint8_t *model_ok;  /* [n_specs, n]: ClusterState.model_mask per GPU model list */
+    int64_t n_pods;
+    const int64_t *pods;      /* [n_pods, P_FIELDS]; shape -1: not for this path */
+    int64_t *per_node;        /* [n] the meter's fragmentation per node */
+    int64_t frag_total, arrived_total, used_total, placed;
+    int64_t *arrived, *used, *frag, *outcome; /* [n_pods] the series */
+};
+
+/* ClusterState._fast_failure_reason (no GPU memory asked) */
+static int64_t failure_reason(const struct gg_fgd_ctx *c, const struct gg_fgd_run *r,
+                              const uint8_t *ok, int64_t cpu, int64_t count, int64_t milli)
+{
+    int any_model = 0, any_gpu = 0, any_cpu = 0;
+    for (int64_t n = 0; n < c->n_nodes; n++) {
+        int gpu_ok = 1;
+        if (count > 0) {
+            if (!ok[n])
+                continue;
+            any_model = 1;
+            gpu_ok = count == 1 ? r->max_gpu_free[n] >= milli : r->full_gpus[n] >= count;
+            if (!gpu_ok)
+                continue;
+            any_gpu = 1;
+        }
+        if (r->cpu_free[n] >= cpu)
+            any_cpu = 1;
+    }
+    if (count > 0 && !any_model)
+        return O_GPU_MODEL;
+    if (count > 0 && !any_gpu)
+        return O_GPU;
+    return any_cpu ? O_MEMORY : O_CPU;
+}
+
+/* Runs pods start.. until one this path does not serve (shape -1, or anything unexpected:
+ * that pod is left untouched for the Python path); returns its index, n_pods when all ran,
+ * -1 when the run does not point at the context's arrays. */
+GG_EXPORT int64_t gg_fgd_run(const struct gg_fgd_ctx *c, struct gg_fgd_run *r, int64_t start)
+{
+    const int64_t n = c->n_nodes, w = c->width;
+    if (r->gpu_free != c->gpu_free || r->cpu_free != c->cpu_free ||
+        r->full_gpus != c->full_gpus || r->version != c->version || w > 1022 || start < 0)
+        return -1;
+    for (int64_t i = start; i < r->n_pods; i++) {
+        const int64_t *p = r->pods + i * P_FIELDS;
+        const int64_t cpu = p[P_CPU], mem = p[P_MEM], count = p[P_COUNT], milli = p[P_MILLI];
+        const int64_t shape = p[P_SHAPE], spec = p[P_SPEC];
+        if (shape < 0 || shape >= r->n_shapes || count < 0 || milli < 0 ||
+            milli > 1000 || (count > 0) != (milli > 0) ||
+            (count > 0 && (spec < 0 || spec >= r->n_specs)))
+            return i;
+        const int sharing = count == 1 && milli < 1000, is_gpu = count > 0;
+        const uint8_t *ok = is_gpu ? r->model_ok + spec * n : NULL;
+        int64_t *cv = r->cache + shape * 5 * n, *cs = cv + n, *ck = cs + n, *dv = ck + n,
+                *dd = dv + n;
+        int64_t best = -1, best_key = 0;
+        for (int64_t k = 0; k < n; k++) { /* ClusterState.feasible, then Placer._ranked */
+            if (r->cpu_free[k] < cpu || r->mem_free[k] < mem)
+                continue;
+            if (is_gpu && (!ok[k] || (count == 1 ? r->max_gpu_free[k] < milli
+                                                 : r->full_gpus[k] < count)))
+                continue;
+            if (cv[k] != r->version[k]) {
+                int64_t packed = gg_fgd_score_one(c, k, cpu, milli, count, sharing, is_gpu);
+                if (packed < 0)
+                    return i;
+                cs[k] = packed / 1024;
+                ck[k] = cs[k] * n + r->tiebreak[k];
+                cv[k] = r->version[k];
+                if (sharing) {
+                    dv[k] = r->version[k];
+                    dd[k] = packed % 1024 - 1;
+                }
+            }
+            if (best < 0 || ck[k] > best_key) {
+                best = k;
+                best_key = ck[k];
+            }
+        }
+        const int64_t total_milli = count * milli;
+        if (best < 0) {
+            r->outcome[i] = failure_reason(c, r, ok, cpu, count, milli);
+        } else {
+            /* FgdPolicy.choose_devices: the device found while scoring; whole GPUs the
+             * lowest-index fully free ones */
+            int64_t devs[1024], nd = 0;
+            int64_t *free = r->gpu_free + best * w;
+            if (sharing) {
+                if (dv[best] != r->version[best]) {
+                    int64_t packed = gg_fgd_score_one(c, best, cpu, milli, count, sharing,
+                                                      is_gpu);
+                    if (packed < 0)
+                        return i;
+                    dv[best] = r->version[best];
+                    dd[best] = packed % 1024 - 1;
+                }
+                devs[nd++] = dd[best];
+            } else {
+                for (int64_t d = 0; d < w && nd < count; d++)
+                    if (free[d] == 1000)
+                        devs[nd++] = d;
+            }
+            if (nd != count)
+                return i;
+            for (int64_t j = 0; j < nd; j++)  /* ClusterState.allocate's checks */
+                if (devs[j] < 0 || devs[j] >= r->gpu_count[best] || free[devs[j]] < milli)
+                    return i;
+            if (r->cpu_free[best] < cpu || r->mem_free[best] < mem)
+                return i;
+            /* ClusterState.allocate's plain update */
+            for (int64_t j = 0; j < nd; j++) {
+                if (!sharing)
+                    r->gpu_mem_free[best * w + devs[j]] = 0;
+                free[devs[j]] -= milli;
+                r->dev_pods[best * w + devs[j]] += 1;
+            }
+            if (nd)
+                r->kind_count[best * (w + 1) + (sharing ? 0 : count)] += 1;
+            r->cpu_free[best] -= cpu;
+            r->mem_free[best] -= mem;
+            r->pod_count[best] += 1;
+            int64_t sum = 0, full = 0, top = free[0];
+            for (int64_t d = 0; d < w; d++) {
+                sum += free[d];
+                full += free[d] == 1000;
+                top = free[d] > top ? free[d] : top;
+            }
+            r->gpu_free_total[best] = sum;
+            r->full_gpus[best] = full;
+            r->max_gpu_free[best] = top;
+            r->version[best] += 1;
+            /* FragmentationMeter.update */
+            int64_t now = refresh(c, best);
+            r->frag_total += now - r->per_node[best];
+            r->per_node[best] = now;
+            r->used_total += total_milli;
+            r->placed += 1;
+            r->outcome[i] = O_PLACED;
+        }
+        r->arrived_total += total_milli;
+        r->arrived[i] = r->arrived_total;
+        r->used[i] = r->used_total;
+        r->frag[i] = r->frag_total;
+    }
+    return r->n_pods;
 }

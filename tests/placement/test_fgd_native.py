@@ -159,6 +159,19 @@ assert native_fgd.library() is not None
 def run(nodes, typical, pods):
     assert t._run(nodes, typical, pods, True)[:2] == t._run(nodes, typical, pods, False)[:2]
 run()
+import pytest
+import test_fgd_run as r
+@settings(max_examples=30, deadline=None, database=None)
+@given(t.nodes_st, st.lists(st.one_of(t.pod_st(), r.other_pod_st()), min_size=1, max_size=40),
+       st.integers(0, 2**32 - 1))
+def trace_run(nodes, pods, seed):  # the whole C loop (gg_fgd_run), turns with Python
+    pods = [r.PodRequest(f"p{i}", p.cpu_milli, p.memory_mib, p.gpu_count, p.gpu_milli,
+                         p.models, p.gpu_memory_mib, p.mode, tenant=p.tenant, sealed=p.sealed,
+                         min_isolation=p.min_isolation) for i, p in enumerate(pods)]
+    with pytest.MonkeyPatch.context() as mp:
+        r._same(r._experiment(nodes, pods, seed, 1.3, True, mp),
+                r._experiment(nodes, pods, seed, 1.3, False, mp))
+trace_run()
 print("ok")
 """
 

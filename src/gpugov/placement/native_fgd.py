@@ -59,6 +59,9 @@ def library() -> ctypes.CDLL | None:
         lib.gg_fgd_ranked.restype = _I
         lib.gg_fgd_ranked.argtypes = [_P, _P, _P, _P, _P, _P, _P, _P, _I, _I, _I,
                                       ctypes.c_int, ctypes.c_int]
+        if hasattr(lib, "gg_fgd_run"):  # placement/fgd_run.py (absent from older builds)
+            lib.gg_fgd_run.restype = _I
+            lib.gg_fgd_run.argtypes = [_P, _P, _I]
         _lib = lib
     return _lib
 

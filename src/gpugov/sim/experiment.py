@@ -17,6 +17,7 @@ from gpugov.model.cluster import ClusterState, NodeSpec
 from gpugov.model.request import PodRequest
 from gpugov.placement.base import PolicyContext
 from gpugov.placement.engine import Placer
+from gpugov.placement.fgd_run import REASONS, TraceRun
 from gpugov.placement.fragmentation import FragmentationMeter, FragmentationModel, TypicalPods
 from gpugov.placement.registry import get_policy
 
@@ -110,16 +111,27 @@ def run_experiment(nodes: Sequence[NodeSpec], pods: Sequence[PodRequest], policy
     arrived = np.zeros(n, dtype=np.int64)
     used = np.zeros(n, dtype=np.int64)
     frag = np.zeros(n, dtype=np.int64)
-    failures: Counter = Counter()
     outcomes: list[str] = []
     arrived_total = 0
     used_total = 0
     placed = 0
-    for i, pod in enumerate(sequence):
+    # FGD's C path takes the plain pods' turns in one call each stretch (placement/fgd_run.py)
+    fast = TraceRun.build(placer, meter, sequence, arrived, used, frag)
+    i = 0
+    while i < n:
+        if fast is not None and state.fast_path(sequence[i]):
+            stop, arrived_total, used_total, placed = fast.run(i, arrived_total, used_total,
+                                                              placed)
+            if stop < 0:
+                fast = None
+            elif stop > i:
+                outcomes.extend([REASONS[c] for c in fast.outcome[i:stop].tolist()])
+                i = stop
+                continue
+        pod = sequence[i]  # the Python path: this pod
         arrived_total += pod.total_gpu_milli
         decision = placer.place(pod)
         if decision.allocation is None:
-            failures[decision.reason] += 1
             outcomes.append(decision.reason)
         else:
             placed += 1
@@ -129,6 +141,8 @@ def run_experiment(nodes: Sequence[NodeSpec], pods: Sequence[PodRequest], policy
         arrived[i] = arrived_total
         used[i] = used_total
         frag[i] = meter.total
+        i += 1
+    failures = Counter(reason for reason in outcomes if reason)
     weight = frag_model.total_weight or 1
     return RunResult(
         policy=policy_cls.name, label=policy_cls.label, seed=seed,
