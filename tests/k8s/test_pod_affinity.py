@@ -355,3 +355,56 @@ def test_a_job_not_tried_again_keeps_the_words_naming_its_term() -> None:
     assert presence.reason(job) == (ANTI_AFFINITY, words)
     job.blocked_by = "quota"  # blocked by something else now: its own reason
     assert presence.reason(job) == (ANTI_AFFINITY, ANTI_AFFINITY)
+
+
+# -- an untrusted Tenant's terms reach only its own Tenant's pods --------------------------
+def _cross_tenant(trust: str, zones: tuple[str, ...] = ("a",), namespaces=("team-a",)):
+    """Nodes n0-0.. ; Tenant A (`trust`) in `namespaces`, Tenant B (internal) in team-b."""
+    return state(nodes(*[pool(f"n{i}", 8, labels={"zone": z}) for i, z in enumerate(zones)]),
+                 [{"metadata": {"name": "a"}, "spec": {"namespaces": list(namespaces),
+                                                       "queue": "qa", "trust": trust}},
+                  {"metadata": {"name": "b"}, "spec": {"namespaces": ["team-b"],
+                                                       "queue": "qa", "trust": "internal"}}])
+
+
+def _every_ns(kind: str) -> dict:
+    return {kind: {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"labelSelector": {"matchLabels": {"app": "victim"}}, "namespaceSelector": {},
+         "topologyKey": HOST}]}}
+
+
+@pytest.mark.parametrize("trust", ["untrusted", "internal"])
+def test_an_untrusted_tenants_anti_affinity_cannot_keep_other_tenants_off_its_node(trust):
+    st = _cross_tenant(trust)
+    st.set_pod(other_scheduler_pod("blocker", "n0-0", {"app": "x"}, ns="team-a",
+                                   affinity=_every_ns("podAntiAffinity")))
+    submit(st, labelled("victim", {"app": "victim"}, ns="team-b"))
+    plan = st.cycle(T0)
+    if trust == "untrusted":  # its term matches Tenant A's pods only: the victim lands
+        assert [b.node for b in plan.binds] == ["n0-0"]
+    else:  # kube-scheduler's semantics: the existing pod's anti-affinity keeps it out
+        (cond,) = plan.conditions
+        assert not plan.binds and cond.code == "pod-anti-affinity"
+
+
+@pytest.mark.parametrize("trust", ["untrusted", "internal"])
+def test_an_untrusted_tenants_affinity_cannot_follow_another_tenants_pods(trust):
+    st = _cross_tenant(trust, ("a", "b"))
+    st.set_pod(other_scheduler_pod("victim", "n1-0", {"app": "victim"}, ns="team-b"))
+    submit(st, labelled("follower", {"app": "f"}, ns="team-a",
+                        affinity=_every_ns("podAffinity")))
+    plan = st.cycle(T0)
+    if trust == "untrusted":
+        (cond,) = plan.conditions
+        assert not plan.binds and cond.code == "pod-affinity"
+        assert "its terms match only its own Tenant's pods" in cond.message
+    else:
+        assert [b.node for b in plan.binds] == ["n1-0"]
+
+
+def test_an_untrusted_tenants_terms_still_reach_its_own_pods_in_its_other_namespaces():
+    st = _cross_tenant("untrusted", ("a", "b"), namespaces=("team-a", "team-a2"))
+    st.set_pod(other_scheduler_pod("peer", "n1-0", {"app": "victim"}, ns="team-a2"))
+    submit(st, labelled("follower", {"app": "f"}, ns="team-a",
+                        affinity=_every_ns("podAffinity")))
+    assert [b.node for b in st.cycle(T0).binds] == ["n1-0"]

@@ -23,6 +23,13 @@ own when none and no namespaceSelector is given) or its labels match the namespa
 and the pod's labels match the labelSelector. Terminating pods count for affinity (as in
 kube-scheduler), not for spread.
 
+One departure, for tenancy (docs/threat-model.md): a term written by a pod of an untrusted
+Tenant matches only pods of that same Tenant (of its own namespace when it has no Tenant),
+whatever its `namespaces` or `namespaceSelector` say. Otherwise its required anti-affinity
+(`namespaceSelector: {}`) would keep every other tenant's matching pods out of its domain (the
+symmetric check), and its affinity would steer it next to a chosen victim's pods to share
+their node or device. Terms of internal and trusted Tenants keep kube-scheduler's reach.
+
 Score: kube-scheduler's InterPodAffinity (preferred terms of T, and of existing pods towards
 T; existing pods' required affinity with hardPodAffinityWeight 1; normalised to 0..100 by
 min-max) and PodTopologySpread (`spread.spread_scores`), each weighted 2 as in the default
@@ -32,7 +39,7 @@ profile, added to gpugov's placement score with the node affinity and taint pref
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -64,6 +71,9 @@ class PodView:
 
     specs: Sequence[NodeSpec]
     ns_labels: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    #: namespace -> (its Tenant's name or None, the Tenant is untrusted); None = every term
+    #: keeps kube-scheduler's reach (no tenancy known)
+    owner_of: Callable[[str], tuple[str | None, bool]] | None = None
 
     def __post_init__(self) -> None:
         self.labels: list[dict[str, str]] = [dict(s.labels) for s in self.specs]
@@ -129,8 +139,24 @@ class PodView:
         got = self._match.get(key)
         if got is None:
             ns, labels = self._kind_of[kind]
-            got = self._match[key] = a.matches(ns, dict(labels), self.ns_labels)
+            got = a.matches(ns, dict(labels), self.ns_labels) and self.in_scope(a, ns)
+            self._match[key] = got
         return got
+
+    def in_scope(self, a: AffinityTerm, namespace: str) -> bool:
+        """Whether term `a` may reach pods of `namespace`: always, unless its owner's Tenant
+        is untrusted, then only that Tenant's namespaces (its own namespace alone when it
+        has no Tenant)."""
+        if self.owner_of is None or not a.owner or namespace == a.owner:
+            return True
+        tenant, untrusted = self.owner_of(a.owner)
+        if not untrusted:
+            return True
+        return tenant is not None and self.owner_of(namespace)[0] == tenant
+
+    def scoped(self, t: PodTerms) -> bool:
+        """The pod's own terms are limited to its Tenant (`in_scope`)."""
+        return self.owner_of is not None and self.owner_of(t.namespace)[1]
 
     def counts(self, selector: Selector, namespace: str) -> Counter[int]:
         """Per node, the live pods of `namespace` that `selector` matches (spread's count;
@@ -251,9 +277,12 @@ class PodView:
                 if not any(a.topology_key in self.labels[k] for k in np.flatnonzero(cand)):
                     return (f"{a.describe()}: none of the {n} candidate node(s) has the label "
                             f"{a.topology_key!r}; label the nodes or fix topologyKey")
+            scope = (" (this pod's Tenant is untrusted: its terms match only its own "
+                     "Tenant's pods)" if self.scoped(t) else "")
             return (f"{', '.join(a.describe() for a in t.affinity)}: no candidate node's "
                     f"domain holds a pod matching all its affinity terms (of {n} candidate "
-                    "node(s)); start the pods it follows first, or fix the labelSelector")
+                    f"node(s)){scope}; start the pods it follows first, or fix the "
+                    "labelSelector")
         if step == 1:
             return (f"{', '.join(a.describe() for a in t.anti_affinity)}: each of the {n} "
                     "candidate node(s) has a matching pod in its domain; wait for one to "

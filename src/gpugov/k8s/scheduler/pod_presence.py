@@ -12,7 +12,7 @@ are not counted (their nodes' labels are unknown).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -107,14 +107,16 @@ class PodPresence:
 
     @contextlib.contextmanager
     def attached(self, state: Any, node_index: Mapping[str, int],
-                 inflight: Mapping[str, Any], ns_labels: Mapping[str, Mapping[str, str]]
+                 inflight: Mapping[str, Any], ns_labels: Mapping[str, Mapping[str, str]],
+                 owner_of: Callable[[str], tuple[str | None, bool]] | None = None
                  ) -> Iterator[None]:
         """Hang this cycle's view of the bound pods (and gpugov's in-flight bindings) on
-        `state` while the block runs."""
+        `state` while the block runs. `owner_of`: namespace -> (Tenant, untrusted), which
+        limits an untrusted Tenant's terms to its own pods (`PodView.in_scope`)."""
         if not self.active:
             yield
             return
-        view = PodView(state.nodes, ns_labels)
+        view = PodView(state.nodes, ns_labels, owner_of)
         for key, p in self.pods.items():
             node = p.node
             if not node and key in inflight:

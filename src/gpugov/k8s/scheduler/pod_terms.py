@@ -91,6 +91,9 @@ class AffinityTerm:
     namespaces: frozenset[str]
     namespace_selector: Selector | None = None  # None = nil (selects no namespace)
     weight: int = 0  # preferred terms: 1..100
+    #: the namespace of the pod that wrote the term (an untrusted Tenant's terms match only
+    #: its own Tenant's pods: `pod_affinity.PodView.matches`)
+    owner: str = ""
 
     def matches(self, namespace: str, labels: Mapping[str, str],
                 ns_labels: Mapping[str, Mapping[str, str]]) -> bool:
@@ -239,7 +242,7 @@ def _affinity_term(term: Any, where: str, namespace: str, labels: Mapping[str, s
         ns_sel = parse_selector(term["namespaceSelector"], f"{where}.namespaceSelector")
     if not names and ns_sel is None:
         names = frozenset((namespace,))  # neither given: the pod's own namespace
-    return AffinityTerm(where, selector, key, names, ns_sel, weight)
+    return AffinityTerm(where, selector, key, names, ns_sel, weight, namespace)
 
 
 def _terms(block: dict[str, Any], where: str, namespace: str, labels: Mapping[str, str]

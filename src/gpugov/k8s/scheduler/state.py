@@ -59,7 +59,7 @@ from gpugov.k8s.scheduler.translate import (
 )
 from gpugov.model.cluster import ClusterState
 from gpugov.model.devices import DeviceMode
-from gpugov.model.isolation import IsolationLevel
+from gpugov.model.isolation import IsolationLevel, TrustTier
 from gpugov.model.request import Allocation, PodRequest
 
 log = logging.getLogger("gpugov.scheduler")
@@ -812,7 +812,7 @@ class SchedulerState:
         cp = self.cp
         try:
             with self.presence.attached(cp.state, self.node_index, self.inflight,
-                                        self.tenants.labels or {}):
+                                        self.tenants.labels or {}, self._term_owner):
                 result = cp.cycle(now)
         except Exception as e:  # noqa: BLE001 - never one pod for everyone
             log.exception("cycle failed; rebuilding from the API objects")
@@ -892,6 +892,11 @@ class SchedulerState:
         for node, value in patches.items():
             plan.node_annotations[node] = {ANN_MIG_REQUESTS: value}
         return said
+
+    def _term_owner(self, namespace: str) -> tuple[str | None, bool]:
+        """(Tenant, untrusted) of a namespace, for the reach of inter-pod terms."""
+        owner = self.tenants.of(namespace)
+        return owner.tenant or None, owner.trust is TrustTier.UNTRUSTED
 
     def _why_no_engine(self) -> tuple[str, str]:
         """Why nothing can be placed yet, named by its real cause, and what to do."""
