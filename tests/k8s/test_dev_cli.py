@@ -42,6 +42,9 @@ def test_dev_up_serves_gpu_pods_and_down_leaves_nothing(tmp_path):
         assert up.returncode == 0, up.stderr
         last = up.stdout.strip().splitlines()[-1]
         assert last == f"export KUBECONFIG={work.resolve() / 'kubeconfig'}"
+        # in a pipe (issue 23) the steps of a start that takes well over 2 s show on stderr
+        # as plain lines; stdout keeps only the export line
+        assert "dev up: " in up.stderr and "dev up: " not in up.stdout
         kubeconfig = last.split("=", 1)[1]
         again = gpugov("dev", "up", "--dir", str(work))
         assert again.returncode == 2 and "already running" in again.stderr
@@ -145,3 +148,21 @@ def test_dev_build_reports_the_cache_and_refuses_clearly_without_go(tmp_path, mo
     assert missing.exit_code == 2
     assert "Go is not installed: gpugov builds kube-apiserver, etcd and kwok from their Go " \
         "modules" in missing.output
+
+
+def test_dev_build_in_a_pipe_prints_its_steps_as_plain_lines(monkeypatch):
+    """Issue 23: rich's spinner printed nothing in a pipe, so a 15-minute first build was
+    silent there; now each step is a plain stderr line (stdout stays the JSON report)."""
+    from typer.testing import CliRunner
+
+    from gpugov.cli import app
+    from gpugov.sim import progress
+
+    ensure_binaries_or_skip()
+    real = progress.Steps
+    monkeypatch.setattr(progress, "Steps", lambda *a, **k: real(
+        *a, **{**k, "first_after": 0, "every": 3600}))
+    res = CliRunner().invoke(app, ["dev", "build"])
+    assert res.exit_code == 0, res.output
+    assert res.stderr.splitlines()[0].startswith("dev build: checking the binary cache, ")
+    assert json.loads(res.stdout)["steps_s"] == {}

@@ -33,3 +33,26 @@ def test_modes_reports_progress_over_every_mode_run() -> None:
     seen: list[int] = []
     compare(600, 0, 2, tick=seen.append)
     assert seen == sorted(seen) and seen[0] == 0 and seen[-1] == 6 * 600
+
+
+def test_steps_in_a_pipe_print_each_step_and_repeat_a_long_one() -> None:
+    """`dev up`/`dev build` block in steps (a build: minutes); in a pipe the current step
+    repeats from a timer, so the run is never silent; a short run prints nothing."""
+    import time
+
+    from gpugov.sim.progress import Steps
+
+    quiet = io.StringIO()
+    with Steps("dev build", "checking the binary cache", stream=quiet, tty=False) as s:
+        s.say("building etcd")
+    assert quiet.getvalue() == ""
+    out = io.StringIO()
+    with Steps("dev up", "starting", stream=out, tty=False, first_after=0, every=0.05) as s:
+        s.say("starting etcd")
+        deadline = time.monotonic() + 30
+        while out.getvalue().count("dev up: starting etcd, ") < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)  # the heartbeat repeats the step that still blocks
+    lines = out.getvalue().splitlines()
+    assert lines[0].startswith("dev up: starting, ")
+    assert lines[1].startswith("dev up: starting etcd, ")
+    assert sum(line.startswith("dev up: starting etcd, ") for line in lines) >= 2

@@ -21,15 +21,13 @@ def dev_build_cmd(
     """Build (once) kube-apiserver, controller-manager, scheduler, kubectl, etcd and kwok."""
     import json
 
-    from rich.console import Console
-
     from gpugov.k8s.devcluster import build
+    from gpugov.sim.progress import Steps
 
-    console = Console(stderr=True)
     try:
         build.ensure_cache_root()  # a bad XDG_CACHE_HOME: one line naming it, exit 2
-        with console.status("checking the binary cache") as status:
-            report = build.ensure_binaries(progress=status.update, include_helm=helm)
+        with Steps("dev build", "checking the binary cache") as steps:  # also in a pipe
+            report = build.ensure_binaries(progress=steps.say, include_helm=helm)
     except build.BuildError as e:
         raise _fail(str(e)) from None
     except OSError as e:  # a folder of the cache it cannot write: name it, no traceback
@@ -54,6 +52,7 @@ def dev_up_cmd(
     from gpugov.k8s.devcluster import build, dev
     from gpugov.k8s.devcluster.cluster_file import ClusterFileError, load_cluster_file
     from gpugov.k8s.devcluster.plane import StartError
+    from gpugov.sim.progress import Steps
 
     console = Console(stderr=True)
     workdir = directory
@@ -62,8 +61,8 @@ def dev_up_cmd(
             load_cluster_file(nodes)  # a bad --nodes: said before anything is created
         build.ensure_cache_root()  # a bad XDG_CACHE_HOME: one line naming it, exit 2
         workdir = directory or dev.default_dir()
-        with console.status("starting") as status:
-            plane = dev.up(workdir, nodes, say=status.update, dra_pools=tuple(dra_pool))
+        with Steps("dev up", "starting") as steps:  # in a pipe: a line per step, every 10 s
+            plane = dev.up(workdir, nodes, say=steps.say, dra_pools=tuple(dra_pool))
     except (ClusterFileError, StartError, build.BuildError) as e:
         raise _fail(str(e)) from None
     except OSError as e:  # a folder it cannot create or write: name it, no traceback
