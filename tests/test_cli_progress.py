@@ -58,3 +58,30 @@ def test_the_fgd_study_in_a_pipe_prints_plain_progress_lines(
     assert [line.split(", ")[0] for line in lines] == [
         f"openb_pod_list_tiny: 2 policies x 2 seeds: {p}% ({n}/4 experiments)"
         for p, n in ((25, 1), (50, 2), (75, 3), (100, 4))], res.stderr
+
+
+def _eager(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every Ticker prints at each update, as a run past 2 s does in a pipe."""
+    real = progress.Ticker
+    monkeypatch.setattr(progress, "Ticker", lambda *a, **k: real(
+        *a, **{**k, "first_after": 0, "every": 0}))
+
+
+def test_openb_jobs_in_a_pipe_prints_plain_progress_lines(
+        monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A 10x openb trace takes seconds: its three passes show on stderr; stdout and the job
+    file are what a quiet run gives."""
+    pods = tmp_path / "pods.csv"
+    pods.write_text("name,cpu_milli,memory_mib,num_gpu,gpu_milli,qos,creation_time,"
+                    "deletion_time\n" + "".join(
+                        f"pod-{i},1000,2048,1,500,LS,{i},{i + 100}\n" for i in range(5000)))
+    quiet = CliRunner().invoke(app, ["openb-jobs", str(pods), "--out", str(tmp_path / "q")])
+    assert quiet.exit_code == 0 and quiet.stderr == "", quiet.output
+    _eager(monkeypatch)
+    res = CliRunner().invoke(app, ["openb-jobs", str(pods), "--out", str(tmp_path / "e")])
+    assert res.exit_code == 0, res.output
+    lines = res.stderr.splitlines()
+    assert len(lines) >= 3 and all(line.startswith("openb-jobs: ") for line in lines)
+    assert "(15000/15000 rows, 3 passes)" in lines[-1], res.stderr
+    assert res.stdout == quiet.stdout.replace(str(tmp_path / "q"), str(tmp_path / "e"))
+    assert (tmp_path / "e").read_bytes() == (tmp_path / "q").read_bytes()

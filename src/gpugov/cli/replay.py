@@ -210,13 +210,17 @@ def openb_jobs_cmd(
     """Turn an openb pod trace into a replay job file (tenants by QoS and a stable name hash)."""
     from gpugov.sim.jobs import openb_jobs, render_job_file
     from gpugov.sim.output_files import OutputError, write_file
+    from gpugov.sim.progress import Ticker
     from gpugov.sim.trace import TraceError
 
     _check_out_file(out, [pods])
+    ticker = Ticker("openb-jobs", 1, "rows, 3 passes")  # a 10x trace takes seconds
     try:
-        specs = openb_jobs(pods)
+        specs = openb_jobs(pods, tick=lambda done, total: ticker.update(done, total=total))
     except TraceError as e:
         raise _fail(str(e)) from None
+    finally:
+        ticker.close()
     if not specs:
         raise _fail(f"{pods}: no pods (only a header?)")
     try:

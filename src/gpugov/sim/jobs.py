@@ -31,7 +31,7 @@ import csv
 import io
 import re
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -319,15 +319,24 @@ def openb_queue(name: str, qos: str) -> tuple[str, str]:
     return f"{prefix}-{half}", pclass
 
 
-def openb_jobs(path: Path | str) -> list[JobSpec]:
+def openb_jobs(path: Path | str,
+               tick: Callable[[int, int], None] | None = None) -> list[JobSpec]:
     """One single-pod job per openb pod: submit = creation_time, duration = deletion -
     creation (at least 1 s), tenant by `openb_queue`. A pod with no deletion_time was still
     running when the trace ended: it runs until the trace's last timestamp (never a silent
-    1 s). A deletion before the creation is refused with the line."""
+    1 s). A deletion before the creation is refused with the line.
+
+    `tick(done, total)` now and then for progress (three passes over the pods: parse, times,
+    jobs; `total` is known once the first pass is done)."""
     path = Path(path)
     pods = {p.name: p for p in load_pods(path)}
+    n = len(pods)
+    say = tick or (lambda _done, _total: None)
+    say(n, 3 * n)
     rows = []
-    for line, r in read_table(path, ("name", "creation_time")):
+    for i, (line, r) in enumerate(read_table(path, ("name", "creation_time"))):
+        if not i % 4096:
+            say(n + min(i, n), 3 * n)
         if r["name"] not in pods:
             continue
         created = _num(path, line, r, "creation_time", False)
@@ -339,7 +348,9 @@ def openb_jobs(path: Path | str) -> list[JobSpec]:
         rows.append((line, r, created, deleted))
     end = max((t for _, _, c, d in rows for t in (c, d) if t is not None), default=0.0)
     specs = []
-    for line, r, created, deleted in rows:
+    for i, (line, r, created, deleted) in enumerate(rows):
+        if not i % 4096:
+            say(2 * n + i, 3 * n)
         name = r["name"]
         queue, pclass = openb_queue(name, r.get("qos", ""))
         p = pods[name]
@@ -347,6 +358,7 @@ def openb_jobs(path: Path | str) -> list[JobSpec]:
         specs.append(JobSpec(name, queue, pclass, created, max(1.0, duration), 1,
                              p.gpu_count, p.gpu_milli, p.cpu_milli, p.memory_mib,
                              p.models, line))
+    say(3 * n, 3 * n)
     return specs
 
 
