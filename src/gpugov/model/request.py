@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import operator
 from dataclasses import dataclass
 from typing import Any
 
@@ -74,6 +75,26 @@ class PodRequest:
     plain: bool = dataclasses.field(init=False, repr=False, compare=False, default=True)
 
     def __post_init__(self) -> None:
+        count, milli = self.gpu_count, self.gpu_milli
+        if (self.mode is None and self.cpu_milli >= 0 and self.memory_mib >= 0
+                and self.gpu_memory_mib == 0 and self.gpu_memory_percent == 0
+                and not self.mig_profile and ((count == 0 and milli == 0)
+                                              or (count == 1 and 0 < milli <= MILLI_PER_GPU)
+                                              or (count > 1 and milli == MILLI_PER_GPU))):
+            # a trace pod's shape (every check below passes): only `plain` to work out, as
+            # `_is_plain` does for mode None (~3 µs less per pod on trace loading)
+            plain = not (self.node_selector or self.tolerations or self.node_affinity
+                         or self.preferred or self.pods is not None
+                         or (self.nvlink and count > 1)) and (
+                milli >= MILLI_PER_GPU
+                or (self.min_isolation <= IsolationLevel.SOFT and not self.sealed))
+            object.__setattr__(self, "plain", plain)
+            return
+        self._check()
+        object.__setattr__(self, "plain", self._is_plain())
+
+    def _check(self) -> None:
+        """Every rule a request obeys (ValueError naming the field otherwise)."""
         for field in ("cpu_milli", "memory_mib", "gpu_count", "gpu_milli", "gpu_memory_mib"):
             if getattr(self, field) < 0:
                 raise ValueError(f"{field} must be >= 0, got {getattr(self, field)}")
@@ -112,7 +133,13 @@ class PodRequest:
                              f"gpu_count={self.gpu_count}")
         if self.mode is DeviceMode.EXCLUSIVE and self.gpu_milli != MILLI_PER_GPU:
             raise ValueError("an exclusive request takes whole GPUs (gpu_milli=1000)")
-        object.__setattr__(self, "plain", self._is_plain())
+
+    def renamed(self, name: str) -> PodRequest:
+        """This request under another name (a clone of a trace pod), every other field as
+        it is; ~2x quicker than `dataclasses.replace`."""
+        if type(self) is not PodRequest:  # a subclass may hold more
+            return dataclasses.replace(self, name=name)
+        return PodRequest(name, *_ARGS(self))
 
     @property
     def slice_mode(self) -> DeviceMode:
@@ -159,6 +186,11 @@ class PodRequest:
     @property
     def is_gpu(self) -> bool:
         return self.gpu_count > 0
+
+
+#: `PodRequest`'s constructor arguments after its name, read off one (`renamed`)
+_ARGS = operator.attrgetter(*(f.name for f in dataclasses.fields(PodRequest)
+                              if f.init and f.name != "name"))
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -57,7 +57,7 @@ def tuned_sequence(pods: Sequence[PodRequest], gpu_capacity_milli: int, tune: fl
             pod = by_name[int(rng.integers(len(by_name)))]
             if total + pod.gpu_milli > target:
                 break
-            order.append(replace(pod, name=f"{pod.name}-tuned-{i}"))
+            order.append(pod.renamed(f"{pod.name}-tuned-{i}"))
             total += pod.total_gpu_milli
             i += 1
             if len(order) > MAX_ARRIVALS:
