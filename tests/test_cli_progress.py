@@ -85,3 +85,26 @@ def test_openb_jobs_in_a_pipe_prints_plain_progress_lines(
     assert "(15000/15000 rows, 3 passes)" in lines[-1], res.stderr
     assert res.stdout == quiet.stdout.replace(str(tmp_path / "q"), str(tmp_path / "e"))
     assert (tmp_path / "e").read_bytes() == (tmp_path / "q").read_bytes()
+
+
+def test_plan_mig_in_a_pipe_prints_its_steps_as_plain_lines(
+        monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """`plan mig` on the openb cluster (6,212 GPUs) takes seconds: its steps show on stderr,
+    stdout keeps the table unchanged."""
+    nodes, pods = tmp_path / "nodes.csv", tmp_path / "pods.csv"
+    nodes.write_text("sn,cpu_milli,memory_mib,gpu,model\n" + "".join(
+        f"node-{i},32000,131072,8,A100\n" for i in range(4)))
+    pods.write_text("name,cpu_milli,memory_mib,num_gpu,gpu_milli\n" + "".join(
+        f"pod-{i},1000,2048,1,{(100, 250, 500, 1000)[i % 4]}\n" for i in range(40)))
+    args = ["plan", "mig", "--nodes", str(nodes), "--pods", str(pods)]
+    quiet = CliRunner().invoke(app, args)
+    assert quiet.exit_code == 0 and quiet.stderr == "", quiet.output
+    real = progress.Steps
+    monkeypatch.setattr(progress, "Steps", lambda *a, **k: real(
+        *a, **{**k, "first_after": 0, "every": 3600}))
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 0, res.output
+    assert [line.split(", ")[0] for line in res.stderr.splitlines()] == [
+        "plan mig: starting", "plan mig: reading the nodes and pods",
+        "plan mig: planning layouts of 32 GPUs for 40 pods"], res.stderr
+    assert res.stdout == quiet.stdout

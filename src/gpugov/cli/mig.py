@@ -128,8 +128,11 @@ def plan_mig(
             raise _fail(f"--out {out}: use a name ending in .yaml (the labels go beside it)")
         _check_out_file(out, [cluster, pods])
         _check_out_file(labels_path, [cluster, pods])
-    try:
-        report = mig_plan.run(cluster, pods, model, start)
+    from gpugov.sim.progress import Steps
+
+    try:  # seconds on the openb cluster: its steps show on stderr, in a pipe too
+        with Steps("plan mig", "starting") as steps:
+            report = mig_plan.run(cluster, pods, model, start, say=steps.say)
     except (KeyError, ValueError) as e:
         raise _fail(str(e.args[0] if isinstance(e, KeyError) else e)) from None
     demand = ", ".join(f"{p}×{n}" for p, n in report.demand.most_common())

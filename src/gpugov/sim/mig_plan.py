@@ -11,6 +11,7 @@ ignored by the planner: served demand is counted per instance over the whole clu
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -58,17 +59,22 @@ class TracePlanReport:
 
 
 def run(nodes_path: Path | str, pods_path: Path | str, model: str,
-        start: str = "disabled") -> TracePlanReport:
+        start: str = "disabled",
+        say: Callable[[str], None] = lambda _step: None) -> TracePlanReport:
     """Plan vs. the static baselines. `start`: the layout GPUs have before planning
-    (`disabled` = MIG off, `balanced`, `1g`); all GPUs are idle (a fresh roll-out)."""
+    (`disabled` = MIG off, `balanced`, `1g`); all GPUs are idle (a fresh roll-out).
+    `say(step)` as each step begins (the planner's time grows with the GPUs: seconds on the
+    openb cluster's 6,212)."""
     g = get_geometry(model)
     initial = {"disabled": (), "balanced": balanced_layout(model),
                "1g": (g.base_profiles()[0].name,) * g.compute_slices}[start]
+    say("reading the nodes and pods")
     nodes, pods = load_nodes(nodes_path), load_pods(pods_path)
     require_gpus(nodes, nodes_path)
     require_gpu_pods(pods, pods_path)
     slots = [GpuSlot(n.name, i, initial) for n in nodes for i in range(n.gpu_count)]
     demand = demand_from_pods(model, pods)
+    say(f"planning layouts of {len(slots):,} GPUs for {len(pods):,} pods")
     one_g = min(g.base_profiles(), key=lambda p: (p.memory_slices, p.compute_slices)).name
     plans = {
         f"static {g.compute_slices}×{one_g}": static_plan(
