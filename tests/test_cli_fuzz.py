@@ -119,6 +119,8 @@ NUMERIC: list[tuple[str, str, list[str], set[str]]] = [
     ("node agent", "--recovery-seconds", ["--node-name", "n1", "--kubeconfig", MISSING],
      {"zero"}),
     ("node dra-plugin", "--interval", ["--node-name", "n1", "--kubeconfig", MISSING], set()),
+    ("node dra-plugin", "--sweep-interval", ["--node-name", "n1", "--kubeconfig", MISSING],
+     set()),
     ("dra governor", "--interval", ["--kubeconfig", MISSING], set()),
 ]
 

@@ -87,9 +87,15 @@ class KubeClaims:
         return await self.source.preemptible(claim) if self.source is not None else None
 
     async def get_claim(self, namespace: str, name: str) -> dict | None:
+        """None only on 404 (`ClaimSource`'s contract: the sweep removes a claim's files on
+        None); any other answer raises."""
         status, doc = await self.kube.request(
             "GET", f"/apis/resource.k8s.io/v1/namespaces/{namespace}/resourceclaims/{name}")
-        return doc if status == 200 else None
+        if status == 404:
+            return None
+        if status != 200:
+            raise RuntimeError(f"GET resourceclaim {namespace}/{name}: HTTP {status}: {doc}")
+        return doc
 
 
 @pytest.fixture(scope="module")

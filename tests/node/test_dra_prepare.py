@@ -244,8 +244,10 @@ def test_a_restarted_plugin_answers_from_its_records_and_unprepares(tmp_path) ->
         paths = _paths(tmp_path)
         answers = []
         for _ in range(2):  # the plugin, then the plugin started again on the same folders
+            # no sweep: this source says the claim is gone after one read (the sweep of
+            # gone claims' files is tests/node/test_dra_sweep.py's)
             plugin = DraPlugin("n", lambda: INV, ON, paths, source, tmp_path / "p",
-                               tmp_path / "r")
+                               tmp_path / "r", sweep_s=None)
             await plugin.start()
             try:
                 async with grpc.aio.insecure_channel(f"unix://{plugin.socket}") as ch:
@@ -259,7 +261,8 @@ def test_a_restarted_plugin_answers_from_its_records_and_unprepares(tmp_path) ->
         assert source.left == 0  # the claim was read once
         spec = paths.spec_file("u-s")
         assert spec.exists()
-        plugin = DraPlugin("n", lambda: INV, ON, paths, source, tmp_path / "p", tmp_path / "r")
+        plugin = DraPlugin("n", lambda: INV, ON, paths, source, tmp_path / "p", tmp_path / "r",
+                           sweep_s=None)
         await plugin.start()
         try:
             async with grpc.aio.insecure_channel(f"unix://{plugin.socket}") as ch:

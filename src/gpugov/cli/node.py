@@ -292,6 +292,11 @@ def node_dra_plugin_cmd(
                                  "gpu.gpugov.io) from the inventory"),
     interval: float = typer.Option(5.0, "--interval", callback=_positive_seconds,
                                    help="seconds between slice checks"),
+    sweep_interval: float = typer.Option(60.0, "--sweep-interval",
+                                         callback=_positive_seconds,
+                                         help="seconds between sweeps of the files of "
+                                         "prepared claims gone from the API (the first "
+                                         "at start)"),
     govern: bool = typer.Option(False, "--govern", help="devices carry gpugov's binding "
                                 "conditions: kube-scheduler binds a claim only once `gpugov "
                                 "dra governor` admits it (needs DRADeviceBindingConditions)"),
@@ -334,7 +339,7 @@ def node_dra_plugin_cmd(
         try:
             features = await probe_features(kube, govern, node)
             opts = DraOptions(node, devices, plugins_dir, registry_dir, cdi_dir, state_dir,
-                              kubeconfig, features.consumable_capacity)
+                              kubeconfig, features.consumable_capacity, sweep_interval)
 
             async def publisher(_api: object, stop: asyncio.Event) -> None:
                 if publish:

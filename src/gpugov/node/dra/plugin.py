@@ -9,8 +9,14 @@ it restarts, so the plugin re-registers without doing anything.
 
 Prepare is idempotent: a claim once prepared is remembered in `<state dir>/dra/<uid>.json`
 (surviving plugin and kubelet restarts) and answered from there — the kubelet prepares again
-after a restart that lost its checkpoint, and the same devices and CDI spec come back. Each
-claim fails alone: its error goes into its own entry of the answer.
+after a restart that lost its checkpoint, and the same devices and CDI spec come back. The
+record is written before the files it names, so whatever prepare left is named by a record.
+Each claim fails alone: its error goes into its own entry of the answer.
+
+What the kubelet never unprepares (a lost checkpoint, a claim force-deleted while the node was
+down) is swept at start and every `sweep_s` seconds once the claim is gone from the API
+(`sweep.py` says the rule), with the same removal steps as unprepare under the same per-claim
+lock.
 """
 
 from __future__ import annotations
@@ -19,7 +25,6 @@ import asyncio
 import contextlib
 import logging
 import os
-import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
@@ -35,6 +40,21 @@ from gpugov.node.dra.prepare import (
     PrepareError,
     build,
 )
+from gpugov.node.dra.records import (
+    RecordError,
+    own_boards,
+    read_record,
+    record_path,
+    remove_claim_files,
+)
+from gpugov.node.dra.sweep import (
+    READ_TIMEOUT_S,
+    SWEEP_S,
+    SweepReport,
+    SweepStats,
+    Verdict,
+    verdict,
+)
 from gpugov.node.proto import dra_v1_pb2 as pb
 from gpugov.node.proto import dra_v1_pb2_grpc as pb_grpc
 from gpugov.node.proto import pluginregistration_pb2 as reg_pb
@@ -48,7 +68,8 @@ PLUGIN_TYPE = "DRAPlugin"
 
 class ClaimSource(Protocol):
     async def get_claim(self, namespace: str, name: str) -> dict[str, Any] | None:
-        """The ResourceClaim object, None when it does not exist."""
+        """The ResourceClaim object; None only when the API answers 404 (the sweep removes a
+        claim's files on None), any other failure raises."""
 
     async def preemptible(self, claim: dict[str, Any]) -> bool | None:
         """Whether any pod the claim is reserved for has a preemptible priority class
@@ -86,7 +107,10 @@ class DraPlugin(pb_grpc.DRAPluginServicer):
 
     def __init__(self, node: str, inventory: Callable[[], Inventory], features: Features,
                  paths: NodePaths, claims: ClaimSource, plugin_dir: Path,
-                 registry_dir: Path) -> None:
+                 registry_dir: Path, sweep_s: float | None = SWEEP_S,
+                 read_timeout_s: float = READ_TIMEOUT_S) -> None:
+        """`sweep_s`: seconds between sweeps of gone claims' files (the first at start);
+        None: no sweeping task (`sweep()` can still be called)."""
         self.node, self.inventory, self.features = node, inventory, features
         self.paths, self.claims = paths, claims
         self.socket = plugin_dir / "dra.sock"
@@ -95,6 +119,10 @@ class DraPlugin(pb_grpc.DRAPluginServicer):
         self._servers: list[grpc.aio.Server] = []
         self._locks: dict[str, asyncio.Lock] = {}
         self.state = paths.state_dir / "dra"
+        self.sweep_s, self.read_timeout_s = sweep_s, read_timeout_s
+        self.sweep_stats = SweepStats()
+        self._sweeper: asyncio.Task | None = None
+        self._bad_seen: set[tuple[str, int, int]] = set()
 
     # ---------------------------------------------------------------- lifecycle
     async def start(self) -> None:
@@ -114,8 +142,15 @@ class DraPlugin(pb_grpc.DRAPluginServicer):
             server.add_insecure_port(f"unix://{path}")
             await server.start()
             self._servers.append(server)
+        if self.sweep_s is not None:
+            self._sweeper = asyncio.create_task(self._sweep_loop())
 
     async def stop(self) -> None:
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._sweeper
+            self._sweeper = None
         for server in reversed(self._servers):
             await server.stop(grace=1)
         self._servers.clear()
@@ -125,17 +160,21 @@ class DraPlugin(pb_grpc.DRAPluginServicer):
 
     # ---------------------------------------------------------------- prepare
     def _record(self, uid: str) -> Path:
-        return self.state / f"{''.join(c if c.isalnum() or c in '-_' else '_' for c in uid)}.json"
+        return record_path(self.state, uid)
 
     async def _prepare_one(self, claim: pb.Claim) -> pb.NodePrepareResourceResponse:
         lock = self._locks.setdefault(claim.uid, asyncio.Lock())
         async with lock:
             record = self._record(claim.uid)
             if record.exists():
-                prepared = Prepared.from_json(record.read_text())
-                self._write_spec(prepared)  # the runtime's folder may have been cleaned
-                _touch(prepared.boards)
-                return self._answer(prepared)
+                try:
+                    prepared = read_record(record)
+                except RecordError as e:  # derived state: built again from the claim
+                    log.warning("prepare %s/%s: %s; preparing it again", claim.namespace,
+                                claim.name, e)
+                else:
+                    self._materialize(prepared)  # the runtime's folder may have been cleaned
+                    return self._answer(prepared)
             obj = await self.claims.get_claim(claim.namespace, claim.name)
             if obj is None:
                 raise PrepareError(f"ResourceClaim {claim.namespace}/{claim.name} not found")
@@ -146,19 +185,23 @@ class DraPlugin(pb_grpc.DRAPluginServicer):
             ask = getattr(self.claims, "preemptible", None)  # None: counts as preemptible
             prepared = build(obj, self.node, self.inventory(), self.features, self.paths,
                              await ask(obj) if ask is not None else None)
-            edits = prepared.spec["devices"][0]["containerEdits"]
-            if any(m["containerPath"] == CONTAINER_REGION_DIR for m in edits.get("mounts", [])):
-                region = self.paths.region_dir(claim.namespace, claim.name, claim.uid)
-                region.mkdir(parents=True, exist_ok=True)
-                (region / "devices").write_text("".join(u + "\n" for u in prepared.uuids))
-                # the exporter's attribution: which pods use the claim (name, UID per line)
-                _atomic_write(region / "pods", "".join(f"{n} {u}\n" for n, u in prepared.pods))
-            _touch(prepared.boards)
-            self._write_spec(prepared)
+            # the record first: a prepare that fails half-way leaves only files a record
+            # names (the sweep and unprepare remove them; a retry writes them again)
             _atomic_write(record, prepared.to_json())
+            self._materialize(prepared)
             return self._answer(prepared)
 
-    def _write_spec(self, prepared: Prepared) -> None:
+    def _materialize(self, prepared: Prepared) -> None:
+        """Write the claim's region files, board files and CDI spec (again: idempotent)."""
+        edits = prepared.spec.get("devices", [{}])[0].get("containerEdits", {})
+        if any(m.get("containerPath") == CONTAINER_REGION_DIR
+               for m in edits.get("mounts", [])):
+            region = self.paths.region_dir(prepared.namespace, prepared.name, prepared.uid)
+            region.mkdir(parents=True, exist_ok=True)
+            _atomic_write(region / "devices", "".join(u + "\n" for u in prepared.uuids))
+            # the exporter's attribution: which pods use the claim (name, UID per line)
+            _atomic_write(region / "pods", "".join(f"{n} {u}\n" for n, u in prepared.pods))
+        _touch(own_boards(self.paths, prepared)[0])
         _atomic_write(self.paths.spec_file(prepared.uid), _json(prepared.spec))
 
     @staticmethod
@@ -190,17 +233,7 @@ class DraPlugin(pb_grpc.DRAPluginServicer):
         for claim in request.claims:
             try:
                 async with self._locks.setdefault(claim.uid, asyncio.Lock()):
-                    record = self._record(claim.uid)
-                    if record.exists():  # its QoS board files
-                        for board in Prepared.from_json(record.read_text()).boards:
-                            with contextlib.suppress(FileNotFoundError):
-                                Path(board).unlink()
-                    with contextlib.suppress(FileNotFoundError):
-                        self.paths.spec_file(claim.uid).unlink()
-                    shutil.rmtree(self.paths.region_dir(claim.namespace, claim.name, claim.uid),
-                                  ignore_errors=True)
-                    with contextlib.suppress(FileNotFoundError):
-                        self._record(claim.uid).unlink()
+                    self._remove(claim.namespace, claim.name, claim.uid)
                 self._locks.pop(claim.uid, None)
                 out.claims[claim.uid].CopyFrom(pb.NodeUnprepareResourceResponse())
             except OSError as e:
@@ -208,12 +241,121 @@ class DraPlugin(pb_grpc.DRAPluginServicer):
                     error=f"gpugov: {e}"))
         return out
 
+    # ---------------------------------------------------------------- removal and sweep
+    def _remove(self, namespace: str, name: str, uid: str) -> None:
+        """Unprepare's steps, shared with the sweep; the caller holds the claim's lock. A
+        record that cannot be read still lets the spec, region and record go (its board
+        files cannot be known: logged)."""
+        record = self._record(uid)
+        prepared: Prepared | None = None
+        if record.exists() or record.is_symlink():
+            try:
+                prepared = read_record(record)
+            except RecordError as e:
+                log.warning("claim %s/%s (uid %s): %s; its board files, if any, stay",
+                            namespace, name, uid, e)
+        left = remove_claim_files(self.paths, record, namespace, name, uid, prepared)
+        if left:
+            log.warning("claim %s/%s (uid %s): its record names board paths that are not "
+                        "its own, left in place: %s", namespace, name, uid, left[:8])
 
-def _touch(boards: list[str]) -> None:
+    async def sweep(self) -> SweepReport:
+        """One pass over the records: remove the files of each claim the API says is gone
+        (`sweep.verdict`), keep the rest; a record that cannot be read is skipped alone."""
+        report = SweepReport()
+        try:
+            entries = sorted(p for p in self.state.iterdir()
+                             if p.suffix == ".json" and not p.name.startswith("."))
+        except FileNotFoundError:
+            entries = []
+        for path in entries:
+            try:
+                prepared = read_record(path)
+            except RecordError as e:
+                report.bad.append((str(path), str(e)))
+                self._report_bad(path, e)
+                continue
+            await self._sweep_one(path, prepared, report)
+        self.sweep_stats.add(report)
+        if report.swept or report.unknown or report.bad:
+            log.info("sweep of gone claims: %d swept, %d kept, %d not decided (API), %d "
+                     "unreadable record(s)", len(report.swept), len(report.kept),
+                     len(report.unknown), len(report.bad))
+        return report
+
+    async def _sweep_one(self, path: Path, prepared: Prepared, report: SweepReport) -> None:
+        ns, name, uid = prepared.namespace, prepared.name, prepared.uid
+        key = (ns, name, uid)
+        lock = self._locks.setdefault(uid, asyncio.Lock())
+        async with lock:
+            if not path.exists():  # unprepared meanwhile
+                return
+            try:
+                obj = await asyncio.wait_for(self.claims.get_claim(ns, name),
+                                             self.read_timeout_s)
+            except Exception as e:  # noqa: BLE001 - any failure to read keeps the files
+                report.unknown.append(key)
+                log.warning("sweep: claim %s/%s (uid %s) kept: the API read failed: %s",
+                            ns, name, uid, _why(e))
+                return
+            v, why = verdict(obj, uid)
+            if v is Verdict.LIVE:
+                report.kept.append(key)
+                return
+            if v is Verdict.UNKNOWN:
+                report.unknown.append(key)
+                log.warning("sweep: claim %s/%s (uid %s) kept: %s", ns, name, uid, why)
+                return
+            try:
+                self._remove(ns, name, uid)
+            except OSError as e:
+                self.sweep_stats.failed += 1
+                log.warning("sweep: claim %s/%s (uid %s) is gone (%s) but its files could "
+                            "not all be removed: %s", ns, name, uid, why, e)
+                return
+            report.swept.append(key)
+            log.info("sweep: claim %s/%s (uid %s) is gone (%s): removed its record, CDI "
+                     "spec, region folder and QoS board files", ns, name, uid, why)
+        self._locks.pop(uid, None)
+
+    def _report_bad(self, path: Path, e: RecordError) -> None:
+        """Warn once per unreadable record file (as long as it does not change)."""
+        try:
+            st = path.lstat()
+            key = (path.name, st.st_size, st.st_mtime_ns)
+        except OSError:
+            key = (path.name, -1, -1)
+        if key in self._bad_seen:
+            log.debug("sweep: skipped %s", e)
+            return
+        if len(self._bad_seen) < 4096:
+            self._bad_seen.add(key)
+        log.warning("sweep: skipped (left in place, nothing of it removed): %s", e)
+
+    async def _sweep_loop(self) -> None:
+        assert self.sweep_s is not None
+        while True:
+            try:
+                await self.sweep()
+            except Exception:  # noqa: BLE001 - the next pass tries again
+                log.exception("sweep of gone claims failed; the next in %s s", self.sweep_s)
+            await asyncio.sleep(self.sweep_s)
+
+
+def _why(e: BaseException) -> str:
+    if isinstance(e, TimeoutError):
+        return "timed out"
+    status = getattr(e, "status", None)
+    text = f"{type(e).__name__}" + (f" (HTTP {status})" if status is not None else "")
+    detail = str(getattr(e, "reason", "") or e)[:200]
+    return f"{text}: {detail}" if detail else text
+
+
+def _touch(boards: list[Path]) -> None:
     """Create the claim's QoS board files (empty: the library fills its entries)."""
     for board in boards:
-        Path(board).parent.mkdir(parents=True, exist_ok=True)
-        Path(board).touch()
+        board.parent.mkdir(parents=True, exist_ok=True)
+        board.touch()
 
 
 def _json(obj: Any) -> str:

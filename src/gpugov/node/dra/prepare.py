@@ -128,10 +128,31 @@ class Prepared:
 
     @classmethod
     def from_json(cls, text: str) -> Prepared:
+        """The record written by `to_json`; ValueError naming the field when it is not one
+        (a truncated or edited file fails alone, never as a KeyError deep in a caller)."""
         d = json.loads(text)
-        return cls(d["uid"], d["namespace"], d["name"], list(d["devices"]), dict(d["spec"]),
-                   list(d.get("uuids") or []), [str(b) for b in d.get("boards") or []],
-                   [[str(x) for x in p] for p in d.get("pods") or []])
+        if not isinstance(d, dict):
+            raise ValueError(f"a record is a JSON object, not {type(d).__name__}")
+
+        def strs(key: str, value: Any) -> list[str]:
+            if not isinstance(value, list) or not all(isinstance(x, str) for x in value):
+                raise ValueError(f"{key}: not a list of strings")
+            return list(value)
+
+        for key in ("uid", "namespace", "name"):
+            if not isinstance(d.get(key), str):
+                raise ValueError(f"{key}: {type(d.get(key)).__name__}, not a string")
+        devices, spec = d.get("devices"), d.get("spec")
+        if not isinstance(devices, list) or not all(isinstance(x, dict) for x in devices):
+            raise ValueError("devices: not a list of objects")
+        if not isinstance(spec, dict):
+            raise ValueError("spec: not an object")
+        pods = d.get("pods") or []
+        if not isinstance(pods, list):
+            raise ValueError("pods: not a list")
+        return cls(d["uid"], d["namespace"], d["name"], devices, spec,
+                   strs("uuids", d.get("uuids") or []), strs("boards", d.get("boards") or []),
+                   [strs(f"pods[{i}]", p) for i, p in enumerate(pods)])
 
 
 def cdi_id(claim_uid: str) -> str:

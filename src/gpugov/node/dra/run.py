@@ -20,6 +20,7 @@ from gpugov.k8s.dra.slices import DRIVER, Features
 from gpugov.node.dra.plugin import DraPlugin
 from gpugov.node.dra.prepare import NodePaths
 from gpugov.node.dra.source import KubeClaimSource, NodeInventory, static_inventory
+from gpugov.node.dra.sweep import SWEEP_S
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +33,8 @@ class DraOptions:
     state_dir: Path
     kubeconfig: Path | None
     consumable_capacity: bool  # the API server has DRAConsumableCapacity
+    #: seconds between sweeps of gone claims' files (the first at start; docs/dra.md)
+    sweep_interval: float = SWEEP_S
 
 
 async def serve(opts: DraOptions, library: Path | None,
@@ -60,7 +63,8 @@ async def serve(opts: DraOptions, library: Path | None,
         inventory = watcher
     plugin = DraPlugin(opts.node, inventory, Features(opts.consumable_capacity),
                        NodePaths(opts.cdi_dir, opts.state_dir, library), KubeClaimSource(api),
-                       plugin_dir=opts.kubelet_plugins / DRIVER, registry_dir=opts.registry)
+                       plugin_dir=opts.kubelet_plugins / DRIVER, registry_dir=opts.registry,
+                       sweep_s=opts.sweep_interval)
     await plugin.start()
     tasks = [asyncio.create_task(extra(api, stop))] if extra is not None else []
     try:
