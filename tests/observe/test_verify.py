@@ -48,6 +48,25 @@ def test_all_claims_pass_with_the_library(fake, tmp_path: Path) -> None:
         assert f"{c['status'].upper():8} {c['name']:17} {c['evidence']}" in text
 
 
+def test_verify_in_a_pipe_prints_its_probes_as_plain_lines(fake, monkeypatch) -> None:
+    """Issue 23: the probes take seconds (more on a real card); each shows on stderr as it
+    begins, also in a pipe; stdout keeps one line per claim and nothing else."""
+    from gpugov.sim import progress
+
+    real = progress.Steps
+    monkeypatch.setattr(progress, "Steps", lambda *a, **k: real(
+        *a, **{**k, "first_after": 0, "every": 3600}))
+    r = CliRunner().invoke(app, ["verify", "--cuda-lib", str(fake.dir), "--library",
+                                 str(fake.lib)])
+    assert r.exit_code == 0, r.output
+    lines = r.stderr.splitlines()
+    begins = ["verify: starting, ", "verify: reading the card ", "verify: memory: ",
+              "verify: compute-throttle: ", "verify: scrub-between-tenants: "]
+    assert len(lines) == len(begins), r.stderr
+    assert all(line.startswith(b) for line, b in zip(lines, begins, strict=True)), r.stderr
+    assert [line.split()[1] for line in r.stdout.splitlines()] == list(CLAIMS)
+
+
 def test_isolation_claims_fail_without_the_library(fake, tmp_path: Path) -> None:
     out = tmp_path / "verify.json"
     code, text = _verify("--cuda-lib", str(fake.dir), "--library", "none", "--json", str(out))

@@ -29,12 +29,14 @@ def verify_cmd(
     Exit 0 when no claim fails, 1 when one fails, 2 on bad input.
     """
     from gpugov.observe import verify
+    from gpugov.sim.progress import Steps
 
     try:
         setup = verify.resolve(cuda_lib, library)
         if json_out is not None:
             verify.check_output(setup, json_out)
-        claims = verify.run(setup)
+        with Steps("verify", "starting") as steps:  # seconds of probes: shown on stderr
+            claims = verify.run(setup, say=steps.say)
     except verify.VerifyInputError as e:
         raise _fail(str(e)) from None
     for c in claims:

@@ -346,14 +346,20 @@ def check_mig(info: dict[str, Any]) -> Claim:
                  f"{', '.join(_mib(s) for s in sizes)}")
 
 
-def run(setup: Setup) -> list[Claim]:
-    """Every claim of CLAIMS, in that order."""
+def run(setup: Setup, say: Callable[[str], None] = lambda _step: None) -> list[Claim]:
+    """Every claim of CLAIMS, in that order. `say(step)` as each probe begins (the run takes
+    seconds: the compute probe alone launches for `setup.seconds`)."""
+    say("reading the card (cuda, nvml)")
     info = card_info(setup)
     card = int(info.get("total") or 0)
     limit = max(16 * MIB, min(256 * MIB, (card // 4) // MIB * MIB))
+    say(f"memory: view, cap, scrub, metrics under a {_mib(limit)} limit")
     with tempfile.TemporaryDirectory(prefix="gpugov-verify-") as tmp:
         memory = {c.name: c for c in check_memory(setup, limit, Path(tmp) / "region")}
-    claims = {**memory, "compute-throttle": check_compute(setup),
+    say(f"compute-throttle: kernels for {setup.seconds:g} s under a {CORE_LIMIT} % limit")
+    compute = check_compute(setup)
+    say("scrub-between-tenants: a process leaves memory, the node scrubs it")
+    claims = {**memory, "compute-throttle": compute,
               "mig-boundary": check_mig(info),
               "scrub-between-tenants": check_handover_scrub(setup, min(64 * MIB, limit))}
     return [claims[n] for n in CLAIMS]
