@@ -95,6 +95,35 @@ def test_report_writes_per_tenant_chargeback(stack, tmp_path: Path) -> None:
     assert (tmp_path / "chargeback.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_rightsize_and_report_in_a_pipe_print_each_query_as_a_plain_line(
+        stack, tmp_path: Path, monkeypatch) -> None:
+    """Issue 23: over a long --period each query takes Prometheus seconds; each shows on
+    stderr as it starts, also in a pipe; stdout keeps the tables / the CSV alone."""
+    from gpugov.sim import progress
+
+    stack.prom.wait_for("gpugov_idle_allocated_gpu_seconds_total > 1")
+    real = progress.Steps
+    monkeypatch.setattr(progress, "Steps", lambda *a, **k: real(
+        *a, **{**k, "first_after": 0, "every": 3600}))
+    res = CliRunner().invoke(app, ["rightsize", "--prometheus", stack.prom.url, "--period",
+                                   "20s", "--step", "250ms", "--rate-window", "2s"])
+    assert res.exit_code == 0, res.output
+    assert [line.split(", ")[0] for line in res.stderr.splitlines()] == [
+        "rightsize: connecting", *(f"rightsize: query {i}/6: {name} over 20s at 250ms"
+                                   for i, name in enumerate(rightsize.queries(
+                                       "20s", "250ms", "2s"), 1))], res.stderr
+    assert "rightsize:" not in res.stdout and "would free" in res.stdout
+    res = CliRunner().invoke(app, ["report", "--prometheus", stack.prom.url, "--period",
+                                   "1m", "--step", "250ms", "--out", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    assert [line.split(", ")[0] for line in res.stderr.splitlines()] == [
+        "report: connecting", "report: query 1/5: allocated over 1m at 250ms",
+        "report: query 2/5: used over 1m at 250ms", "report: query 3/5: idle over 1m at 250ms",
+        "report: query 4/5: energy over 1m at 250ms",
+        "report: query 5/5: energy per job over 1m at 250ms"], res.stderr
+    assert res.stdout.startswith("tenant,") and "report:" not in res.stdout
+
+
 def test_report_outputs_are_all_or_nothing(tmp_path: Path, monkeypatch) -> None:
     rows = [chargeback.TenantRow("t", 2.0, 1.0, 0.5, 1.0)]
     monkeypatch.setattr(chargeback, "png_bytes", lambda *a: (_ for _ in ()).throw(

@@ -181,8 +181,11 @@ def rightsize_cmd(
         _prom_duration(opt, val)
     if not 0 <= headroom <= 10:
         raise _fail(f"--headroom must be within 0..10, got {headroom}")
-    observed = _with_prometheus(prometheus, lambda prom: rightsize.observe(
-        prom, period, step, rate_window))
+    from gpugov.sim.progress import Steps
+
+    with Steps("rightsize", "connecting") as steps:  # a long --period: seconds per query
+        observed = _with_prometheus(prometheus, lambda prom: rightsize.observe(
+            prom, period, step, rate_window, say=steps.say))
     gib = 1024 ** 3
     if not observed:
         typer.echo(f"no data: no pod memory series in the last {period} at {prometheus}; "
@@ -248,11 +251,16 @@ def report_cmd(
         raise _fail(f"--kwh-price must be within 0..{MAX_PRICE:g}, got {energy_price}")
     _check_out_folder(out, [], ("chargeback.csv", "chargeback.png", "energy_jobs.csv"))
 
-    async def both(prom):  # noqa: ANN001, ANN202 - a Prometheus client
-        return (await chargeback.chargeback(prom, period, step, price, energy_price),
-                await chargeback.energy_by_job(prom, period, step, energy_price))
+    from gpugov.sim.progress import Steps
 
-    rows, jobs = _with_prometheus(prometheus, both)
+    async def both(prom):  # noqa: ANN001, ANN202 - a Prometheus client
+        return (await chargeback.chargeback(prom, period, step, price, energy_price,
+                                            say=steps.say),
+                await chargeback.energy_by_job(prom, period, step, energy_price,
+                                               say=steps.say))
+
+    with Steps("report", "connecting") as steps:  # a long --period: seconds per query
+        rows, jobs = _with_prometheus(prometheus, both)
     if not rows:  # Prometheus answered with nothing: no data is not an error (exit 0)
         typer.echo(f"no data: no gpugov reconciler series in the last {period} at "
                    f"{prometheus}; is `gpugov reconcile` running and scraped? (nothing written)")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import csv
 import io
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -71,9 +72,13 @@ def queries(period: str, step: str) -> dict[str, str]:
 
 
 async def chargeback(prom: Prometheus, period: str, step: str, price: float,
-                     energy_price: float = 0.0) -> list[TenantRow]:
+                     energy_price: float = 0.0,
+                     say: Callable[[str], None] = lambda _step: None) -> list[TenantRow]:
+    """`say(step)` before each query (seconds each over a long period with many pods)."""
     got: dict[str, dict[str, float]] = {}
-    for name, q in queries(period, step).items():
+    qs = queries(period, step)
+    for i, (name, q) in enumerate(qs.items(), 1):
+        say(f"query {i}/{len(qs) + 1}: {name} over {period} at {step}")
         for s in await prom.query(q):
             got.setdefault(s.labels.get("tenant", ""), {})[name] = s.value
     return [TenantRow(t, v.get("allocated", 0.0), v.get("used", 0.0), v.get("idle", 0.0),
@@ -99,10 +104,13 @@ class JobEnergy:
                 f"{self.energy_kwh * self.energy_price:.2f}"]
 
 
-async def energy_by_job(prom: Prometheus, period: str, step: str, energy_price: float = 0.0
-                        ) -> list[JobEnergy]:
+async def energy_by_job(prom: Prometheus, period: str, step: str, energy_price: float = 0.0,
+                        say: Callable[[str], None] = lambda _step: None) -> list[JobEnergy]:
     """Per job: its pods' GPU power integrated over the period (kWh) and its cost."""
     from gpugov.observe.rightsize import workload_of
+
+    n = len(queries(period, step)) + 1  # the last of `report`'s queries
+    say(f"query {n}/{n}: energy per job over {period} at {step}")
 
     q = (f"sum_over_time((sum by (namespace, pod, tenant) ({m.POD_GPU_POWER}))"
          f"[{period}:{step}]) * {seconds(step) / 3.6e6!r}")

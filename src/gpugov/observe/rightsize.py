@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import re
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from gpugov.observe import names as m
@@ -105,9 +106,14 @@ def group(per_pod: dict[str, dict[tuple[str, str], float]]) -> list[Observed]:
     return out
 
 
-async def observe(prom: Prometheus, period: str, step: str, rate_window: str) -> list[Observed]:
+async def observe(prom: Prometheus, period: str, step: str, rate_window: str,
+                  say: Callable[[str], None] = lambda _step: None) -> list[Observed]:
+    """`say(step)` before each query: over a long period with many pods Prometheus takes
+    seconds per query."""
     per_pod: dict[str, dict[tuple[str, str], float]] = {}
-    for name, q in queries(period, step, rate_window).items():
+    qs = queries(period, step, rate_window)
+    for i, (name, q) in enumerate(qs.items(), 1):
+        say(f"query {i}/{len(qs)}: {name} over {period} at {step}")
         per_pod[name] = {(s.labels.get("namespace", ""), s.labels.get("pod", "")): s.value
                          for s in await prom.query(q)}
     return group(per_pod)
