@@ -13,8 +13,6 @@ import json
 import shutil
 import sys
 import tempfile
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -31,6 +29,8 @@ from gpugov.node.dra.source import KubeClaimSource
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "k8s"))
+from dra_plugin_support import KubeClaims, Loop, wait  # noqa: E402
+from dra_plugin_support import api_client as _api_client  # noqa: E402
 from dra_support import (  # noqa: E402
     MigInstance,
     claim,
@@ -60,42 +60,6 @@ def peer_binary() -> Path:
         return build()
     except DriverUnavailable as e:
         pytest.skip(str(e))
-
-
-class Loop:
-    """An asyncio loop in a thread: the plugin serves while the test drives the peer."""
-
-    def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self.thread.start()
-
-    def run(self, coro, timeout: float = 60):  # noqa: ANN001, ANN201
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
-
-    def close(self) -> None:
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(5)
-
-
-class KubeClaims:
-    def __init__(self, kube: Kube, source: KubeClaimSource | None = None) -> None:
-        self.kube, self.source = kube, source
-
-    async def preemptible(self, claim: dict) -> bool | None:
-        """The plugin's own reading of the pods' priority class (`KubeClaimSource`)."""
-        return await self.source.preemptible(claim) if self.source is not None else None
-
-    async def get_claim(self, namespace: str, name: str) -> dict | None:
-        """None only on 404 (`ClaimSource`'s contract: the sweep removes a claim's files on
-        None); any other answer raises."""
-        status, doc = await self.kube.request(
-            "GET", f"/apis/resource.k8s.io/v1/namespaces/{namespace}/resourceclaims/{name}")
-        if status == 404:
-            return None
-        if status != 200:
-            raise RuntimeError(f"GET resourceclaim {namespace}/{name}: HTTP {status}: {doc}")
-        return doc
 
 
 @pytest.fixture(scope="module")
@@ -135,24 +99,6 @@ def node(dra_plane, peer_binary) -> Iterator[dict]:
         loop.run(api.close())
         loop.close()
         shutil.rmtree(short, ignore_errors=True)
-
-
-async def _api_client(kubeconfig: Path):  # noqa: ANN202 - kubernetes_asyncio's ApiClient
-    from kubernetes_asyncio import client, config
-
-    cfg = client.Configuration()
-    await config.load_kube_config(config_file=str(kubeconfig), client_configuration=cfg)
-    return client.ApiClient(cfg)
-
-
-def wait(fn, what: str, timeout: float = 60):  # noqa: ANN001, ANN201
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = fn()
-        if got:
-            return got
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def _ns(node: dict, name: str) -> str:
