@@ -18,6 +18,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gpugov.k8s.dra.publisher import SlicePublisher, probe_features
 from gpugov.k8s.dra.slices import SLICE_CLASS
@@ -25,7 +27,7 @@ from gpugov.k8s.scheduler.kube import Kube
 from gpugov.model.devices import DeviceMode
 from gpugov.node.dra.plugin import DraPlugin
 from gpugov.node.dra.prepare import NodePaths
-from gpugov.node.dra.records import record_path
+from gpugov.node.dra.records import RecordError, own_boards, read_record, record_path
 from gpugov.node.dra.source import KubeClaimSource
 
 HERE = Path(__file__).resolve().parent
@@ -375,3 +377,39 @@ def test_a_prepare_that_fails_half_way_leaves_only_what_a_record_names(node) -> 
     report = loop.run(node["make"]().sweep())
     assert (ns, "half", uid) in report.swept
     assert _files(node, ns, "half", uid) == {}
+
+
+_JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=20),
+                     lambda inner: st.lists(inner, max_size=4)
+                     | st.dictionaries(st.text(max_size=10), inner, max_size=4), max_leaves=12)
+_FIELDS = ("uid", "namespace", "name", "devices", "spec", "uuids", "boards", "pods")
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(
+    st.binary(max_size=200),
+    st.dictionaries(st.sampled_from(_FIELDS), _JSON, max_size=8).map(
+        lambda d: json.dumps(d).encode()),
+    st.fixed_dictionaries({"uid": st.just("u-1"), "namespace": st.just("ns"),
+                           "name": st.just("c"), "devices": st.just([]),
+                           "spec": st.just({}), "boards": st.lists(st.text(max_size=60),
+                                                                   max_size=3)}).map(
+        lambda d: json.dumps(d).encode())))
+def test_any_record_file_is_read_or_refused_by_name_and_names_only_its_own_boards(
+        data: bytes) -> None:
+    """A record file's bytes give a checked record or a RecordError naming the file, never
+    another exception; the boards it lets the plugin remove are the claim's own file in a
+    QoS folder, whatever paths the record lists."""
+    with tempfile.TemporaryDirectory() as d:
+        paths = NodePaths(Path(d) / "cdi", Path(d) / "state", None)
+        f = Path(d) / "u-1.json"
+        f.write_bytes(data)
+        try:
+            prepared = read_record(f)
+        except RecordError as e:
+            assert str(f) in str(e)
+            return
+        own, _other = own_boards(paths, prepared)
+        for b in own:
+            assert b.parent.parent == paths.state_dir / "qos"
+            assert b.name == f"claim_{prepared.namespace}_{prepared.name}_{prepared.uid}"
