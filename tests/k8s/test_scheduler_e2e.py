@@ -29,7 +29,8 @@ from gpugov.k8s.scheduler.harness import (
 )
 
 
-def test_binds_with_allocation_records_and_explains_pending_pods(k8s_control_plane) -> None:
+def test_binds_with_allocation_records_and_explains_pending_pods(k8s_control_plane,
+                                                                monkeypatch) -> None:
     async def main() -> None:
         async with env(k8s_control_plane) as e:
             await e.add_nodes(2, 2)
@@ -79,6 +80,26 @@ def test_binds_with_allocation_records_and_explains_pending_pods(k8s_control_pla
             assert out.returncode == 0, out.stderr
             assert "reason: over-quota" in out.stdout
             assert "position: 1 of 2 pending" in out.stdout
+            # issue 23: on a large cluster the lists take seconds; in a pipe each step is a
+            # plain stderr line (shown at once here, as past 2 s), stdout keeps the answer
+            from typer.testing import CliRunner
+
+            from gpugov.cli import app
+            from gpugov.sim import progress
+
+            real = progress.Steps
+            monkeypatch.setattr(progress, "Steps", lambda *a, **k: real(
+                *a, **{**k, "first_after": 0, "every": 3600}))
+            piped = await asyncio.to_thread(CliRunner().invoke, app, [
+                "explain", "pod", f"{e.ns}/{first}", "--kubeconfig",
+                str(k8s_control_plane.kubeconfig), "--scheduler-name", e.scheduler])
+            assert piped.exit_code == 0, piped.output
+            steps = piped.stderr.splitlines()
+            assert steps[0].startswith("explain pod: connecting, "), piped.stderr
+            assert steps[1].startswith(f"explain pod: reading pod {e.ns}/{first}, ")
+            assert any("(1/" in line and ": node)" in line for line in steps), piped.stderr
+            assert steps[-1].startswith("explain pod: one scheduling cycle over ")
+            assert "reason: over-quota" in piped.stdout and "explain pod:" not in piped.stdout
             missing = subprocess.run(gpugov_argv(
                 "explain", "pod", f"{e.ns}/nope", "--kubeconfig",
                 str(k8s_control_plane.kubeconfig)), capture_output=True, text=True, timeout=120)

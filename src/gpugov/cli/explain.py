@@ -57,9 +57,13 @@ def _explain_pod(target: str, kubeconfig: Path | None, scheduler_name: str = "")
         raise _fail(f"pod {target!r}: expected NAMESPACE/NAME")
     if kubeconfig is None:
         raise _fail("explain pod needs --kubeconfig")
+    from gpugov.sim.progress import Steps
+
     extra = {"scheduler_name": scheduler_name} if scheduler_name else {}
-    try:
-        lines = asyncio.run(explain_pod(_kubeconfig_file(kubeconfig), ns, name, **extra))
+    try:  # a large cluster: seconds of lists, shown on stderr
+        with Steps("explain pod", "connecting") as steps:
+            lines = asyncio.run(explain_pod(_kubeconfig_file(kubeconfig), ns, name,
+                                            say=steps.say, **extra))
     except ExplainError as e:
         raise _fail(str(e)) from None
     except (OSError, TimeoutError) as e:  # aiohttp's connection errors are OSErrors

@@ -9,6 +9,7 @@ wrote on the pod (its PodScheduled condition).
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from gpugov.control.explain import explain, snapshot
@@ -24,7 +25,11 @@ class ExplainError(LookupError):
 
 async def explain_pod(kubeconfig: Path | str, namespace: str, name: str,
                       policy: str = "gpugov", scheduler_name: str = names.SCHEDULER_NAME,
-                      node_selector: dict[str, str] | None = None) -> list[str]:
+                      node_selector: dict[str, str] | None = None,
+                      say: Callable[[str], None] = lambda _step: None) -> list[str]:
+    """`say(step)` as each step begins: on a cluster of thousands of nodes and pods the lists
+    and the cycle take seconds."""
+    say(f"reading pod {namespace}/{name}")
     kube = await Kube.from_kubeconfig(kubeconfig)
     try:
         status, pod = await kube.request("GET", f"/api/v1/namespaces/{namespace}/pods/{name}")
@@ -36,10 +41,13 @@ async def explain_pod(kubeconfig: Path | str, namespace: str, name: str,
         state = SchedulerState(policy=policy, scheduler_name=scheduler_name,
                                node_selector=node_selector)
         runner = Runner(kube, state, None)
-        for kind in PATHS:
+        for i, kind in enumerate(PATHS, 1):
+            say(f"listing what the scheduler watches ({i}/{len(PATHS)}: {kind})")
             await runner.sync(kind)
     finally:
         await kube.close()
+    say(f"one scheduling cycle over {len(runner.seen['pod']):,} pods and "
+        f"{len(runner.seen['node']):,} nodes")
     from gpugov.k8s.webhook.dra_translate import explain_lines  # DRA mode's record
 
     dra = explain_lines(pod)
