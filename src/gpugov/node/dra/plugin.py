@@ -48,6 +48,7 @@ from gpugov.node.dra.records import (
     remove_claim_files,
 )
 from gpugov.node.dra.sweep import (
+    MAX_READ_FAILURES,
     READ_TIMEOUT_S,
     SWEEP_S,
     SweepReport,
@@ -268,6 +269,7 @@ class DraPlugin(pb_grpc.DRAPluginServicer):
                              if p.suffix == ".json" and not p.name.startswith("."))
         except FileNotFoundError:
             entries = []
+        failures = 0  # API reads failed in a row: past MAX_READ_FAILURES, stop asking
         for path in entries:
             try:
                 prepared = read_record(path)
@@ -275,7 +277,14 @@ class DraPlugin(pb_grpc.DRAPluginServicer):
                 report.bad.append((str(path), str(e)))
                 self._report_bad(path, e)
                 continue
-            await self._sweep_one(path, prepared, report)
+            if failures >= MAX_READ_FAILURES:
+                report.unknown.append((prepared.namespace, prepared.name, prepared.uid))
+                continue
+            failures = failures + 1 if not await self._sweep_one(path, prepared, report) \
+                else 0
+        if failures >= MAX_READ_FAILURES:
+            log.warning("sweep: %d API reads failed in a row: the other claims were not "
+                        "asked this pass (all kept)", failures)
         self.sweep_stats.add(report)
         if report.swept or report.unknown or report.bad:
             log.info("sweep of gone claims: %d swept, %d kept, %d not decided (API), %d "
@@ -283,13 +292,14 @@ class DraPlugin(pb_grpc.DRAPluginServicer):
                      len(report.unknown), len(report.bad))
         return report
 
-    async def _sweep_one(self, path: Path, prepared: Prepared, report: SweepReport) -> None:
+    async def _sweep_one(self, path: Path, prepared: Prepared, report: SweepReport) -> bool:
+        """False when the API could not be read (the claim is kept)."""
         ns, name, uid = prepared.namespace, prepared.name, prepared.uid
         key = (ns, name, uid)
         lock = self._locks.setdefault(uid, asyncio.Lock())
         async with lock:
             if not path.exists():  # unprepared meanwhile
-                return
+                return True
             try:
                 obj = await asyncio.wait_for(self.claims.get_claim(ns, name),
                                              self.read_timeout_s)
@@ -297,26 +307,27 @@ class DraPlugin(pb_grpc.DRAPluginServicer):
                 report.unknown.append(key)
                 log.warning("sweep: claim %s/%s (uid %s) kept: the API read failed: %s",
                             ns, name, uid, _why(e))
-                return
+                return False
             v, why = verdict(obj, uid)
             if v is Verdict.LIVE:
                 report.kept.append(key)
-                return
+                return True
             if v is Verdict.UNKNOWN:
                 report.unknown.append(key)
                 log.warning("sweep: claim %s/%s (uid %s) kept: %s", ns, name, uid, why)
-                return
+                return True
             try:
                 self._remove(ns, name, uid)
             except OSError as e:
                 self.sweep_stats.failed += 1
                 log.warning("sweep: claim %s/%s (uid %s) is gone (%s) but its files could "
                             "not all be removed: %s", ns, name, uid, why, e)
-                return
+                return True
             report.swept.append(key)
             log.info("sweep: claim %s/%s (uid %s) is gone (%s): removed its record, CDI "
                      "spec, region folder and QoS board files", ns, name, uid, why)
         self._locks.pop(uid, None)
+        return True
 
     def _report_bad(self, path: Path, e: RecordError) -> None:
         """Warn once per unreadable record file (as long as it does not change)."""

@@ -25,6 +25,9 @@ from typing import Any
 #: claim's API read may take before it counts as unknown
 SWEEP_S = 60.0
 READ_TIMEOUT_S = 10.0
+#: API reads failed in a row after which a pass stops asking (an API down would otherwise
+#: cost READ_TIMEOUT_S per claim); the claims not asked are kept, the next pass asks again
+MAX_READ_FAILURES = 3
 
 
 class Verdict(Enum):
