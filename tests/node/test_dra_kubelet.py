@@ -23,7 +23,7 @@ from gpugov.k8s.dra.slices import SLICE_CLASS
 from gpugov.k8s.scheduler.kube import Kube
 from gpugov.model.devices import DeviceMode
 from gpugov.node.dra.plugin import DraPlugin
-from gpugov.node.dra.prepare import NodePaths
+from gpugov.node.dra.prepare import NodePaths, Prepared
 from gpugov.node.dra.source import KubeClaimSource
 
 HERE = Path(__file__).resolve().parent
@@ -324,12 +324,22 @@ def test_the_command_publishes_its_nodes_slices_and_serves_the_kubelet_with_node
     loop.run(apply_policies(plane.kubeconfig, slice_policies("gpugov-system")))
     kc = loop.run(node_token_kubeconfig(plane.kubeconfig, name, "gpugov-system",
                                         short / "node.kubeconfig"))
+    # what an earlier install prepared for a claim since deleted while the node was down:
+    # the command's sweep (as the node identity: a 404, not a 403) removes it
+    stale = NodePaths(short / "cdi", short / "state", None)
+    ghost = Prepared("0000-ghost", "dra-cli-gone", "ghost", [], {"devices": []})
+    (short / "state" / "dra").mkdir(parents=True)
+    (short / "state" / "dra" / "0000-ghost.json").write_text(ghost.to_json())
+    stale.region_dir("dra-cli-gone", "ghost", "0000-ghost").mkdir(parents=True)
+    (short / "cdi").mkdir()
+    stale.spec_file("0000-ghost").write_text("{}")
     log = open(short / "plugin.log", "w")  # noqa: SIM115 - closed below
     proc = subprocess.Popen(gpugov_argv(
         "node", "dra-plugin", "--node-name", name, "--kubeconfig", str(kc),
         "--plugins-dir", str(short / "plugins"), "--registry-dir", str(short / "reg"),
         "--cdi-dir", str(short / "cdi"), "--state-dir", str(short / "state"),
-        "--interval", "0.5"), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        "--interval", "0.5", "--sweep-interval", "0.5"), stdout=log, stderr=subprocess.STDOUT,
+        start_new_session=True)
     peer = KubeletDraPeer(node["binary"], short / "reg", short / "kstate", plane.kubeconfig,
                           name, short / "peer.log")
     try:
@@ -337,6 +347,12 @@ def test_the_command_publishes_its_nodes_slices_and_serves_the_kubelet_with_node
             _, doc = loop.run(kube.request("GET", "/apis/resource.k8s.io/v1/resourceslices"))
             return [s for s in doc["items"] if s["spec"]["nodeName"] == name]
         wait(slices, "the command's slices", 60)
+        wait(lambda: not (short / "state" / "dra" / "0000-ghost.json").exists(),
+             "the stale claim swept", 60)
+        assert not stale.region_dir("dra-cli-gone", "ghost", "0000-ghost").exists()
+        assert not stale.spec_file("0000-ghost").exists()
+        assert "sweep: claim dra-cli-gone/ghost (uid 0000-ghost) is gone (the API answers " \
+            "404)" in (short / "plugin.log").read_text()
         (short / "kstate").mkdir()
         peer.start()  # the kubelet wipes the node's slices at start: they come back
         wait(lambda: peer.registered("gpu.gpugov.io"), "registration", 60)
