@@ -13,7 +13,7 @@ from gpugov.observe import top
 from gpugov.observe.snapshot import Snapshot
 
 
-def test_top_once_shows_queues_devices_and_offenders(stack) -> None:
+def test_top_once_shows_queues_devices_and_offenders(stack, monkeypatch) -> None:
     stack.prom.wait_for('deriv(gpugov_pod_memory_used_bytes{pod="leaky"}[5s]) > 0')
     stack.prom.wait_for('rate(gpugov_idle_allocated_gpu_seconds_total{pod="idle"}[5s]) > 0.9')
     r = CliRunner().invoke(app, ["top", "--once", "--prometheus", stack.prom.url,
@@ -33,6 +33,18 @@ def test_top_once_shows_queues_devices_and_offenders(stack) -> None:
     assert idle and float(idle.group(1)) > 0.85  # a rate over the window: about 1 GPU
     assert "leak" in lines["team-a/leaky"] and "MiB/min" in lines["team-a/leaky"]
     assert "uses 2.0 of 40.0 GiB requested" in out
+    # issue 23: a large cluster takes seconds to read; in a pipe that shows on stderr
+    from gpugov.sim import progress
+
+    real = progress.Steps
+    monkeypatch.setattr(progress, "Steps", lambda *a, **k: real(
+        *a, **{**k, "first_after": 0, "every": 3600}))
+    piped = CliRunner().invoke(app, ["top", "--once", "--prometheus", stack.prom.url,
+                                     "--window", "5s"])
+    assert piped.exit_code == 0, piped.output
+    assert [line.split(", ")[0] for line in piped.stderr.splitlines()] == [
+        f"top --once: reading Prometheus at {stack.prom.url}"], piped.stderr
+    assert "Top offenders" in piped.stdout and "top --once:" not in piped.stdout
 
 
 def test_frame_lists_problems_without_data() -> None:

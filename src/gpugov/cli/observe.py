@@ -108,8 +108,13 @@ def top_cmd(
                 assert prom is not None
                 return await from_prometheus(prom, window)
 
-            if once:
-                snap = await fetch()
+            if once:  # a large cluster's lists take seconds: shown on stderr
+                from gpugov.sim.progress import Steps
+
+                with Steps("top --once", "reading the cluster" + (
+                        f" and Prometheus at {prometheus}" if prom else "") if api is not None
+                        else f"reading Prometheus at {prometheus}"):
+                    snap = await fetch()
                 if api is None and not (snap.queues or snap.devices or snap.pods):
                     # Prometheus answered with nothing: no data is not an error (exit 0),
                     # one line as `rightsize` and `report` say it, not an empty frame
