@@ -250,6 +250,7 @@ struct gg_fgd_run {
     int64_t n_pods;
     const int64_t *pods;      /* [n_pods, P_FIELDS]; shape -1: not for this path */
     int64_t *per_node;        /* [n] the meter's fragmentation per node */
+    int64_t *scratch;         /* [n] room for the fitting nodes of one pod */
     int64_t frag_total, arrived_total, used_total, placed;
     int64_t *arrived, *used, *frag, *outcome; /* [n_pods] the series */
 };
@@ -301,13 +302,26 @@ GG_EXPORT int64_t gg_fgd_run(const struct gg_fgd_ctx *c, struct gg_fgd_run *r, i
         const uint8_t *ok = is_gpu ? r->model_ok + spec * n : NULL;
         int64_t *cv = r->cache + shape * 5 * n, *cs = cv + n, *ck = cs + n, *dv = ck + n,
                 *dd = dv + n;
+        /* ClusterState.feasible: the fitting nodes listed in `fit`, in index order, without
+         * a branch per node */
+        int64_t *fit = r->scratch, nfit = 0;
+        if (is_gpu) {
+            const int64_t *room = count == 1 ? r->max_gpu_free : r->full_gpus;
+            const int64_t want = count == 1 ? milli : count;
+            for (int64_t k = 0; k < n; k++) {
+                fit[nfit] = k;
+                nfit += (r->cpu_free[k] >= cpu) & (r->mem_free[k] >= mem) & (ok[k] != 0) &
+                        (room[k] >= want);
+            }
+        } else {
+            for (int64_t k = 0; k < n; k++) {
+                fit[nfit] = k;
+                nfit += (r->cpu_free[k] >= cpu) & (r->mem_free[k] >= mem);
+            }
+        }
         int64_t best = -1, best_key = 0;
-        for (int64_t k = 0; k < n; k++) { /* ClusterState.feasible, then Placer._ranked */
-            if (r->cpu_free[k] < cpu || r->mem_free[k] < mem)
-                continue;
-            if (is_gpu && (!ok[k] || (count == 1 ? r->max_gpu_free[k] < milli
-                                                 : r->full_gpus[k] < count)))
-                continue;
+        for (int64_t j = 0; j < nfit; j++) { /* Placer._ranked */
+            const int64_t k = fit[j];
             if (cv[k] != r->version[k]) {
                 int64_t packed = gg_fgd_score_one(c, k, cpu, milli, count, sharing, is_gpu);
                 if (packed < 0)

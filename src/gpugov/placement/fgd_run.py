@@ -51,7 +51,7 @@ class _Run(ctypes.Structure):
                 ("kind_count", _P), ("dev_pods", _P), ("pod_count", _P),
                 ("gpu_free_total", _P), ("max_gpu_free", _P), ("tiebreak", _P),
                 ("n_shapes", _I), ("cache", _P), ("n_specs", _I), ("model_ok", _P),
-                ("n_pods", _I), ("pods", _P), ("per_node", _P), ("frag_total", _I),
+                ("n_pods", _I), ("pods", _P), ("per_node", _P), ("scratch", _P), ("frag_total", _I),
                 ("arrived_total", _I), ("used_total", _I), ("placed", _I),
                 ("arrived", _P), ("used", _P), ("frag", _P), ("outcome", _P)]
 
@@ -104,18 +104,19 @@ class TraceRun:
         for models, k in specs.items():
             model_ok[k] = state.model_mask(models)
         outcome = np.zeros(p, dtype=np.int64)
+        scratch = np.zeros(max(n, 1), dtype=np.int64)
         ptr = lambda a: a.ctypes.data  # noqa: E731
         run = _Run(ptr(state.gpu_free), ptr(state.cpu_free), ptr(state.full_gpus),
                    ptr(state.version), ptr(state.mem_free), ptr(state.gpu_mem_free),
                    ptr(state.gpu_count), ptr(state.kind_count), ptr(state.dev_pods),
                    ptr(state.pod_count), ptr(state.gpu_free_total), ptr(state.max_gpu_free),
                    ptr(placer._tiebreak), len(shapes), ptr(cache), len(specs), ptr(model_ok),
-                   p, ptr(pods), None, 0, 0, 0, 0, ptr(arrived), ptr(used), ptr(frag),
-                   ptr(outcome))
+                   p, ptr(pods), None, ptr(scratch), 0, 0, 0, 0, ptr(arrived), ptr(used),
+                   ptr(frag), ptr(outcome))
         keep = (outcome, pods, cache, model_ok, ctx, state.mem_free, state.gpu_mem_free,
                 state.gpu_count, state.kind_count, state.dev_pods, state.pod_count,
                 state.gpu_free_total, state.max_gpu_free, placer._tiebreak, arrived, used,
-                frag)
+                frag, scratch)
         return cls(lib, ctx.ref, run, meter, keep)
 
     def run(self, start: int, arrived_total: int, used_total: int, placed: int
