@@ -108,3 +108,35 @@ def test_plan_mig_in_a_pipe_prints_its_steps_as_plain_lines(
         "plan mig: starting", "plan mig: reading the nodes and pods",
         "plan mig: planning layouts of 32 GPUs for 40 pods"], res.stderr
     assert res.stdout == quiet.stdout
+
+
+def test_crd_convert_in_a_pipe_prints_its_steps_as_plain_lines(
+        monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Thousands of queues and tenants take seconds to convert (YAML in and out): each
+    step shows on stderr, both ways; stdout is the YAML a quiet run gives."""
+    from pathlib import Path
+
+    config = Path(__file__).resolve().parents[1] / "docs" / "openb-queues.yaml"
+    quiet = CliRunner().invoke(app, ["crd", "convert", str(config)])
+    assert quiet.exit_code == 0 and quiet.stderr == "", quiet.output
+    (tmp_path / "objects.yaml").write_text(quiet.stdout)
+    back = CliRunner().invoke(app, ["crd", "convert", "--to", "config",
+                                    str(tmp_path / "objects.yaml")])
+    assert back.exit_code == 0, back.output
+    real = progress.Steps
+    monkeypatch.setattr(progress, "Steps", lambda *a, **k: real(
+        *a, **{**k, "first_after": 0, "every": 3600}))
+    res = CliRunner().invoke(app, ["crd", "convert", str(config)])
+    assert res.exit_code == 0, res.output
+    n = quiet.stdout.count("\nkind: ") + quiet.stdout.startswith("kind: ")
+    assert [line.split(", ")[0] for line in res.stderr.splitlines()] == [
+        "crd convert: starting", f"crd convert: reading {config}",
+        f"crd convert: checking the config {config}",
+        f"crd convert: writing {n} objects as YAML"], res.stderr
+    assert res.stdout == quiet.stdout
+    res = CliRunner().invoke(app, ["crd", "convert", "--to", "config",
+                                   str(tmp_path / "objects.yaml")])
+    assert res.exit_code == 0, res.output
+    assert [line.split(", ")[0] for line in res.stderr.splitlines()][-2:] == [
+        f"crd convert: converting {n} objects", "crd convert: writing the config"]
+    assert res.stdout == back.stdout

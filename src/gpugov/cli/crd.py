@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import typer
@@ -54,6 +55,16 @@ def crd_convert_cmd(
     """Convert the replay's config YAML to Queue/Tenant/PriorityPolicy objects or back, and
     other schedulers' queue objects (by apiVersion) to gpugov's. What has no gpugov
     equivalent is listed on stderr; an object that cannot be converted fails the command."""
+    if to not in ("objects", "config"):
+        raise _fail(f"--to {to!r}: allowed: objects, config")
+    from gpugov.sim.progress import Steps
+
+    # thousands of queues and tenants take seconds (YAML in and out): steps on stderr
+    with Steps("crd convert", "starting") as steps:
+        _convert(sources, to, namespace, steps.say)
+
+
+def _convert(sources: list[Path], to: str, namespace: str, say: Callable[[str], None]) -> None:
     import yaml
 
     from gpugov.control.config import ConfigError, load_config
@@ -66,10 +77,9 @@ def crd_convert_cmd(
     )
     from gpugov.model.yaml_error import one_line
 
-    if to not in ("objects", "config"):
-        raise _fail(f"--to {to!r}: allowed: objects, config")
     docs: list = []
     for source in sources:
+        say(f"reading {source}")
         try:
             docs += [d for d in yaml.safe_load_all(source.read_text()) if d is not None]
         except (OSError, UnicodeDecodeError, yaml.YAMLError, RecursionError) as e:
@@ -83,9 +93,12 @@ def crd_convert_cmd(
                 raise _fail("a config file converts alone; give one file")
             if to == "config":
                 raise _fail(f"{source}: no objects (apiVersion/kind) to convert to a config")
-            typer.echo(yaml.safe_dump_all(config_to_objects(load_config(source)),
-                                          sort_keys=False), nl=False)
+            say(f"checking the config {source}")
+            objects = config_to_objects(load_config(source))
+            say(f"writing {len(objects):,} objects as YAML")
+            typer.echo(yaml.safe_dump_all(objects, sort_keys=False), nl=False)
             return
+        say(f"converting {len(docs):,} objects")
         conv = convert_objects(docs, namespace)
         for note in conv.notes:
             typer.echo(f"# not carried over / changed: {note.line()}", err=True)
@@ -93,6 +106,8 @@ def crd_convert_cmd(
             raise _fail("cannot convert:\n  " + "\n  ".join(conv.errors))
         # validates the result as a whole
         cfg = objects_to_config(conv.objects, ", ".join(map(str, sources)))
+        say(f"writing {len(conv.objects):,} objects" if to == "objects" else
+            "writing the config")
         if to == "config":
             typer.echo(yaml.safe_dump(config_sections(cfg), sort_keys=False), nl=False)
         else:
