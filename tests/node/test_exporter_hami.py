@@ -81,3 +81,33 @@ def test_hamis_own_dashboard_has_data(shared_node, fakes, tmp_path: Path,
                 if not query(expr):
                     empty.append(f"{p.get('title')}: {expr}")
         assert not empty, "panels without data:\n" + "\n".join(empty)
+
+
+def test_a_pods_containers_on_one_device_count_once(node, open_nvml, tmp_path: Path) -> None:
+    """An init container's device is handed on to an app container (containers running
+    together never share one), so both regions name GPU 0: the pod holds it once, with the
+    larger of their limits; GPU 1 holds the app container's second device and another pod."""
+    node.gpu(A100_80, "util 0 0")
+    node.gpu(A100_80, "util 0 0")
+    u0, u1 = (f"GPU-{i:08d}-1111-2222-3333-{i:012d}" for i in (0, 1))
+    pod = tmp_path / "regions" / f"team-a_trainer-0_{UID}"
+    write_region(pod / "containers" / "init" / "region", [10 * GIB], [20], [])
+    (pod / "containers" / "init" / "devices").write_text(f"{u0}\n")
+    write_region(pod / "containers" / "train" / "region", [20 * GIB, 20 * GIB], [30, 30], [])
+    (pod / "containers" / "train" / "devices").write_text(f"{u0}\n{u1}\n")
+    other = tmp_path / "regions" / "team-b_infer-0_1f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0"
+    write_region(other / "region", [8 * GIB], [10], [])
+    (other / "devices").write_text(f"{u1}\n")
+    c = NodeCollector(open_nvml(node), ExporterConfig("n1", tmp_path / "regions",
+                                                      hami_metrics=True))
+    m = scrape(c)
+    alloc = {s[0]["device_index"]: s[1] for s in m["hami_gpu_memory_allocated_bytes"]}
+    assert alloc == {"0": 20 * GIB, "1": 28 * GIB}
+    cores = {s[0]["device_index"]: s[1] for s in m["hami_gpu_core_allocated_ratio"]}
+    assert cores == {"0": 0.3, "1": 0.4}
+    shared = {s[0]["device_index"]: s[1] for s in m["hami_gpu_shared_count"]}
+    assert shared == {"0": 1, "1": 2}
+    # per container, each region keeps its own series
+    per = sorted((s[0]["container"], s[0]["vdevice_index"]) for s in
+                 m["hami_vgpu_memory_limit_bytes"])
+    assert per == [("", "0"), ("init", "0"), ("train", "0"), ("train", "1")]

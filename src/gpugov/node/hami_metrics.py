@@ -7,7 +7,9 @@ node both come from what the node really holds: allocations are the pod regions'
 device (what the enforcement library enforces), usage is NVML's and the regions' charges.
 Labels are HAMi's (`node, device_uuid, device_index, device_type`; per container `namespace,
 pod, container, vdevice_index, device_uuid`). `container` is empty: a region is per pod
-(one of a pod's several GPU containers: its own region, named).
+(one of a pod's several GPU containers: its own region, named). A device's allocation counts
+each pod once, with the largest of its containers' limits there: an init container's device
+is handed on to an app container, and containers running together never share a device.
 """
 
 from __future__ import annotations
@@ -59,17 +61,17 @@ def families(samples: list[DeviceSample], topo: dict[int, GpuInfo], regions: lis
                               "(bytes)", labels=CONTAINER)
     util = GaugeMetricFamily("hami_container_device_utilization_ratio", "Device time the "
                              "slice used since the last scrape (0-1)", labels=CONTAINER)
-    mem_alloc: dict[int, int] = {}
-    core_alloc: dict[int, int] = {}
-    pods: dict[int, set[str]] = {}
+    # per device, per pod: the largest of its containers' limits there (an init container's
+    # device is handed on; containers running together never share a device)
+    held: dict[int, dict[tuple[str, str, str], tuple[int, int]]] = {}
     for (ri, k), (gpu, uuid) in sorted(f.placement.items()):
         r = regions[ri]
         reg = r.region
         if k >= len(reg.mem_limit):
             continue
-        mem_alloc[gpu] = mem_alloc.get(gpu, 0) + reg.mem_limit[k]
-        core_alloc[gpu] = core_alloc.get(gpu, 0) + reg.core_limit[k]
-        pods.setdefault(gpu, set()).add(str(r.path))
+        owner = (r.namespace, r.pod, r.uid)
+        mem, core = held.setdefault(gpu, {}).get(owner, (0, 0))
+        held[gpu][owner] = (max(mem, reg.mem_limit[k]), max(core, reg.core_limit[k]))
         labels = [r.namespace, r.pod, r.container, str(k), uuid]
         used.add_metric(labels, reg.used[k])
         if reg.mem_limit[k]:
@@ -80,6 +82,9 @@ def families(samples: list[DeviceSample], topo: dict[int, GpuInfo], regions: lis
             ratio = clock.ratio((str(r.path), k), reg.device_ns[k], now)
             if ratio is not None:
                 util.add_metric(labels, ratio)
+    mem_alloc = {g: sum(m for m, _ in by.values()) for g, by in held.items()}
+    core_alloc = {g: sum(c for _, c in by.values()) for g, by in held.items()}
+    pods = {g: set(by) for g, by in held.items()}
     for s in samples:
         if s.lost:
             continue
