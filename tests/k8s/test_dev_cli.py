@@ -32,7 +32,7 @@ CLUSTER = textwrap.dedent("""\
     """)
 
 
-def test_dev_up_serves_gpu_pods_and_down_leaves_nothing(tmp_path):
+def test_dev_up_serves_gpu_pods_and_down_leaves_nothing(tmp_path, monkeypatch):
     ensure_binaries_or_skip()
     nodes = tmp_path / "cluster.yaml"
     nodes.write_text(CLUSTER)
@@ -94,8 +94,21 @@ def test_dev_up_serves_gpu_pods_and_down_leaves_nothing(tmp_path):
         state = json.loads((work / "state.json").read_text()) if (work / "state.json").exists() \
             else {"processes": []}
         pids = [(p["name"], p["pid"], p["ticks"]) for p in state["processes"]]
-        down = gpugov("dev", "down", "--dir", str(work))
-    assert down.returncode == 0, down.stderr
+        # in a pipe each process's stop is a plain stderr line (shown at once here, as past
+        # 2 s; a process slow to stop holds `down` for seconds); stdout keeps the summary
+        from typer.testing import CliRunner
+
+        from gpugov.cli import app
+        from gpugov.sim import progress
+
+        real = progress.Steps
+        monkeypatch.setattr(progress, "Steps", lambda *a, **k: real(
+            *a, **{**k, "first_after": 0, "every": 3600}))
+        down = CliRunner().invoke(app, ["dev", "down", "--dir", str(work)])
+    assert down.exit_code == 0, down.output
+    assert [line.split(", ")[0] for line in down.stderr.splitlines()] == [
+        "dev down: reading the state",
+        *(f"dev down: stopping {name}" for name, _, _ in reversed(pids))], down.stderr
     started = {name for name, _, _ in pids}
     assert {"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok",
             "gpugov-webhook", "gpugov-scheduler"} <= started

@@ -141,10 +141,12 @@ def dev_down_cmd(
     """Stop every process `gpugov dev up` started in that work dir."""
     from gpugov.k8s.devcluster import dev
     from gpugov.k8s.devcluster.processes import StateFileError
+    from gpugov.sim.progress import Steps
 
     workdir = directory or dev.default_dir()
-    try:
-        stopped = dev.down(workdir)
+    try:  # a process slow to stop holds it for seconds: steps on stderr, in a pipe too
+        with Steps("dev down", "reading the state") as steps:
+            stopped = dev.down(workdir, say=steps.say)
     except StateFileError as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(2) from None

@@ -369,12 +369,16 @@ def _prometheus_option(workdir: Path) -> str:
     return f" --prometheus {url} --window 30s" if url else ""
 
 
-def down(workdir: Path, grace: float = 10.0) -> list[str]:
-    """Stop every process recorded in the work dir; returns their names."""
+def down(workdir: Path, grace: float = 10.0,
+         say: Callable[[str], None] = lambda _step: None) -> list[str]:
+    """Stop every process recorded in the work dir; returns their names. `say(step)` before
+    each (a process that ignores SIGTERM holds the stop for `grace` seconds)."""
     workdir = workdir.resolve()
     if not (workdir / STATE_FILE).exists():
         return []
     procs = ProcessSet.load(workdir)
     names = list(procs.procs)
-    procs.stop_all(grace)
+    for name in reversed(names):  # as ProcessSet.stop_all: clients first, etcd last
+        say(f"stopping {name}")
+        procs.stop(name, grace)
     return names
