@@ -189,3 +189,25 @@ def test_a_record_too_small_for_the_containers_is_refused_with_the_reason(
                 "that hold 2 at once") in result["error"]
 
     run(kubelet_driver_binary, tmp_path, two_soft_gpus(), body)
+
+
+def test_each_container_gets_the_driver_capabilities_its_own_env_asks(
+        kubelet_driver_binary: Path, tmp_path: Path) -> None:
+    """NVIDIA_DRIVER_CAPABILITIES is per container: a video encoder beside a trainer gets
+    `video`, the trainer does not (the pod's union went to both)."""
+    apps = [("encode", 1), ("train", 1)]
+
+    async def body(node: Node, mgr, source) -> None:
+        pod = with_containers(scheduled_pod("mixed", [whole(0), whole(1)]), apps)
+        pod["spec"]["containers"][0]["env"] = [
+            {"name": "NVIDIA_DRIVER_CAPABILITIES", "value": "video"}]
+        node.pods.put(pod)
+        cs, _ = peer_containers(apps)
+        result = await asyncio.to_thread(node.peer.admit_pod, pod["metadata"]["uid"],
+                                         "mixed", cs)
+        assert result["ok"], result
+        g = got(result)
+        caps = {n: c["env"]["NVIDIA_DRIVER_CAPABILITIES"] for n, c in g.items()}
+        assert caps == {"encode": "compute,utility,video", "train": "compute,utility"}
+
+    run(kubelet_driver_binary, tmp_path, two_soft_gpus(), body)

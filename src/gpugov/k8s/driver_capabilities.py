@@ -4,13 +4,14 @@ not know) and by the device plugin (which passes them in the Allocate answer).
 
 The device plugin sets `NVIDIA_DRIVER_CAPABILITIES` in every container it serves (the
 toolkit's default, `utility`, mounts no CUDA library). The Allocate call does not say which
-container it is for, but the plugin knows the pod, and gpugov gives one container per pod
-its GPUs; a container's env cannot change after creation, so the spec is the record: the
-plugin passes what that container's own env asks, plus `compute,utility` (the enforcement
-library and nvidia-smi need them), or `all`. The values are the toolkit's documented set
-(nvidia-container-toolkit, internal/config/image DriverCapability): compute, compat32,
-display, graphics, ngx, utility, video, all. An image's own ENV is not visible here (the
-kubelet's env wins over it anyway, as the plugin's does).
+container it is for, but the plugin knows the pod and which of its GPU containers it serves
+(`node.deviceplugin.handshake`: the spec's order); a container's env cannot change after
+creation, so the spec is the record: the plugin passes what that container's own env asks
+(`of_containers`), plus `compute,utility` (the enforcement library and nvidia-smi need
+them), or `all`; the webhook checks every GPU container's (`of_pod`). The values are the
+toolkit's documented set (nvidia-container-toolkit, internal/config/image DriverCapability):
+compute, compat32, display, graphics, ngx, utility, video, all. An image's own ENV is not
+visible here (the kubelet's env wins over it anyway, as the plugin's does).
 """
 
 from __future__ import annotations
@@ -68,24 +69,46 @@ def _gpu_containers(pod: Mapping[str, Any], extra: tuple[str, ...]
                 yield f"spec.{key}[{i}]", c
 
 
-def of_pod(pod: Mapping[str, Any], gpu_names: tuple[str, ...] = ()) -> str:
-    """What the pod's GPU container asks for, as the env value to pass (DEFAULT when it
-    names none). `gpu_names`: GPU resource names besides `nvidia.com/*` (a cluster's renamed
-    or Volcano's, before the webhook rewrites them). CapabilityError for an unknown value or
-    one set through valueFrom."""
+def _wanted(where: str, c: Mapping[str, Any]) -> set[str]:
     wanted: set[str] = set()
-    for where, c in _gpu_containers(pod, gpu_names):
-        for j, e in enumerate(c.get("env") or []):
-            if not isinstance(e, Mapping) or e.get("name") != ENV:
-                continue
-            at = f"{where}.env[{j}] {ENV}"
-            if "valueFrom" in e:
-                raise CapabilityError(f"{at}: set through valueFrom, which gpugov's device "
-                                      "plugin cannot read; write the value itself "
-                                      "(e.g. compute,utility,video)")
-            wanted |= set(parse(str(e.get("value") or ""), at))
+    for j, e in enumerate(c.get("env") or []):
+        if not isinstance(e, Mapping) or e.get("name") != ENV:
+            continue
+        at = f"{where}.env[{j}] {ENV}"
+        if "valueFrom" in e:
+            raise CapabilityError(f"{at}: set through valueFrom, which gpugov's device "
+                                  "plugin cannot read; write the value itself "
+                                  "(e.g. compute,utility,video)")
+        wanted |= set(parse(str(e.get("value") or ""), at))
+    return wanted
+
+
+def _value(wanted: set[str]) -> str:
     if not wanted:
         return DEFAULT
     if "all" in wanted:
         return "all"
     return ",".join(k for k in KNOWN if k in wanted)
+
+
+def of_pod(pod: Mapping[str, Any], gpu_names: tuple[str, ...] = ()) -> str:
+    """What the pod's GPU containers ask for together, as the env value to pass (DEFAULT
+    when they name none). `gpu_names`: GPU resource names besides `nvidia.com/*` (a
+    cluster's renamed or Volcano's, before the webhook rewrites them). CapabilityError for an
+    unknown value or one set through valueFrom, in any GPU container."""
+    wanted: set[str] = set()
+    for where, c in _gpu_containers(pod, gpu_names):
+        wanted |= _wanted(where, c)
+    return _value(wanted)
+
+
+def of_containers(pod: Mapping[str, Any], gpu_names: tuple[str, ...] = ()
+                  ) -> dict[str, str]:
+    """Each GPU container's own value, by container name (what the device plugin passes to
+    the container it serves); CapabilityError as `of_pod`."""
+    out: dict[str, str] = {}
+    for where, c in _gpu_containers(pod, gpu_names):
+        name = c.get("name")
+        if isinstance(name, str):
+            out[name] = _value(_wanted(where, c))
+    return out

@@ -42,6 +42,7 @@ from gpugov.k8s.annotations import (
 )
 from gpugov.k8s.driver_capabilities import DEFAULT as DEFAULT_CAPABILITIES
 from gpugov.k8s.driver_capabilities import CapabilityError
+from gpugov.k8s.driver_capabilities import of_containers as container_capabilities
 from gpugov.k8s.driver_capabilities import of_pod as capabilities_of
 from gpugov.k8s.pod_containers import Step, effective, resource_steps
 from gpugov.model.devices import DeviceMode
@@ -73,8 +74,10 @@ class Candidate:
     claimed_ids: tuple[str, ...]  # IDs of this resource it already claimed (kubelet re-Allocate)
     allocated_ids: tuple[str, ...]  # every ID in its gpugov.io/allocated (all resources)
     trust_tier: str | None
-    #: NVIDIA_DRIVER_CAPABILITIES its GPU container asks for (k8s.driver_capabilities)
+    #: NVIDIA_DRIVER_CAPABILITIES its GPU containers ask for together (k8s.driver_capabilities)
     driver_capabilities: str = DEFAULT_CAPABILITIES
+    #: each GPU container's own value, (name, value), for a pod with several
+    container_capabilities: tuple[tuple[str, str], ...] = ()
     #: its containers that ask for this resource, in admission order (several: one Allocate each)
     steps: tuple[Step, ...] = ()
     #: which of those containers got which IDs so far (this resource), in order
@@ -207,6 +210,7 @@ def candidates(pods: Iterable[Pod], node: str, resource: str, inventory: Invento
             continue
         try:
             caps = capabilities_of(pod)
+            own = tuple(sorted(container_capabilities(pod).items()))
         except CapabilityError as exc:
             rejected.append(Rejected(ref, str(exc)))
             continue
@@ -232,7 +236,8 @@ def candidates(pods: Iterable[Pod], node: str, resource: str, inventory: Invento
             wanted=tuple(k for k, _ in slices), slices=tuple(slices),
             claimed_ids=tuple(sorted(i for i in allocated if i in resource_ids)),
             allocated_ids=allocated, trust_tier=ann.get("gpugov.io/trust-tier"),
-            driver_capabilities=caps, steps=steps if len(steps) > 1 else (),
+            driver_capabilities=caps, container_capabilities=own,
+            steps=steps if len(steps) > 1 else (),
             claims=tuple(r for r in records if r.resource == resource), all_claims=records))
     found.sort(key=lambda c: c.order)
     return found, rejected

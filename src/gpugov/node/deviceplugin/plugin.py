@@ -257,9 +257,10 @@ class ResourcePlugin(pb_grpc.DevicePluginServicer):
     def _response(self, c: Candidate, request: list[PluginDevice],
                   container: str | None = None) -> pb.ContainerAllocateResponse:
         try:
+            caps = dict(c.container_capabilities).get(container or "", c.driver_capabilities)
             return container_response(request, dict(c.slices), self.cfg,
                                       (c.namespace, c.name, c.uid), c.trust_tier,
-                                      c.driver_capabilities, container=container)
+                                      caps, container=container)
         except (ValueError, OSError) as exc:
             raise AllocateError("error", f"pod {c.ref}: {exc}") from None
 
