@@ -12,6 +12,7 @@ created uncounted, so what the apiserver compiles for it is not charged to a var
   trivial    the pod policy as shipped; the webhook's matchCondition replaced by one map lookup
   null       the pod policy as shipped; GPU pods go to `null_webhook.py` instead (answers the
              same patch without deciding anything: the floor of any Python webhook)
+  null-nopolicy  the null webhook (with its patch) and no pod policy
   null-nopatch  no pod policy (it refuses untranslated GPU pods); the null webhook allows
              pods unchanged: what the call alone costs
 
@@ -42,10 +43,11 @@ from gpugov.k8s.devcluster.rbac import apply_component_rbac  # noqa: E402
 from gpugov.k8s.identities import SYSTEM_NAMESPACE  # noqa: E402
 from gpugov.k8s.webhook import policy  # noqa: E402
 
-VARIANTS = ("policy", "nomatch", "nopolicy", "trivial", "null", "null-nopatch")
+VARIANTS = ("policy", "nomatch", "nopolicy", "trivial", "null", "null-nopolicy", "null-nopatch")
 DEFAULT_VARIANTS = ("policy", "nomatch", "nopolicy", "trivial")
 #: the process answering GPU pods' reviews in each variant
-HOOK_PROC = {"null": "null-webhook", "null-nopatch": "null-webhook-nopatch"}
+HOOK_PROC = {"null": "null-webhook", "null-nopolicy": "null-webhook",
+             "null-nopatch": "null-webhook-nopatch"}
 
 
 def start_null(plane: LocalControlPlane, name: str, patch: bool) -> str:
@@ -66,7 +68,8 @@ def start_null(plane: LocalControlPlane, name: str, patch: bool) -> str:
 
 async def configure(kc: Path, ca: bytes, url: str, variant: str) -> None:
     objs = policy.pod_ownership_policies(SYSTEM_NAMESPACE)
-    if variant in ("nopolicy", "null-nopatch"):  # the policy refuses untranslated GPU pods
+    if variant in ("nopolicy", "null-nopolicy", "null-nopatch"):  # (it refuses untranslated
+        # GPU pods: null-nopatch must run without it)
         await policy.delete_policies(kc, objs)
     else:
         if variant == "nomatch":
@@ -108,8 +111,12 @@ def main() -> None:
                                                        Path(tmp) / "kubeconfig-webhook"))
             real = (start_webhook(plane, kubeconfig=hook_kc)
                     if any(v not in HOOK_PROC for v in variants) else "")
-            urls = {v: real if v not in HOOK_PROC else
-                    start_null(plane, HOOK_PROC[v], v == "null") for v in variants}
+            started: dict[str, str] = {}
+            for v in variants:
+                proc = HOOK_PROC.get(v)
+                if proc is not None and proc not in started:
+                    started[proc] = start_null(plane, proc, v != "null-nopatch")
+            urls = {v: started[HOOK_PROC[v]] if v in HOOK_PROC else real for v in variants}
             asyncio.run(wa.namespace(kc, "bench"))
             for r in range(-1, args.rounds):  # round -1: warm-up, not counted
                 # odd rounds run the variants in reverse: no variant always follows another
