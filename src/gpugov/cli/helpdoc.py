@@ -20,6 +20,10 @@ commands' own help, so regenerate it after changing an option.
 
 Exit codes everywhere: 0 done, 1 the check or the service failed, 2 bad input (one
 `error:` line naming the option or the file).
+
+Progress: every command that can run longer than 2 s shows it on stderr (a bar or a spinner
+on a terminal; plain lines in a pipe once past 2 s, then every 10 s), so stdout stays what
+scripts parse; which commands and what each shows: [progress.md](progress.md).
 """
 
 
