@@ -15,6 +15,9 @@ created uncounted, so what the apiserver compiles for it is not charged to a var
   null-nopolicy  the null webhook (with its patch) and no pod policy
   null-nopatch  no pod policy (it refuses untranslated GPU pods); the null webhook allows
              pods unchanged: what the call alone costs
+  null-annotations, null-labels, null-scheduler  no pod policy; the null webhook's patch
+             is only that part (its annotations, its label, spec.schedulerName): what a
+             mutation costs the apiserver by what it changes
 
 Prints, per variant: pods/s of plain and GPU pods and their ratio, and the CPU ms per pod of
 kube-apiserver (plain, GPU) and of the webhook (GPU). Usage:
@@ -43,14 +46,24 @@ from gpugov.k8s.devcluster.rbac import apply_component_rbac  # noqa: E402
 from gpugov.k8s.identities import SYSTEM_NAMESPACE  # noqa: E402
 from gpugov.k8s.webhook import policy  # noqa: E402
 
-VARIANTS = ("policy", "nomatch", "nopolicy", "trivial", "null", "null-nopolicy", "null-nopatch")
+VARIANTS = ("policy", "nomatch", "nopolicy", "trivial", "null", "null-nopolicy", "null-nopatch",
+            "null-annotations", "null-labels", "null-scheduler")
 DEFAULT_VARIANTS = ("policy", "nomatch", "nopolicy", "trivial")
 #: the process answering GPU pods' reviews in each variant
 HOOK_PROC = {"null": "null-webhook", "null-nopolicy": "null-webhook",
-             "null-nopatch": "null-webhook-nopatch"}
+             "null-nopatch": "null-webhook-nopatch", "null-annotations": "null-webhook-ann",
+             "null-labels": "null-webhook-labels", "null-scheduler": "null-webhook-scheduler"}
+#: the null webhook's arguments per process
+NULL_ARGS = {"null-webhook": [], "null-webhook-nopatch": ["--no-patch"],
+             "null-webhook-ann": ["--parts", "annotations"],
+             "null-webhook-labels": ["--parts", "labels"],
+             "null-webhook-scheduler": ["--parts", "scheduler"]}
+#: variants that run without the pod policy
+NO_POLICY = ("nopolicy", "null-nopolicy", "null-nopatch", "null-annotations", "null-labels",
+             "null-scheduler")
 
 
-def start_null(plane: LocalControlPlane, name: str, patch: bool) -> str:
+def start_null(plane: LocalControlPlane, name: str) -> str:
     """Start `null_webhook.py` as process `name` of the plane; its base URL."""
     assert plane.ca is not None
     pair = plane.ca.serving("gpugov-webhook")
@@ -60,7 +73,7 @@ def start_null(plane: LocalControlPlane, name: str, patch: bool) -> str:
     plane.start_process(name, [
         sys.executable, str(Path(__file__).resolve().parent / "null_webhook.py"), "--cert",
         str(cert), "--key", str(key), "--client-ca", str(plane.webhook_client_ca), "--listen",
-        f"127.0.0.1:{port}", *([] if patch else ["--no-patch"])],
+        f"127.0.0.1:{port}", *NULL_ARGS[name]],
         ready=lambda: probe(f"https://127.0.0.1:{port}/healthz", plane.ssl_context()) == b"ok",
         timeout=30)
     return f"https://127.0.0.1:{port}"
@@ -68,8 +81,7 @@ def start_null(plane: LocalControlPlane, name: str, patch: bool) -> str:
 
 async def configure(kc: Path, ca: bytes, url: str, variant: str) -> None:
     objs = policy.pod_ownership_policies(SYSTEM_NAMESPACE)
-    if variant in ("nopolicy", "null-nopolicy", "null-nopatch"):  # (it refuses untranslated
-        # GPU pods: null-nopatch must run without it)
+    if variant in NO_POLICY:  # (the policy refuses GPU pods the null webhook leaves untranslated)
         await policy.delete_policies(kc, objs)
     else:
         if variant == "nomatch":
@@ -115,7 +127,7 @@ def main() -> None:
             for v in variants:
                 proc = HOOK_PROC.get(v)
                 if proc is not None and proc not in started:
-                    started[proc] = start_null(plane, proc, v != "null-nopatch")
+                    started[proc] = start_null(plane, proc)
             urls = {v: started[HOOK_PROC[v]] if v in HOOK_PROC else real for v in variants}
             asyncio.run(wa.namespace(kc, "bench"))
             for r in range(-1, args.rounds):  # round -1: warm-up, not counted
