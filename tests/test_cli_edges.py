@@ -625,3 +625,27 @@ def test_low_bad_xdg_cache_home_in_dev_up_is_one_line_naming_it(tmp_path: Path) 
     assert res.returncode == 2, res.stderr
     assert "Traceback" not in res.stderr and "XDG_CACHE_HOME=/proc/nope" in res.stderr
     assert len(res.stderr.strip().splitlines()) == 1, res.stderr
+
+
+def test_a_config_with_thousands_of_bad_entries_shows_the_first_and_counts_the_rest(
+        tmp_path: Path) -> None:
+    """4,000 queues with a bad quota: the error names the first ones and counts the rest
+    instead of printing thousands of lines (every command reading a config says the same:
+    the message is ConfigError's; all problems stay in `problems`)."""
+    from typer.testing import CliRunner
+
+    from gpugov.cli import app
+    from gpugov.control.config import ConfigError, load_config
+
+    queues = "\n".join(f"  - {{name: q{i}, quota: {{gpu: -1}}}}" for i in range(4000))
+    cfg = tmp_path / "queues.yaml"
+    cfg.write_text(f"queues:\n{queues}\n")
+    res = CliRunner().invoke(app, ["crd", "convert", str(cfg)])
+    assert res.exit_code != 0
+    text = res.output
+    assert "queues[0].quota" in text and "queues[1].quota" in text  # the first, by place
+    assert "3950 more problems (the first 50 are shown)" in text
+    assert len(text.splitlines()) < 60, text[-500:]
+    with pytest.raises(ConfigError) as err:
+        load_config(cfg)
+    assert len(err.value.problems) == 4000

@@ -67,7 +67,7 @@ def crd_convert_cmd(
 def _convert(sources: list[Path], to: str, namespace: str, say: Callable[[str], None]) -> None:
     import yaml
 
-    from gpugov.control.config import ConfigError, load_config
+    from gpugov.control.config import MAX_SHOWN, ConfigError, load_config, shown
     from gpugov.k8s.convert import convert_objects, is_foreign
     from gpugov.k8s.crds import (
         ConversionError,
@@ -100,10 +100,13 @@ def _convert(sources: list[Path], to: str, namespace: str, say: Callable[[str], 
             return
         say(f"converting {len(docs):,} objects")
         conv = convert_objects(docs, namespace)
-        for note in conv.notes:
+        for note in conv.notes[:MAX_SHOWN]:
             typer.echo(f"# not carried over / changed: {note.line()}", err=True)
+        if len(conv.notes) > MAX_SHOWN:
+            typer.echo(f"# ... and {len(conv.notes) - MAX_SHOWN} more not carried over / "
+                       "changed", err=True)
         if conv.errors:
-            raise _fail("cannot convert:\n  " + "\n  ".join(conv.errors))
+            raise _fail("cannot convert:\n  " + "\n  ".join(shown(conv.errors)))
         # validates the result as a whole
         cfg = objects_to_config(conv.objects, ", ".join(map(str, sources)))
         say(f"writing {len(conv.objects):,} objects" if to == "objects" else

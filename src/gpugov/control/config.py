@@ -38,12 +38,25 @@ __all__ = ["RESOURCES", "SCALE", "BackfillConfig", "ConfigError", "ControlConfig
            "TenantConfig", "load_config", "parse_config", "parse_duration", "validate_config"]
 
 
+#: problems a ConfigError's message lists (all stay in `problems`): thousands of lines on a
+#: terminal hide the first, which is usually the cause
+MAX_SHOWN = 50
+
+
 class ConfigError(ValueError):
     """A config that cannot be used; `problems` holds one line per error."""
 
     def __init__(self, source: str, problems: list[str]) -> None:
         self.source, self.problems = source, problems
-        super().__init__(f"{source}: invalid config:\n  " + "\n  ".join(problems))
+        super().__init__(f"{source}: invalid config:\n  " + "\n  ".join(shown(problems)))
+
+
+def shown(problems: list[str], limit: int = MAX_SHOWN) -> list[str]:
+    """The first `limit` problems, and a line counting the rest."""
+    if len(problems) <= limit:
+        return problems
+    return [*problems[:limit], f"... and {len(problems) - limit} more problems (the first "
+                               f"{limit} are shown)"]
 
 
 def validate_config(cfg: ControlConfig, where: _Where | None = None) -> list[str]:
