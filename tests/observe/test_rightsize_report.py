@@ -162,3 +162,37 @@ def test_infinite_and_nan_samples_never_reach_a_view(stack, promql, kept) -> Non
     samples = _run(stack.prom.url, lambda prom: prom.query(promql))
     assert len(samples) == kept
     assert all(s.value == s.value and abs(s.value) != float("inf") for s in samples)
+
+
+def test_a_prometheus_that_does_not_answer_in_time_is_a_clear_error() -> None:
+    """A server that accepts the query and never answers: the error says which query and
+    how long gpugov waited, not a bare `TimeoutError`; one-shot reports wait as long as
+    Prometheus' own query timeout, loops 10 s."""
+    import asyncio
+    import socket
+
+    from gpugov.observe.promapi import (
+        LOOP_TIMEOUT,
+        REPORT_TIMEOUT,
+        Prometheus,
+        PrometheusError,
+    )
+
+    assert (LOOP_TIMEOUT, REPORT_TIMEOUT) == (10.0, 120.0)
+
+    async def main() -> str:
+        server = socket.socket()
+        server.bind(("127.0.0.1", 0))
+        server.listen()  # accepts (the kernel's backlog), never answers
+        url = f"http://127.0.0.1:{server.getsockname()[1]}"
+        try:
+            async with Prometheus(url, timeout=0.3) as prom:
+                await prom.query("sum(gpugov_pod_used_memory_bytes)")
+        except PrometheusError as e:
+            return str(e)
+        finally:
+            server.close()
+        return "no error"
+
+    msg = asyncio.run(main())
+    assert "did not answer query 'sum(gpugov_pod_used_memory_bytes)' within 0.3 s" in msg

@@ -152,13 +152,13 @@ def _with_prometheus(url: str, work):  # type: ignore[no-untyped-def]
     """Run `work(prom)` against Prometheus; unreachable = a clear error, exit 2."""
     import asyncio
 
-    from gpugov.observe.promapi import Prometheus, PrometheusError
+    from gpugov.observe.promapi import REPORT_TIMEOUT, Prometheus, PrometheusError
 
     if not url.startswith(("http://", "https://")):
         raise _fail(f"--prometheus {url!r}: expected an http:// or https:// URL")
 
     async def main():  # type: ignore[no-untyped-def]
-        async with Prometheus(url) as prom:
+        async with Prometheus(url, REPORT_TIMEOUT) as prom:
             return await work(prom)
 
     try:

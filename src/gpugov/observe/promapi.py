@@ -18,14 +18,22 @@ class Sample:
     value: float
 
 
+#: seconds one query may take: the loops' default (a slow answer must not stall the loop)
+LOOP_TIMEOUT = 10.0
+#: one-shot reports (`rightsize`, `report`): Prometheus' own default `query.timeout`, since a
+#: query over a long `--period` and many pods takes Prometheus that long, not a failure
+REPORT_TIMEOUT = 120.0
+
+
 class Prometheus:
     """Instant queries against one Prometheus (`/api/v1/query`)."""
 
-    def __init__(self, url: str, timeout: float = 10.0) -> None:
+    def __init__(self, url: str, timeout: float = LOOP_TIMEOUT) -> None:
         if not url.startswith(("http://", "https://")):
             raise ValueError(f"--prometheus {url!r}: expected an http:// or https:// URL, "
                              "e.g. http://prometheus:9090")
         self.url = url.rstrip("/")
+        self.seconds = timeout
         self.timeout = aiohttp.ClientTimeout(total=timeout)
         self._session: aiohttp.ClientSession | None = None
 
@@ -49,7 +57,12 @@ class Prometheus:
         try:
             async with self._session.get(f"{self.url}/api/v1/query", params=params) as resp:
                 body = await resp.json(content_type=None)
-        except (aiohttp.ClientError, TimeoutError, ValueError) as e:
+        except TimeoutError:
+            raise PrometheusError(f"Prometheus at {self.url} did not answer query {promql!r} "
+                                  f"within {self.seconds:g} s (a long period over many series "
+                                  "costs it time: shorten the period, or check the server)"
+                                  ) from None
+        except (aiohttp.ClientError, ValueError) as e:
             raise PrometheusError(f"Prometheus at {self.url} is unreachable or did not answer "
                                   f"with JSON: {e or type(e).__name__}") from None
         if not isinstance(body, dict) or body.get("status") != "success":
