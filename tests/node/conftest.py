@@ -87,3 +87,23 @@ def kubelet_driver_binary() -> Path:
         return build()
     except DriverUnavailable as exc:
         pytest.skip(str(exc))
+
+
+@pytest.fixture(scope="module")
+def dra_plane(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    """A control plane with DRA (v1.34) for one module of kubelet-plugin tests."""
+    sys.path.insert(0, str(Path(__file__).parent.parent / "k8s"))
+    from dra_support import plane_fixture
+
+    yield from plane_fixture(tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def peer_binary() -> Path:
+    """The kubelet's DRA manager driver (built once, cached); skipped where Go is missing."""
+    from kubelet_dra_driver.driver import DriverUnavailable, build
+
+    try:
+        return build()
+    except DriverUnavailable as e:
+        pytest.skip(str(e))

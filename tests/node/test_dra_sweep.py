@@ -40,28 +40,14 @@ from dra_support import (  # noqa: E402
     gpu,
     inventory,
     kwok_node,
-    plane_fixture,
     request,
 )
-from kubelet_dra_driver.driver import DriverUnavailable, KubeletDraPeer, build  # noqa: E402
+from kubelet_dra_driver.driver import KubeletDraPeer  # noqa: E402
 
 NODE = "dra-sweep-node"
 SOFT = "GPU-a100-0001"  # the soft GPU every slice claim here lands on
 INV = inventory(gpu(0), gpu(1, DeviceMode.SOFT))
 SLICE = {"memory": "4Gi", "compute": "5"}
-
-
-@pytest.fixture(scope="module")
-def dra_plane(tmp_path_factory):
-    yield from plane_fixture(tmp_path_factory)
-
-
-@pytest.fixture(scope="module")
-def peer_binary() -> Path:
-    try:
-        return build()
-    except DriverUnavailable as e:
-        pytest.skip(str(e))
 
 
 @pytest.fixture(scope="module")
